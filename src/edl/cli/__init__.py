@@ -1,0 +1,1 @@
+"""The `edl` command line: one click group, one module per subcommand."""
