@@ -1,0 +1,28 @@
+"""Clusters behind one port: Kubernetes (`kube`) and the in-process control plane (`inproc`).
+
+The Controller and Autoscaler depend only on `edl.cluster.port.Cluster`.
+"""
+
+from edl.cluster.port import (
+    AlreadyExistsError,
+    Clock,
+    Cluster,
+    ClusterError,
+    ConflictError,
+    JobPods,
+    NotFoundError,
+    PodRuntime,
+    TrainingJobHandler,
+)
+
+__all__ = [
+    "AlreadyExistsError",
+    "Clock",
+    "Cluster",
+    "ClusterError",
+    "ConflictError",
+    "JobPods",
+    "NotFoundError",
+    "PodRuntime",
+    "TrainingJobHandler",
+]

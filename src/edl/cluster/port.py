@@ -1,0 +1,251 @@
+"""The `Cluster` port and the two plugs of the in-process control plane.
+
+Three teams code against this module:
+
+* the Controller and Autoscaler use **only** `Cluster` — so Kubernetes
+  (`edl.cluster.kube`), simulation and local runs (`edl.cluster.inproc`)
+  are interchangeable behind it;
+* the in-process control plane takes a `Clock` (virtual time for `edl simulate`,
+  real time for `edl run`) and a `PodRuntime` (simulated pods, or real
+  processes on this machine).
+
+Objects cross this boundary as plain dicts in Kubernetes manifest shape
+(``apiVersion``, ``kind``, ``metadata``, ``spec``, ``status``), exactly what
+`edl.jobparser.JobParser` emits. A dict returned by a `Cluster` method is the
+caller's own copy: mutate it freely and hand it back to an update method.
+
+Concurrency is optimistic, as in the Kubernetes API server: every stored object
+carries ``metadata.resourceVersion``; an update whose resourceVersion is not the
+current one raises `ConflictError` and the caller re-reads and retries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from edl.accounting import ClusterResource
+    from edl.api.trainingjob import TrainingJob
+
+Manifest = dict[str, Any]
+"""A Kubernetes-shaped object as a plain dict (the caller's own copy)."""
+
+Unsubscribe = Callable[[], None]
+"""Returned by the ``watch_*`` methods; call it to stop receiving events."""
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class ClusterError(Exception):
+    """Base of the errors a `Cluster` raises for API-level failures."""
+
+    def __init__(self, kind: str, namespace: str, name: str, detail: str = "") -> None:
+        self.kind = kind
+        self.namespace = namespace
+        self.name = name
+        self.detail = detail
+        where = f"{kind} {namespace}/{name}"
+        super().__init__(f"{where}: {detail}" if detail else where)
+
+
+class ConflictError(ClusterError):
+    """An update carried a stale ``metadata.resourceVersion`` (HTTP 409); re-read and retry."""
+
+
+class NotFoundError(ClusterError):
+    """The object does not exist (HTTP 404)."""
+
+
+class AlreadyExistsError(ClusterError):
+    """A create named an object that already exists (HTTP 409 AlreadyExists)."""
+
+
+# --------------------------------------------------------------------------- Cluster
+
+
+class JobPods(NamedTuple):
+    """Trainer pods of one TrainingJob, as the seed's ``JobPods`` counted them.
+
+    Pods that are being deleted (``metadata.deletionTimestamp`` set) or have
+    finished (Succeeded/Failed) are not counted: they are leaving and the
+    Autoscaler must not plan with them.
+    """
+
+    total: int  # running + pending
+    running: int  # phase Running
+    pending: int  # phase Pending (unscheduled, or bound and still starting)
+
+
+class TrainingJobHandler(Protocol):
+    """Receives TrainingJob events; the `Controller` implements it.
+
+    The dict is the TrainingJob object as stored (manifest shape, with
+    ``metadata.resourceVersion``). Handlers are awaited one event at a time, in
+    order, per cluster.
+    """
+
+    async def on_add(self, obj: Manifest) -> None: ...
+    async def on_update(self, obj: Manifest) -> None: ...
+    async def on_del(self, obj: Manifest) -> None: ...
+
+
+@runtime_checkable
+class Cluster(Protocol):
+    """What the Controller and Autoscaler need from a cluster (the seed's ``Cluster``, async).
+
+    Names follow the seed. "Trainer job" means the batch/v1 Job that runs a
+    TrainingJob's trainers (``<job>-trainer``); its ``spec.parallelism`` is
+    the knob the Autoscaler turns.
+    """
+
+    # -- children of a TrainingJob -------------------------------------------------
+    async def create_job(self, job: Manifest) -> Manifest:
+        """Create a batch/v1 Job; returns the stored object. `AlreadyExistsError` if present."""
+        ...
+
+    async def create_replica_set(self, replica_set: Manifest) -> Manifest:
+        """Create an apps/v1 ReplicaSet; returns the stored object. `AlreadyExistsError`."""
+        ...
+
+    async def get_replica_set(self, namespace: str, name: str) -> Manifest:
+        """Read a ReplicaSet. `NotFoundError` if missing."""
+        ...
+
+    async def delete_replica_set(self, namespace: str, name: str) -> None:
+        """Delete a ReplicaSet and (cascading) its pods. `NotFoundError` if missing."""
+        ...
+
+    async def create_service(self, service: Manifest) -> Manifest:
+        """Create a v1 Service (the job's master Service). `AlreadyExistsError`."""
+        ...
+
+    async def delete_service(self, namespace: str, name: str) -> None:
+        """Delete a Service. `NotFoundError` if missing."""
+        ...
+
+    async def get_trainer_job(self, job: TrainingJob) -> Manifest:
+        """Read the trainer Job of a TrainingJob (``<name>-trainer``). `NotFoundError`."""
+        ...
+
+    async def get_trainer_job_by_name(self, namespace: str, name: str) -> Manifest:
+        """Read a batch/v1 Job by its own name. `NotFoundError`."""
+        ...
+
+    async def update_trainer_job(self, job: Manifest) -> Manifest:
+        """Replace a batch/v1 Job (this is how parallelism changes).
+
+        Raises `ConflictError` if ``metadata.resourceVersion`` is stale and
+        `NotFoundError` if the Job is gone. Returns the stored object.
+        """
+        ...
+
+    async def delete_trainer_job(self, namespace: str, name: str) -> None:
+        """Delete a batch/v1 Job and (cascading) its pods. `NotFoundError` if missing."""
+        ...
+
+    # -- observation -------------------------------------------------------------------
+    async def job_pods(self, job: TrainingJob) -> JobPods:
+        """Count the trainer pods of a TrainingJob (see `JobPods`)."""
+        ...
+
+    async def inquiry_resource(self) -> ClusterResource:
+        """Totals, requests and per-node room of the cluster (`edl.accounting.ClusterResource`).
+
+        Same meaning as ``edl.accounting.inquire_resource(nodes, pods)`` over
+        the current nodes and the pods that are not Succeeded/Failed.
+        """
+        ...
+
+    # -- TrainingJob objects -------------------------------------------------------------
+    async def update_training_job_status(
+        self, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> None:
+        """Replace the ``status`` of a TrainingJob (status subresource: no version check).
+
+        `NotFoundError` if the TrainingJob is gone (a deleted job's status is moot).
+        """
+        ...
+
+    def watch_training_jobs(self, handler: TrainingJobHandler) -> Unsubscribe:
+        """Deliver TrainingJob add/update/delete events to ``handler``.
+
+        Jobs that already exist are delivered as ``on_add`` first (list, then
+        watch — as an informer does).
+        """
+        ...
+
+    def watch_unschedulable(self, callback: Callable[[], None]) -> Unsubscribe:
+        """Call ``callback()`` (synchronously, keep it cheap) when pods fail to schedule.
+
+        Lets the Autoscaler free room for a waiting service at once instead of
+        on its next periodic tick. Called at most once per scheduling pass.
+        """
+        ...
+
+
+# --------------------------------------------------------------------------- plugs
+
+
+class Timer(Protocol):
+    """A scheduled callback (``asyncio.TimerHandle`` satisfies this)."""
+
+    def cancel(self) -> None: ...
+
+
+class Clock(Protocol):
+    """Time as the in-process control plane sees it: virtual or real.
+
+    Implementations: `edl.cluster.inproc.clock.AsyncioClock` (the running
+    event loop's clock: real time on a normal loop) and
+    `edl.cluster.inproc.clock.VirtualClock` (an event loop whose time jumps to
+    the next timer whenever every task is waiting, so ordinary asyncio code —
+    the Controller's and Autoscaler's included — runs unchanged on virtual time).
+    """
+
+    def now(self) -> float:
+        """Seconds since the clock's epoch (0.0 at construction)."""
+        ...
+
+    async def sleep(self, seconds: float) -> None:
+        """Suspend the calling task for ``seconds`` of this clock's time."""
+        ...
+
+    def call_later(self, delay: float, callback: Callable[..., object], *args: Any) -> Timer:
+        """Run ``callback(*args)`` on the event loop after ``delay`` seconds."""
+        ...
+
+    def call_at(self, when: float, callback: Callable[..., object], *args: Any) -> Timer:
+        """Run ``callback(*args)`` at time ``when`` (same epoch as `now`)."""
+        ...
+
+
+class PodRuntime(Protocol):
+    """Runs the containers of pods the scheduler has bound to a node.
+
+    Implementations: `edl.cluster.inproc.runtime.SimulatedPodRuntime` (start
+    latency and termination time drawn from distributions) and, for
+    ``edl run``, a runtime that starts real processes.
+
+    Contract (callbacks are plain functions, call them on the event loop thread):
+
+    * `start` is called once per pod, after binding (``spec.nodeName`` set).
+      The runtime calls ``on_running()`` at most once when the containers run,
+      and ``on_exit(code)`` exactly once when they have all stopped
+      (0 = success -> phase Succeeded, anything else -> Failed).
+    * `stop` asks the pod to end: SIGTERM now, SIGKILL once ``grace_period_s``
+      has passed. It may come before ``on_running`` and must still lead to
+      exactly one ``on_exit``. Until ``on_exit``, the pod keeps its phase
+      and its node's resources, as a terminating pod does in Kubernetes.
+    * Neither method blocks; a runtime schedules work on the event loop.
+    """
+
+    def start(
+        self,
+        pod: Manifest,
+        on_running: Callable[[], None],
+        on_exit: Callable[[int], None],
+    ) -> None: ...
+
+    def stop(self, pod: Manifest, grace_period_s: float) -> None: ...
