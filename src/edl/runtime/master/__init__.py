@@ -1,0 +1,1 @@
+"""The master: a task queue (pure core in `queue`) served over gRPC (`server`)."""

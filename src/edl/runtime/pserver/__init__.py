@@ -1,0 +1,1 @@
+"""Parameter servers: partition, optimizers, shard state, checkpoints, gRPC server."""
