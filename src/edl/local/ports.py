@@ -1,0 +1,56 @@
+"""Free loopback ports for pods, never handed out twice in one run.
+
+Every pod on this machine shares one network namespace, so each container gets
+its own block of consecutive ports (EDL_PORT .. EDL_PORT+n-1). A block is
+probed free by binding each port, and remembered until released, so two pods
+started in quick succession cannot receive the same port before either binds.
+"""
+
+from __future__ import annotations
+
+import socket
+
+FIRST_PORT = 20000
+LAST_PORT = 60000
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    """True if nothing listens on host:port right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+class PortAllocator:
+    """Hands out blocks of free consecutive ports, starting at a moving cursor."""
+
+    def __init__(self, first: int = FIRST_PORT, last: int = LAST_PORT) -> None:
+        self._first = first
+        self._last = last
+        self._cursor = first
+        self._taken: set[int] = set()
+
+    def allocate(self, count: int = 1) -> int:
+        """The first port of a block of `count` free ports; raises if the range is exhausted."""
+        span = self._last - self._first
+        for _ in range(span):
+            start = self._cursor
+            self._cursor = self._first + (self._cursor + 1 - self._first) % span
+            block = range(start, start + count)
+            if block.stop > self._last:
+                continue
+            if any(p in self._taken for p in block):
+                continue
+            if all(port_is_free(p) for p in block):
+                self._taken.update(block)
+                self._cursor = self._first + (block.stop - self._first) % span
+                return start
+        raise RuntimeError(f"no block of {count} free ports in {self._first}-{self._last}")
+
+    def release(self, start: int, count: int = 1) -> None:
+        """Return a block so later pods may reuse it."""
+        self._taken.difference_update(range(start, start + count))
