@@ -1,0 +1,311 @@
+"""The TrainingJob resource (`edl.dev/v1`, and the original `paddlepaddle.org/v1`).
+
+Field names follow the original job files (`min-instance`, `ports_num`,
+`etcd-endpoint`, ...) so those files load unchanged; Python code uses
+snake_case attributes (`job.spec.trainer.min_instance`). Optional fields stay
+`None` until `JobParser.validate` fills the defaults, so `to_dict()` gives back
+what the user wrote. Unknown fields are rejected everywhere except
+`metadata`, which is a Kubernetes ObjectMeta and kept as given.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+)
+
+from edl.api.errors import JobValidationError, Problem, describe_input, join_path
+from edl.api.quantity import QuantityError, parse_quantity
+from edl.api.resources import gpu_of
+
+__all__ = [
+    "API_GROUPS",
+    "API_VERSIONS",
+    "JobLoadError",
+    "MasterSpec",
+    "ObjectMeta",
+    "PserverSpec",
+    "ResourceRequirements",
+    "TrainerSpec",
+    "TrainingJob",
+    "TrainingJobSpec",
+    "TrainingJobStatus",
+    "load_trainingjob",
+]
+
+API_VERSIONS = ("edl.dev/v1", "paddlepaddle.org/v1")
+API_GROUPS = tuple(v.split("/")[0] for v in API_VERSIONS)
+KIND = "TrainingJob"
+
+
+def _quantity_text(value: Any) -> str:
+    """Accept a quantity as YAML gives it (text, int or float); keep it as text."""
+    try:
+        parsed = parse_quantity(value)
+    except QuantityError:
+        raise ValueError(f"invalid quantity {describe_input(value)}") from None
+    if parsed < 0:
+        raise ValueError(f"must not be negative (got {describe_input(value)})")
+    return (
+        value if isinstance(value, str) else repr(value) if isinstance(value, float) else str(value)
+    )
+
+
+QuantityText = Annotated[str, BeforeValidator(_quantity_text)]
+ResourceListModel = dict[str, QuantityText]
+
+
+class _Strict(BaseModel):
+    """Base: unknown fields are errors; original spellings and snake_case both accepted."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+
+class ResourceRequirements(_Strict):
+    """A container's `resources`: limits and requests as quantity texts."""
+
+    limits: ResourceListModel | None = None
+    requests: ResourceListModel | None = None
+
+
+class ObjectMeta(BaseModel):
+    """The parts of metadata edl reads; every other ObjectMeta field is kept as given."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    name: StrictStr | None = None
+    namespace: StrictStr | None = None
+    uid: StrictStr | None = None
+    labels: dict[str, StrictStr] | None = None
+    annotations: dict[str, StrictStr] | None = None
+
+
+class TrainerSpec(_Strict):
+    """`spec.trainer`: what each trainer runs and how many may run."""
+
+    entrypoint: StrictStr | None = None
+    workspace: StrictStr | None = None
+    min_instance: StrictInt | None = Field(default=None, alias="min-instance")
+    max_instance: StrictInt | None = Field(default=None, alias="max-instance")
+    resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
+
+
+class PserverSpec(_Strict):
+    """`spec.pserver`: parameter servers (not scaled; replicas = min-instance)."""
+
+    min_instance: StrictInt | None = Field(default=None, alias="min-instance")
+    max_instance: StrictInt | None = Field(default=None, alias="max-instance")
+    resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
+
+
+class MasterSpec(_Strict):
+    """`spec.master`: the task master; an external etcd replaces the built-in sidecar."""
+
+    etcd_endpoint: StrictStr | None = Field(default=None, alias="etcd-endpoint")
+    resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
+
+
+class TrainingJobSpec(_Strict):
+    """`spec`: every field of the original TrainingJobSpec, original spellings as aliases."""
+
+    image: StrictStr | None = None
+    port: StrictInt | None = None
+    ports_num: StrictInt | None = None
+    ports_num_for_sparse: StrictInt | None = None
+    fault_tolerant: StrictBool | None = None
+    passes: StrictInt | None = None
+    volumes: list[dict[str, Any]] | None = None
+    volume_mounts: list[dict[str, Any]] | None = Field(
+        default=None,
+        validation_alias=AliasChoices("volumeMounts", "VolumeMounts", "volume_mounts"),
+        serialization_alias="volumeMounts",
+    )
+    image_pull_secrets: list[dict[str, Any]] | None = Field(default=None, alias="imagePullSecrets")
+    host_network: StrictBool | None = Field(default=None, alias="hostNetwork")
+    master: MasterSpec = Field(default_factory=MasterSpec)
+    pserver: PserverSpec = Field(default_factory=PserverSpec)
+    trainer: TrainerSpec = Field(default_factory=TrainerSpec)
+
+
+class TrainingJobStatus(_Strict):
+    """`status`: the job's phase and a human-readable reason."""
+
+    state: Literal["Created", "Running", "Failed", "Succeeded"] | None = None
+    message: StrictStr | None = None
+
+
+class TrainingJob(_Strict):
+    """A TrainingJob object: elastic trainers, parameter servers and a master."""
+
+    api_version: Literal["edl.dev/v1", "paddlepaddle.org/v1"] = Field(alias="apiVersion")
+    kind: Literal["TrainingJob"]
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: TrainingJobSpec = Field(default_factory=TrainingJobSpec)
+    status: TrainingJobStatus | None = None
+
+    # -- the original's methods ---------------------------------------------------------
+
+    def elastic(self) -> bool:
+        """True when the trainer count may change (min-instance < max-instance)."""
+        trainer = self.spec.trainer
+        if trainer.min_instance is None or trainer.max_instance is None:
+            return False
+        return trainer.min_instance < trainer.max_instance
+
+    def gpu(self) -> int:
+        """GPUs each trainer is limited to, under either GPU resource name."""
+        return gpu_of(self.spec.trainer.resources.limits)
+
+    def need_gpu(self) -> bool:
+        """True when trainers ask for at least one GPU."""
+        return self.gpu() > 0
+
+    # -- conversion ---------------------------------------------------------------------
+
+    @classmethod
+    def from_dict(cls, obj: Any) -> TrainingJob:
+        """Build from a plain dict (YAML/JSON); every schema problem raised at once."""
+        if not isinstance(obj, Mapping):
+            raise JobValidationError(
+                [("", f"a TrainingJob must be a mapping, not {describe_input(obj)}")]
+            )
+        try:
+            return cls.model_validate(dict(obj))
+        except ValidationError as error:
+            raise JobValidationError(schema_problems(error, obj)) from None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data with the original field spellings; unset fields left out."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_unset=True)
+
+
+class JobLoadError(ValueError):
+    """A job file that cannot be read or is not YAML; `exit_code` tells the CLI how to exit."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        self.exit_code = exit_code
+        super().__init__(message)
+
+
+def load_trainingjob(source: str | Path) -> TrainingJob:
+    """Load one TrainingJob from a file path or from YAML/JSON text.
+
+    Raises JobLoadError for unreadable files or bad YAML, JobValidationError for
+    a document that is not a valid TrainingJob.
+    """
+    text = read_job_text(source)
+    try:
+        documents = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(error, "problem", None) or "malformed"
+        raise JobLoadError(f"not valid YAML{where}: {problem}") from None
+    if len(documents) != 1:
+        raise JobLoadError(f"expected one YAML document with a TrainingJob, found {len(documents)}")
+    return TrainingJob.from_dict(documents[0])
+
+
+def read_job_text(source: str | Path) -> str:
+    """The text of a job: the file's content for a path, else `source` itself."""
+    is_path = isinstance(source, Path) or ("\n" not in source and os.path.exists(source))
+    if not is_path:
+        return str(source)
+    try:
+        return Path(source).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        reason = getattr(error, "strerror", None) or str(error)
+        raise JobLoadError(f"cannot read {source}: {reason}", exit_code=2) from None
+
+
+# -- pydantic errors -> (path, message) in the user's spelling ----------------------------
+
+
+def _spellings() -> dict[str, tuple[str, ...]]:
+    """Every accepted spelling of a field, keyed by each of its spellings."""
+    table: dict[str, tuple[str, ...]] = {}
+    models: list[type[BaseModel]] = [
+        TrainingJob,
+        TrainingJobSpec,
+        TrainerSpec,
+        PserverSpec,
+        MasterSpec,
+        TrainingJobStatus,
+    ]
+    for model in models:
+        for name, field in model.model_fields.items():
+            names: list[str] = [name]
+            if field.alias:
+                names.append(field.alias)
+            if isinstance(field.validation_alias, AliasChoices):
+                names += [c for c in field.validation_alias.choices if isinstance(c, str)]
+            for spelling in names:
+                table[spelling] = tuple(dict.fromkeys(names))
+    return table
+
+
+_SPELLINGS = _spellings()
+
+
+def _user_path(loc: tuple[str | int, ...], data: Any) -> str:
+    """Rewrite a pydantic location with the keys the user actually wrote."""
+    parts: list[str | int] = []
+    node = data
+    for key in loc:
+        if isinstance(node, Mapping) and isinstance(key, str) and key not in node:
+            written = [s for s in _SPELLINGS.get(key, ()) if s in node]
+            key = written[0] if written else key
+        parts.append(key)
+        if isinstance(node, Mapping):
+            node = node.get(key)
+        elif isinstance(node, list) and isinstance(key, int) and 0 <= key < len(node):
+            node = node[key]
+        else:
+            node = None
+    return join_path(parts)
+
+
+def _message(error: Mapping[str, Any]) -> str:
+    kind = error["type"]
+    if kind == "missing":
+        return "required"
+    if kind == "extra_forbidden":
+        return "unknown field"
+    message = str(error["msg"])
+    if kind == "value_error":
+        return message.removeprefix("Value error, ")
+    message = message.replace("Input should be", "must be")
+    return f"{message} (got {describe_input(error.get('input'))})"
+
+
+def schema_problems(error: ValidationError, data: Any) -> list[Problem]:
+    """Every pydantic error as (user's field path, readable message)."""
+    problems: list[Problem] = []
+    for item in error.errors(include_url=False):
+        loc = tuple(part for part in item["loc"] if not _is_union_tag(part))
+        problem = (_user_path(loc, data), _message(item))
+        if problem not in problems:
+            problems.append(problem)
+    return problems
+
+
+def _is_union_tag(part: str | int) -> bool:
+    """pydantic adds type names (`str`, `function-before[...]`) to locations inside unions."""
+    return isinstance(part, str) and (
+        part in {"str", "int", "bool", "list[dict[str,any]]", "dict[str,str]", "none"}
+        or part.startswith(("function-", "literal["))
+    )
