@@ -1,0 +1,1 @@
+"""Simulation: scenarios, runs on virtual time, metrics, plots and reports (`edl simulate`)."""

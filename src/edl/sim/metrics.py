@@ -1,0 +1,223 @@
+"""Metrics of a run: pure functions over a `Timeline`.
+
+Definitions follow the original experiment (docs/simulation.md):
+
+* pending time of a job = time of the first sample with a running trainer − time of
+  the first sample with any of its pods; a job that never starts counts until it is
+  deleted (or the run ends);
+* CPU utilisation = 100 × CPU requests of Running pods / allocatable CPU, averaged
+  over samples with t ≤ ``until`` (the original: 550 s) or within a window;
+* Jain's fairness index over the jobs' mean running trainers in the steady window;
+* a workload's lag = for each constant target, seconds until running == desired.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from edl.sim.timeline import JobSeries, Timeline, WorkloadSeries
+
+ORIGINAL_PASSES = 10
+ORIGINAL_DIVISOR = 11
+"""The published averages summed 10 passes and divided by 11 (found in the raw data)."""
+
+METRIC_KEYS = (
+    "policy",
+    "scenario",
+    "avg_pending_s",
+    "utilization_pct",
+    "steady_utilization_pct",
+    "jain_fairness",
+    "jobs_never_started",
+    "service_max_lag_s",
+    "service_targets_reached",
+)
+
+
+def _first(flags: Iterable[bool], start: int = 0) -> int | None:
+    for index, flag in enumerate(flags):
+        if index >= start and flag:
+            return index
+    return None
+
+
+def job_pending_time(times: list[float], series: JobSeries) -> float | None:
+    """Seconds from the job's first pod to its first running trainer (None: never submitted)."""
+    appeared = _first(pods > 0 for pods in series.pods)
+    if appeared is None:
+        appeared = _first(series.present)
+    if appeared is None:
+        return None
+    started = _first((running > 0 for running in series.trainers_running), appeared)
+    if started is not None:
+        return times[started] - times[appeared]
+    gone = _first((not present for present in series.present), appeared)
+    end = times[gone] if gone is not None else times[-1]
+    return end - times[appeared]
+
+
+def pending_times(timeline: Timeline) -> dict[str, float]:
+    """Pending time of every job that was submitted during the run."""
+    out: dict[str, float] = {}
+    for name, series in timeline.jobs.items():
+        value = job_pending_time(timeline.times, series)
+        if value is not None:
+            out[name] = value
+    return out
+
+
+def mean(values: Iterable[float]) -> float | None:
+    items = list(values)
+    return sum(items) / len(items) if items else None
+
+
+def original_formula(true_mean: float | None) -> float | None:
+    """The original's published figure for the same runs: 10 passes divided by 11."""
+    return None if true_mean is None else true_mean * ORIGINAL_PASSES / ORIGINAL_DIVISOR
+
+
+def mean_utilization(timeline: Timeline, start: float, end: float) -> float | None:
+    """Mean CPU utilisation (%) of samples with start ≤ t ≤ end."""
+    values = [
+        value
+        for t, value in zip(timeline.times, timeline.utilization_pct(), strict=True)
+        if start <= t <= end
+    ]
+    return mean(values)
+
+
+def steady_trainers(timeline: Timeline, start: float, end: float) -> dict[str, float]:
+    """Mean running trainers per job over the window, for jobs present in it."""
+    out: dict[str, float] = {}
+    for name, series in timeline.jobs.items():
+        values = [
+            running
+            for t, present, running in zip(
+                timeline.times, series.present, series.trainers_running, strict=True
+            )
+            if start <= t <= end and present
+        ]
+        if values:
+            out[name] = sum(values) / len(values)
+    return out
+
+
+def jain_index(values: Iterable[float]) -> float | None:
+    """Jain's fairness index (Σx)² / (n·Σx²): 1 = equal shares, 1/n = one job has all."""
+    items = list(values)
+    squares = sum(value * value for value in items)
+    if not items or squares == 0:
+        return None
+    return sum(items) ** 2 / (len(items) * squares)
+
+
+def jobs_never_started(timeline: Timeline) -> list[str]:
+    """Jobs that were submitted but never had a running trainer."""
+    return sorted(
+        name
+        for name, series in timeline.jobs.items()
+        if any(series.present) and not any(running > 0 for running in series.trainers_running)
+    )
+
+
+@dataclass(frozen=True)
+class TargetLag:
+    """One constant target of a workload and how long it took to reach it."""
+
+    at: float
+    desired: int
+    lag_s: float
+    reached: bool
+
+
+def workload_lags(times: list[float], series: WorkloadSeries) -> list[TargetLag]:
+    """For each stretch of constant desired replicas: time until running == desired.
+
+    A target not reached before it changes (or the run ends) counts its whole stretch.
+    """
+    out: list[TargetLag] = []
+    index = 0
+    while index < len(times):
+        desired = series.desired[index]
+        stop = index
+        while stop + 1 < len(times) and series.desired[stop + 1] == desired:
+            stop += 1
+        hit = next(
+            (row for row in range(index, stop + 1) if series.running[row] == desired), None
+        )
+        if hit is not None:
+            out.append(TargetLag(times[index], desired, times[hit] - times[index], True))
+        else:
+            end = times[stop + 1] if stop + 1 < len(times) else times[stop]
+            out.append(TargetLag(times[index], desired, end - times[index], False))
+        index = stop + 1
+    return out
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """Everything a run reports; `as_json` keeps exactly the published keys."""
+
+    policy: str
+    scenario: str
+    avg_pending_s: float | None
+    avg_pending_original_formula_s: float | None
+    utilization_pct: float | None
+    steady_utilization_pct: float | None
+    jain_fairness: float | None
+    jobs_never_started: int
+    never_started_names: tuple[str, ...]
+    service_max_lag_s: float | None
+    service_targets_reached: bool | None
+    pending_by_job: dict[str, float]
+    lags_by_workload: dict[str, list[TargetLag]]
+
+    def as_json(self, digits: int = 3) -> dict[str, object]:
+        """The metrics.json object: fixed keys, floats rounded so runs compare byte for byte."""
+        def rounded(value: float | None) -> float | None:
+            return None if value is None else round(value, digits)
+
+        return {
+            "policy": self.policy,
+            "scenario": self.scenario,
+            "avg_pending_s": rounded(self.avg_pending_s),
+            "utilization_pct": rounded(self.utilization_pct),
+            "steady_utilization_pct": rounded(self.steady_utilization_pct),
+            "jain_fairness": rounded(self.jain_fairness),
+            "jobs_never_started": self.jobs_never_started,
+            "service_max_lag_s": rounded(self.service_max_lag_s),
+            "service_targets_reached": self.service_targets_reached,
+        }
+
+
+def compute_metrics(
+    timeline: Timeline,
+    *,
+    policy: str,
+    scenario: str,
+    utilization_until_s: float,
+    steady_start_s: float,
+    steady_end_s: float,
+) -> Metrics:
+    """All metrics of one run."""
+    pending = pending_times(timeline)
+    avg_pending = mean(pending.values())
+    never = jobs_never_started(timeline)
+    lags = {name: workload_lags(timeline.times, s) for name, s in timeline.workloads.items()}
+    all_lags = [lag for per in lags.values() for lag in per]
+    return Metrics(
+        policy=policy,
+        scenario=scenario,
+        avg_pending_s=avg_pending,
+        avg_pending_original_formula_s=original_formula(avg_pending),
+        utilization_pct=mean_utilization(timeline, float("-inf"), utilization_until_s),
+        steady_utilization_pct=mean_utilization(timeline, steady_start_s, steady_end_s),
+        jain_fairness=jain_index(steady_trainers(timeline, steady_start_s, steady_end_s).values()),
+        jobs_never_started=len(never),
+        never_started_names=tuple(never),
+        service_max_lag_s=max((lag.lag_s for lag in all_lags), default=None),
+        service_targets_reached=all(lag.reached for lag in all_lags) if all_lags else None,
+        pending_by_job=pending,
+        lags_by_workload=lags,
+    )

@@ -1,0 +1,64 @@
+"""metrics.json and the markdown table of one or several runs.
+
+Layout of ``--out DIR``: one policy -> ``DIR/metrics.json``; several policies ->
+``DIR/<policy>/metrics.json`` each; the table (``DIR/table.md``) and the plots are
+always at the top of ``DIR``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from edl.sim.metrics import Metrics
+
+
+def metrics_json(metrics: Metrics) -> str:
+    """Canonical text: sorted keys, rounded floats, trailing newline — byte-stable."""
+    return json.dumps(metrics.as_json(), sort_keys=True, indent=2) + "\n"
+
+
+def write_metrics(results: list[Metrics], directory: Path) -> list[Path]:
+    """Write metrics.json files in the documented layout; returns their paths."""
+    paths: list[Path] = []
+    for metrics in results:
+        target = directory if len(results) == 1 else directory / metrics.policy
+        target.mkdir(parents=True, exist_ok=True)
+        path = target / "metrics.json"
+        path.write_text(metrics_json(metrics), encoding="utf-8")
+        paths.append(path)
+    return paths
+
+
+def _number(value: float | None, digits: int = 1) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def _flag(value: bool | None) -> str:
+    return "n/a" if value is None else ("yes" if value else "no")
+
+
+def markdown_table(results: list[Metrics]) -> str:
+    """One row per policy; pending time both as the true mean and the original's formula."""
+    lines = [
+        "| scenario | policy | avg pending (s) | original formula ×10/11 (s) | util ≤ 550 s (%) "
+        "| steady util (%) | Jain | jobs never started | service max lag (s) "
+        "| service targets reached |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for m in results:
+        lines.append(
+            f"| {m.scenario} | {m.policy} | {_number(m.avg_pending_s)} "
+            f"| {_number(m.avg_pending_original_formula_s)} | {_number(m.utilization_pct)} "
+            f"| {_number(m.steady_utilization_pct)} | {_number(m.jain_fairness, 2)} "
+            f"| {m.jobs_never_started} | {_number(m.service_max_lag_s)} "
+            f"| {_flag(m.service_targets_reached)} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def write_table(results: list[Metrics], directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "table.md"
+    path.write_text(markdown_table(results), encoding="utf-8")
+    return path

@@ -1,0 +1,127 @@
+"""Metric functions on hand-made timelines, with exact expected values."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from edl.sim.metrics import (
+    METRIC_KEYS,
+    compute_metrics,
+    jain_index,
+    job_pending_time,
+    original_formula,
+    workload_lags,
+)
+from edl.sim.report import markdown_table, metrics_json
+from edl.sim.timeline import JobSeries, Timeline, WorkloadSeries
+
+TIMES = [0.0, 10.0, 20.0, 30.0, 40.0, 50.0]
+
+
+def job(present: str, pods: list[int], running: list[int]) -> JobSeries:
+    return JobSeries(
+        present=[flag == "1" for flag in present],
+        pods=pods,
+        trainers_running=running,
+        trainers_desired=[max(r, 1) for r in running],
+    )
+
+
+def timeline() -> Timeline:
+    return Timeline(
+        times=list(TIMES),
+        cpu_running_milli=[0, 500, 1000, 1000, 800, 200],
+        cpu_allocatable_milli=[1000] * 6,
+        jobs={
+            # pods appear at 10, trainer runs at 30: pending 20 s
+            "a": job("111111", [0, 3, 3, 3, 3, 3], [0, 0, 0, 2, 2, 2]),
+            # never starts, deleted at 40: pending 40 - 10 = 30 s
+            "b": job("011100", [0, 2, 2, 2, 0, 0], [0, 0, 0, 0, 0, 0]),
+            # submitted at 20, starts at once: pending 0 s; runs 4 trainers
+            "c": job("001111", [0, 0, 5, 5, 5, 5], [0, 0, 4, 4, 4, 4]),
+        },
+        workloads={
+            # 2 -> reached at 10 (lag 10); 4 at 20 -> reached 40 (lag 20); 0 at 50 -> never
+            "web": WorkloadSeries(desired=[2, 2, 4, 4, 4, 0], running=[0, 2, 2, 3, 4, 1]),
+        },
+    )
+
+
+def test_pending_time_definitions() -> None:
+    t = timeline()
+    assert job_pending_time(TIMES, t.jobs["a"]) == 20.0
+    assert job_pending_time(TIMES, t.jobs["b"]) == 30.0
+    assert job_pending_time(TIMES, t.jobs["c"]) == 0.0
+    never_submitted = job("000000", [0] * 6, [0] * 6)
+    assert job_pending_time(TIMES, never_submitted) is None
+    # never started and never deleted: counts until the end of the run
+    waiting = job("011111", [0, 1, 1, 1, 1, 1], [0] * 6)
+    assert job_pending_time(TIMES, waiting) == 40.0
+
+
+def test_original_formula_reproduces_the_published_figures() -> None:
+    assert original_formula(47.2) == pytest.approx(42.9, abs=0.05)
+    assert original_formula(308.5) == pytest.approx(280.5, abs=0.05)
+    assert original_formula(None) is None
+
+
+def test_jain_index() -> None:
+    assert jain_index([5, 5, 5, 5]) == 1.0
+    assert jain_index([8, 0, 0, 0]) == 0.25
+    # the original's static case 1: 6 jobs at 60 trainers, 14 at 0
+    assert jain_index([60] * 6 + [0] * 14) == pytest.approx(0.3)
+    assert jain_index([]) is None
+    assert jain_index([0, 0]) is None
+
+
+def test_workload_lags() -> None:
+    lags = workload_lags(TIMES, timeline().workloads["web"])
+    assert [(lag.at, lag.desired, lag.lag_s, lag.reached) for lag in lags] == [
+        (0.0, 2, 10.0, True),
+        (20.0, 4, 20.0, True),
+        (50.0, 0, 0.0, False),
+    ]
+
+
+def test_compute_metrics_and_json() -> None:
+    metrics = compute_metrics(
+        timeline(), policy="default", scenario="hand", utilization_until_s=30.0,
+        steady_start_s=30.0, steady_end_s=50.0,
+    )
+    assert metrics.pending_by_job == {"a": 20.0, "b": 30.0, "c": 0.0}
+    assert metrics.avg_pending_s == pytest.approx(50 / 3)
+    # samples t <= 30: 0, 50, 100, 100 %
+    assert metrics.utilization_pct == 62.5
+    # samples 30..50: 100, 80, 20 %
+    assert metrics.steady_utilization_pct == pytest.approx(200 / 3)
+    # steady window: a runs 2, c runs 4, b is present at 30 only with 0 -> [2, 4, 0]
+    assert metrics.jain_fairness == pytest.approx(36 / (3 * 20))
+    assert metrics.never_started_names == ("b",)
+    assert metrics.jobs_never_started == 1
+    assert metrics.service_max_lag_s == 20.0
+    assert metrics.service_targets_reached is False
+
+    text = metrics_json(metrics)
+    loaded = json.loads(text)
+    assert set(loaded) == set(METRIC_KEYS)
+    assert loaded["avg_pending_s"] == 16.667
+    assert list(loaded) == sorted(loaded)
+    assert text == metrics_json(metrics)
+    table = markdown_table([metrics])
+    assert "| hand | default | 16.7 | 15.2 | 62.5 | 66.7 | 0.60 | 1 | 20.0 | no |" in table
+
+
+def test_no_workloads_and_no_jobs_give_nulls() -> None:
+    empty = Timeline(times=[0.0, 1.0], cpu_running_milli=[0, 0], cpu_allocatable_milli=[10, 10])
+    metrics = compute_metrics(
+        empty, policy="static", scenario="empty", utilization_until_s=550,
+        steady_start_s=0, steady_end_s=1,
+    )
+    loaded = json.loads(metrics_json(metrics))
+    assert loaded["avg_pending_s"] is None
+    assert loaded["jain_fairness"] is None
+    assert loaded["service_max_lag_s"] is None
+    assert loaded["service_targets_reached"] is None
+    assert loaded["utilization_pct"] == 0.0

@@ -1,0 +1,130 @@
+"""Scenario validation: good files load, every bad field is named by its path."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from edl.sim.scenario import (
+    ScenarioError,
+    expand_jobs,
+    load_scenario,
+    parse_scenario,
+    shipped_scenarios,
+)
+
+MINIMAL = {
+    "name": "tiny",
+    "duration_s": 60,
+    "measure": {"steady_state": {"start": 20, "end": 50}},
+    "cluster": {
+        "node_groups": [{"name": "n", "count": 2, "allocatable": {"cpu": "8", "memory": "16Gi"}}]
+    },
+    "training": {
+        "jobs": [
+            {
+                "name": "job-{i}",
+                "count": 3,
+                "submit_at": 1,
+                "submit_every": 4,
+                "delete_at": 40,
+                "delete_every": 2,
+                "trainer": {
+                    "min": 1, "max": 4, "static": 3,
+                    "resources": {"requests": {"cpu": "1", "memory": "1Gi"}},
+                },
+                "pserver": {"count": 1, "resources": {"requests": {"cpu": "500m"}}},
+                "master": {"resources": {"requests": {"cpu": "100m"}}},
+            }
+        ]
+    },
+}
+
+
+def problems_of(data: object) -> dict[str, str]:
+    with pytest.raises(ScenarioError) as caught:
+        parse_scenario(data)
+    return dict(caught.value.problems)
+
+
+def test_shipped_scenarios_load_and_match_the_original_cluster() -> None:
+    assert {"case1", "case2"} <= set(shipped_scenarios())
+    case1 = load_scenario("case1")
+    groups = case1.cluster.node_groups
+    assert sum(g.count for g in groups) == 133
+    assert sum(g.count * int(g.allocatable.cpu) for g in groups) == 2348
+    jobs = expand_jobs(case1)
+    assert [j.submit_at for j in jobs] == [5 + 10 * i for i in range(20)]
+    assert all(j.static_trainers == 60 and j.start_trainers == 2 for j in jobs)
+    case2 = load_scenario("case2")
+    steps = [(s.at, s.replicas) for s in case2.workloads[0].schedule]
+    assert steps[:3] == [(0, 400), (115, 300), (210, 200)] and steps[-1] == (700, 0)
+    assert [j.start_trainers for j in expand_jobs(case2)] == [15] * 6
+
+
+def test_compact_group_expands_names_and_times() -> None:
+    jobs = expand_jobs(parse_scenario(MINIMAL))
+    assert [(j.name, j.submit_at, j.delete_at) for j in jobs] == [
+        ("job-1", 1, 40), ("job-2", 5, 42), ("job-3", 9, 44)
+    ]
+    assert jobs[0].static_trainers == 3 and jobs[0].start_trainers is None
+
+
+def test_every_bad_field_is_named() -> None:
+    data = copy.deepcopy(MINIMAL)
+    data["duration_s"] = "60"  # strict: no string coercion
+    data["cluster"]["node_groups"][0]["allocatable"]["cpu"] = "8 cores"
+    data["cluster"]["node_groups"][0]["count"] = 0
+    data["training"]["jobs"][0]["trainer"]["max"] = 0
+    data["training"]["jobs"][0]["pserver"]["colour"] = "red"
+    data["placement"] = "random"
+    found = problems_of(data)
+    assert set(found) == {
+        "duration_s",
+        "cluster.node_groups[0].allocatable.cpu",
+        "cluster.node_groups[0].count",
+        "training.jobs[0].trainer.max",
+        "training.jobs[0].pserver.colour",
+        "placement",
+    }
+    assert "8 cores" in found["cluster.node_groups[0].allocatable.cpu"]
+
+
+def test_cross_field_rules() -> None:
+    data = copy.deepcopy(MINIMAL)
+    data["training"]["jobs"][0]["name"] = "job"  # count 3 without {i}
+    assert "{i}" in problems_of(data)["training.jobs[0]"]
+    data = copy.deepcopy(MINIMAL)
+    data["training"]["jobs"][0]["trainer"]["min"] = 5
+    assert "below min" in problems_of(data)["training.jobs[0].trainer"]
+    data = copy.deepcopy(MINIMAL)
+    data["workloads"] = [{
+        "name": "web", "resources": {"requests": {"cpu": "1"}},
+        "schedule": [{"at": 10, "replicas": 2}, {"at": 5, "replicas": 1}],
+    }]
+    assert "increase" in problems_of(data)["workloads[0]"]
+    data = copy.deepcopy(MINIMAL)
+    data["cluster"]["background_pods"] = [
+        {"name": "sys", "per_node": True, "count": 3, "resources": {"requests": {"cpu": "1"}}}
+    ]
+    assert "exactly one" in problems_of(data)["cluster.background_pods[0]"]
+    data = copy.deepcopy(MINIMAL)
+    data["measure"]["steady_state"]["end"] = 100
+    assert "duration_s" in problems_of(data)["(top level)"]
+
+
+def test_files_and_names(tmp_path: Path) -> None:
+    path = tmp_path / "mine.yaml"
+    path.write_text(yaml.safe_dump(MINIMAL))
+    assert load_scenario(path).name == "tiny"
+    with pytest.raises(ScenarioError, match="shipped: case1"):
+        load_scenario("no-such-case")
+    path.write_text("name: [unclosed")
+    with pytest.raises(ScenarioError, match="not valid YAML"):
+        load_scenario(path)
+    path.write_text("- a list")
+    with pytest.raises(ScenarioError, match="mapping"):
+        load_scenario(path)
