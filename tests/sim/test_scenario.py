@@ -128,3 +128,46 @@ def test_files_and_names(tmp_path: Path) -> None:
     path.write_text("- a list")
     with pytest.raises(ScenarioError, match="mapping"):
         load_scenario(path)
+
+
+def test_full_trainingjob_spec_form() -> None:
+    from edl.sim.jobs import training_job_manifest
+
+    data = copy.deepcopy(MINIMAL)
+    spec = {
+        "apiVersion": "edl.dev/v1",
+        "kind": "TrainingJob",
+        "metadata": {"name": "ignored"},
+        "spec": {
+            "trainer": {"min-instance": 1, "max-instance": 5,
+                        "resources": {"requests": {"cpu": "1"}}},
+            "pserver": {"min-instance": 1, "max-instance": 1},
+        },
+    }
+    data["training"]["jobs"] = [{"name": "full", "spec": spec, "static_trainers": 2}]
+    plan = expand_jobs(parse_scenario(data))[0]
+    elastic = training_job_manifest(plan, "img", elastic=True)
+    assert elastic["metadata"]["name"] == "full"
+    assert elastic["spec"]["trainer"]["max-instance"] == 5
+    static = training_job_manifest(plan, "img", elastic=False)
+    trainer = static["spec"]["trainer"]
+    assert trainer["min-instance"] == trainer["max-instance"] == 2
+
+    bad = copy.deepcopy(spec)
+    bad["spec"]["trainer"]["min-instance"] = "one"
+    bad["spec"]["trainer"]["max-instance"] = 5
+    data["training"]["jobs"] = [{"name": "full", "spec": bad}]
+    found = problems_of(data)
+    assert any(path.startswith("training.jobs[0].spec.spec.trainer.min-instance") for path in found)
+
+
+def test_compact_manifest_static_collapses_the_range() -> None:
+    from edl.sim.jobs import training_job_manifest
+
+    plan = expand_jobs(load_scenario("case1"))[0]
+    elastic = training_job_manifest(plan, "img", elastic=True)["spec"]
+    assert (elastic["trainer"]["min-instance"], elastic["trainer"]["max-instance"]) == (2, 60)
+    assert elastic["trainer"]["resources"]["limits"]["cpu"] == "7.5"
+    assert elastic["pserver"]["min-instance"] == 10
+    static = training_job_manifest(plan, "img", elastic=False)["spec"]
+    assert (static["trainer"]["min-instance"], static["trainer"]["max-instance"]) == (60, 60)

@@ -365,7 +365,7 @@ def parse_scenario(data: Any, source: str = "scenario") -> Scenario:
     if not isinstance(data, dict):
         raise ScenarioError([("(top level)", "a scenario must be a mapping")], source)
     try:
-        return Scenario.model_validate(data)
+        scenario = Scenario.model_validate(data)
     except ValidationError as error:
         problems: list[tuple[str, str]] = []
         for item in error.errors():
@@ -373,6 +373,32 @@ def parse_scenario(data: Any, source: str = "scenario") -> Scenario:
             if entry not in problems:
                 problems.append(entry)
         raise ScenarioError(problems, source) from None
+    spec_problems = _full_spec_problems(scenario)
+    if spec_problems:
+        raise ScenarioError(spec_problems, source)
+    return scenario
+
+
+def _full_spec_problems(scenario: Scenario) -> list[tuple[str, str]]:
+    """Check jobs given as full TrainingJob manifests with the TrainingJob model itself."""
+    from edl.api.errors import JobValidationError
+    from edl.api.trainingjob import TrainingJob
+
+    problems: list[tuple[str, str]] = []
+    for index, group in enumerate(scenario.training.jobs):
+        if group.spec is None:
+            continue
+        prefix = f"training.jobs[{index}].spec"
+        try:
+            job = TrainingJob.from_dict(group.spec)
+        except JobValidationError as error:
+            problems += [
+                (f"{prefix}.{path}" if path else prefix, msg) for path, msg in error.problems
+            ]
+            continue
+        if group.static_trainers is None and job.spec.trainer.max_instance is None:
+            problems.append((f"{prefix}.spec.trainer.max-instance", "needed (or static_trainers)"))
+    return problems
 
 
 def shipped_scenarios() -> list[str]:

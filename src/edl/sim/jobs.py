@@ -1,0 +1,56 @@
+"""TrainingJob manifests for the jobs of a scenario, with autoscaling on or off.
+
+With autoscaling off (policy ``static``) a job is not elastic: its trainer range
+collapses to the static count, as the original's OFF runs used fixed trainers.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from edl.sim.scenario import JobPlan
+
+API_VERSION = "edl.dev/v1"
+
+
+def _compact_manifest(plan: JobPlan, image: str) -> dict[str, Any]:
+    group = plan.group
+    assert group.trainer is not None and group.pserver is not None and group.master is not None
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "TrainingJob",
+        "metadata": {"name": plan.name, "namespace": plan.namespace},
+        "spec": {
+            "image": image,
+            "fault_tolerant": True,
+            "trainer": {
+                "entrypoint": "python train.py",
+                "workspace": "/workspace",
+                "min-instance": group.trainer.min,
+                "max-instance": group.trainer.max,
+                "resources": group.trainer.resources.to_requirements(),
+            },
+            "pserver": {
+                "min-instance": group.pserver.count,
+                "max-instance": group.pserver.count,
+                "resources": group.pserver.resources.to_requirements(),
+            },
+            "master": {"resources": group.master.resources.to_requirements()},
+        },
+    }
+
+
+def training_job_manifest(plan: JobPlan, image: str, *, elastic: bool) -> dict[str, Any]:
+    """The TrainingJob object the simulator submits for ``plan``."""
+    if plan.group.spec is not None:
+        manifest = copy.deepcopy(plan.group.spec)
+        metadata = manifest.setdefault("metadata", {})
+        metadata["name"] = plan.name
+        metadata["namespace"] = plan.namespace
+    else:
+        manifest = _compact_manifest(plan, image)
+    if not elastic:
+        trainer = manifest["spec"]["trainer"]
+        trainer["min-instance"] = trainer["max-instance"] = plan.static_trainers
+    return manifest
