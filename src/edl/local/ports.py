@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import socket
 
+# Below Linux's default ephemeral range (32768-60999): a port the kernel gave an
+# outgoing connection or an etcd picked with bind(0) cannot be handed to a pod.
 FIRST_PORT = 20000
-LAST_PORT = 60000
+LAST_PORT = 32000
 
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:

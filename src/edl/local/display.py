@@ -1,0 +1,119 @@
+"""Rendering a run snapshot with rich: the live view of `edl run` and `edl status`.
+
+`render` is a pure function of a `RunSnapshot`, so the live display and the
+one-shot `edl status` look the same and tests can render without a terminal.
+"""
+
+from __future__ import annotations
+
+from rich.console import Group, RenderableType
+from rich.panel import Panel
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+
+from edl.local.status import RunSnapshot
+
+STATE_STYLES = {
+    "Starting": "yellow",
+    "Running": "green",
+    "Stopping": "yellow",
+    "Succeeded": "bold green",
+    "Failed": "bold red",
+    "Stopped": "red",
+    "Stale": "red",
+}
+MAX_POD_ROWS = 12
+
+
+def fmt_duration(seconds: float) -> str:
+    seconds = int(seconds)
+    minutes, secs = divmod(seconds, 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def fmt_optional(value: float | int | None, spec: str = "") -> str:
+    return "–" if value is None else format(value, spec)
+
+
+def summary_line(s: RunSnapshot, state: str | None = None) -> str:
+    """One plain line: what a log or a non-terminal shows."""
+    shown = state or s.state
+    parts = [f"{s.job}: {shown}"]
+    if s.passes:
+        parts.append(f"pass {(s.pass_index or 0) + 1}/{s.passes}")
+    if s.tasks_total:
+        parts.append(f"tasks {s.tasks_done or 0}/{s.tasks_total}")
+    parts.append(f"trainers {s.trainers_running}/{s.trainers_desired}")
+    if s.loss is not None:
+        parts.append(f"loss {s.loss:.4f}")
+    if s.samples_per_s is not None:
+        parts.append(f"{s.samples_per_s:.0f} samples/s")
+    if s.accuracy is not None:
+        parts.append(f"accuracy {s.accuracy:.3f}")
+    parts.append(fmt_duration(s.elapsed_s))
+    line = ", ".join(parts)
+    return f"{line} — {s.message}" if s.message and shown not in ("Running",) else line
+
+
+def render(s: RunSnapshot, state: str | None = None) -> RenderableType:
+    """The whole view: header, pass progress, trainers and training figures, pods."""
+    shown = state or s.state
+    title = Text.assemble(
+        ("edl run ", "bold"),
+        (f"{s.namespace}/{s.job}", "bold cyan"),
+        "  ",
+        (shown, STATE_STYLES.get(shown, "")),
+        f"  {fmt_duration(s.elapsed_s)}",
+    )
+    figures = Table.grid(padding=(0, 2))
+    figures.add_column(style="dim")
+    figures.add_column()
+    if s.passes:
+        figures.add_row("pass", f"{(s.pass_index or 0) + 1} / {s.passes}")
+    done, total = s.tasks_done or 0, s.tasks_total or 0
+    figures.add_row(
+        "tasks",
+        Group(
+            Text(f"{done} / {total}" if total else "–"),
+            ProgressBar(total=max(total, 1), completed=done, width=30),
+        )
+        if total
+        else Text("–"),
+    )
+    figures.add_row(
+        "trainers",
+        f"{s.trainers_running} running / {s.trainers_desired} desired"
+        f"  (min {s.trainers_min}, max {s.trainers_max})",
+    )
+    figures.add_row("loss", fmt_optional(s.loss, ".4f"))
+    figures.add_row("samples/s", fmt_optional(s.samples_per_s, ".0f"))
+    if s.accuracy is not None:
+        figures.add_row("accuracy", f"{s.accuracy:.3f}")
+    if s.tasks_failed or s.redispatched:
+        figures.add_row("re-dispatched / failed", f"{s.redispatched or 0} / {s.tasks_failed or 0}")
+    parts: list[RenderableType] = [figures]
+    if s.pods:
+        parts.append(pod_table(s))
+    if s.message:
+        parts.append(Text(s.message, style=STATE_STYLES.get(shown, "")))
+    if s.run_dir:
+        parts.append(Text(f"logs: {s.run_dir}", style="dim"))
+    return Panel(Group(*parts), title=title, title_align="left", expand=False)
+
+
+def pod_table(s: RunSnapshot) -> Table:
+    table = Table(show_edge=False, box=None, pad_edge=False)
+    for column in ("pod", "role", "phase", "pid / exit"):
+        table.add_column(column, style="dim" if column == "pid / exit" else None)
+    live = [p for p in s.pods if p.phase in ("Pending", "Running")]
+    ended = [p for p in s.pods if p.phase not in ("Pending", "Running")]
+    rows = live + ended[-max(0, MAX_POD_ROWS - len(live)) :] if ended else live
+    for p in rows[:MAX_POD_ROWS]:
+        where = str(p.pid) if p.pid else ("" if p.exit_code is None else f"exit {p.exit_code}")
+        table.add_row(p.name, p.role, Text(p.phase, STATE_STYLES.get(p.phase, "")), where)
+    hidden = len(s.pods) - min(len(rows), MAX_POD_ROWS)
+    if hidden > 0:
+        table.add_row(f"… {hidden} more", "", "", "")
+    return table

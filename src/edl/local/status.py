@@ -1,0 +1,148 @@
+"""The status channel of a local run: ``runs/<job>-<timestamp>/status.json``.
+
+``edl run`` rewrites the file about once a second (atomically: temp file +
+rename), so ``edl status`` in another terminal reads a consistent snapshot
+without talking to the run. A snapshot whose writer process is gone while it
+still says Running is reported as stale.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+STATUS_FILE = "status.json"
+ACTIVE_STATES = frozenset({"Starting", "Running", "Stopping"})
+
+
+@dataclass
+class PodLine:
+    """One pod as the live display and `edl status` list it."""
+
+    name: str
+    role: str
+    phase: str
+    pid: int | None = None
+    exit_code: int | None = None
+    message: str = ""
+
+
+@dataclass
+class RunSnapshot:
+    """Everything the display and `edl status` show about one local run."""
+
+    job: str
+    namespace: str = "default"
+    state: str = "Starting"  # Starting | Running | Stopping | Succeeded | Failed | Stopped
+    message: str = ""
+    run_dir: str = ""
+    pid: int = field(default_factory=os.getpid)
+    started_at: float = field(default_factory=time.time)
+    updated_at: float = field(default_factory=time.time)
+    etcd_endpoints: str = ""
+    pass_index: int | None = None  # 0-based pass being trained
+    passes: int | None = None
+    tasks_done: int | None = None  # in the current pass
+    tasks_total: int | None = None
+    tasks_failed: int | None = None
+    redispatched: int | None = None
+    trainers_running: int = 0
+    trainers_desired: int = 0
+    trainers_min: int = 0
+    trainers_max: int = 0
+    loss: float | None = None
+    samples_per_s: float | None = None
+    accuracy: float | None = None
+    pods: list[PodLine] = field(default_factory=list)
+
+    @property
+    def elapsed_s(self) -> float:
+        return max(0.0, self.updated_at - self.started_at)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunSnapshot:
+        """Tolerant reader: unknown keys ignored, so old `edl status` reads newer files."""
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known and k != "pods"}
+        pods = [
+            PodLine(**{k: v for k, v in p.items() if k in PodLine.__dataclass_fields__})
+            for p in data.get("pods") or []
+        ]
+        return cls(**values, pods=pods)
+
+
+def write_snapshot(run_dir: Path, snapshot: RunSnapshot) -> None:
+    """Atomically replace run_dir/status.json."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tmp = run_dir / f".{STATUS_FILE}.tmp"
+    tmp.write_text(json.dumps(snapshot.to_dict(), indent=1))
+    os.replace(tmp, run_dir / STATUS_FILE)
+
+
+def read_snapshot(run_dir: Path) -> RunSnapshot:
+    """The last snapshot of a run; ValueError with the path if it is unreadable."""
+    path = run_dir / STATUS_FILE
+    try:
+        return RunSnapshot.from_dict(json.loads(path.read_text()))
+    except (OSError, json.JSONDecodeError, TypeError) as error:
+        raise ValueError(f"{path}: cannot read run status ({error})") from error
+
+
+def new_run_dir(runs_root: Path, job: str, now: float | None = None) -> Path:
+    """runs/<job>-<UTC timestamp>, made unique if two runs start in the same second."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now if now is not None else time.time()))
+    candidate = runs_root / f"{job}-{stamp}"
+    n = 1
+    while candidate.exists():
+        n += 1
+        candidate = runs_root / f"{job}-{stamp}-{n}"
+    candidate.mkdir(parents=True)
+    return candidate
+
+
+def find_runs(runs_root: Path, job: str | None = None) -> list[Path]:
+    """Run directories with a status file, newest first; only JOB's if given."""
+    if not runs_root.is_dir():
+        return []
+    found = []
+    for path in runs_root.iterdir():
+        status = path / STATUS_FILE
+        if not status.is_file():
+            continue
+        if job is not None and not _belongs_to(path.name, job):
+            continue
+        found.append((status.stat().st_mtime, path))
+    return [p for _, p in sorted(found, reverse=True)]
+
+
+def _belongs_to(dir_name: str, job: str) -> bool:
+    """runs/<job>-YYYYMMDD-HHMMSS[-n]: the job name is everything before the timestamp."""
+    if not dir_name.startswith(job + "-"):
+        return False
+    rest = dir_name[len(job) + 1 :].split("-")
+    return len(rest) >= 2 and rest[0].isdigit() and len(rest[0]) == 8
+
+
+def writer_alive(pid: int) -> bool:
+    """Whether the process that writes a snapshot still exists."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def effective_state(snapshot: RunSnapshot) -> str:
+    """The snapshot's state, or Stale if it claims to be active but its writer is gone."""
+    if snapshot.state in ACTIVE_STATES and not writer_alive(snapshot.pid):
+        return "Stale"
+    return snapshot.state

@@ -1,0 +1,110 @@
+"""The status channel (status.json), its rendering, `edl status`, and the local node."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+from rich.console import Console
+
+from edl.cli.status import status
+from edl.local.display import render, summary_line
+from edl.local.node import local_node, machine_memory_bytes
+from edl.local.status import (
+    PodLine,
+    RunSnapshot,
+    effective_state,
+    find_runs,
+    new_run_dir,
+    read_snapshot,
+    write_snapshot,
+)
+
+
+def snapshot(**overrides: object) -> RunSnapshot:
+    values: dict = dict(
+        job="digits", state="Running", pass_index=1, passes=3, tasks_done=7, tasks_total=20,
+        trainers_running=2, trainers_desired=3, trainers_min=1, trainers_max=4,
+        loss=0.1234, samples_per_s=950.0,
+        pods=[PodLine("digits-master-a", "master", "Running", pid=os.getpid()),
+              PodLine("digits-trainer-b", "trainer", "Failed", exit_code=1, message="boom")],
+    )
+    values.update(overrides)
+    return RunSnapshot(**values)
+
+
+def test_snapshot_survives_the_file(tmp_path: Path) -> None:
+    original = snapshot()
+    write_snapshot(tmp_path, original)
+    assert read_snapshot(tmp_path) == original
+
+
+def test_reader_ignores_unknown_keys(tmp_path: Path) -> None:
+    (tmp_path / "status.json").write_text('{"job": "x", "future_field": 1, "pods": []}')
+    assert read_snapshot(tmp_path).job == "x"
+
+
+def test_runs_are_found_newest_first_and_by_job(tmp_path: Path) -> None:
+    a = new_run_dir(tmp_path, "digits", now=1_700_000_000)
+    b = new_run_dir(tmp_path, "digits", now=1_700_000_000)  # same second: made unique
+    c = new_run_dir(tmp_path, "digits-big", now=1_700_000_100)
+    assert a != b
+    for i, path in enumerate((a, b, c)):
+        write_snapshot(path, snapshot(job=path.name))
+        os.utime(path / "status.json", (1000 + i, 1000 + i))
+    assert find_runs(tmp_path) == [c, b, a]
+    assert find_runs(tmp_path, "digits") == [b, a], "digits-big is another job"
+    assert find_runs(tmp_path, "nope") == []
+
+
+def test_active_run_whose_writer_died_is_stale() -> None:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    assert effective_state(snapshot(pid=dead.pid)) == "Stale"
+    assert effective_state(snapshot(pid=os.getpid())) == "Running"
+    assert effective_state(snapshot(pid=dead.pid, state="Succeeded")) == "Succeeded"
+
+
+def test_render_shows_every_figure() -> None:
+    console = Console(width=120, record=True)
+    console.print(render(snapshot()))
+    text = console.export_text()
+    for expected in ("pass", "2 / 3", "7 / 20", "2 running / 3 desired", "0.1234", "950",
+                     "digits-master-a", "exit 1"):
+        assert expected in text
+    line = summary_line(snapshot())
+    assert "pass 2/3" in line and "tasks 7/20" in line and "trainers 2/3" in line
+
+
+def test_edl_status_reads_the_newest_run(tmp_path: Path) -> None:
+    run = new_run_dir(tmp_path, "digits")
+    write_snapshot(run, snapshot(pid=os.getpid()))
+    result = CliRunner().invoke(status, ["digits", "--runs-dir", str(tmp_path), "--plain"])
+    assert result.exit_code == 0, result.output
+    assert "digits: Running, pass 2/3, tasks 7/20" in result.output
+
+
+def test_edl_status_failed_run_exits_nonzero_with_reason(tmp_path: Path) -> None:
+    run = new_run_dir(tmp_path, "digits")
+    write_snapshot(run, snapshot(state="Failed", message="trainer failed: ZeroDivisionError"))
+    result = CliRunner().invoke(status, ["--runs-dir", str(tmp_path)])
+    assert result.exit_code == 1
+    assert "ZeroDivisionError" in result.output
+
+
+def test_edl_status_without_runs_is_one_line(tmp_path: Path) -> None:
+    result = CliRunner().invoke(status, ["--runs-dir", str(tmp_path)])
+    assert result.exit_code == 1
+    assert result.output.strip().startswith("edl status: no run of any job")
+
+
+def test_local_node_is_this_machine_or_as_configured() -> None:
+    node = local_node()
+    alloc = node["status"]["allocatable"]
+    assert alloc["cpu"] == f"{len(os.sched_getaffinity(0)) * 1000}m"
+    assert int(alloc["memory"]) == machine_memory_bytes() > 0
+    virtual = local_node(cpu="8", memory="16Gi")["status"]["allocatable"]
+    assert virtual["cpu"] == "8" and virtual["memory"] == "16Gi"
