@@ -1,0 +1,218 @@
+"""Incremental cluster accounting: add or remove one node or pod in O(1).
+
+Adapters (the Kubernetes watcher, the in-process cluster) keep a ResourceLedger
+up to date from events instead of re-summing every pod on every autoscaler tick;
+`snapshot()` turns it into the immutable `ClusterResource` a policy reads
+(O(nodes), it copies the per-node maps).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from edl.accounting.request import PodRequestError, pod_request
+from edl.accounting.types import ClusterResource, Nodes, PodResources
+from edl.api.quantity import cpu_milli, gpu_count, memory_mega
+
+__all__ = [
+    "TERMINAL_PHASES",
+    "TRAINER_ROLE_LABEL",
+    "NodeCapacity",
+    "ResourceLedger",
+    "is_trainer_pod",
+    "node_capacity",
+]
+
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+TRAINER_ROLE_LABEL = "edl.dev/role"
+_GPU_NAMES = ("nvidia.com/gpu", "alpha.kubernetes.io/nvidia-gpu")
+
+
+def is_trainer_pod(pod: Mapping[str, Any]) -> bool:
+    """True for a pod labelled `edl.dev/role: trainer` (every edl trainer pod is)."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return labels.get(TRAINER_ROLE_LABEL) == "trainer"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeCapacity:
+    """What a node offers to pods: its allocatable CPU milli, memory mega and GPUs."""
+
+    cpu_milli: int
+    memory_mega: int
+    gpu: int = 0
+
+
+def node_capacity(node: Mapping[str, Any]) -> NodeCapacity:
+    """A Node dict's `status.allocatable` (falls back to `status.capacity`, as kubelets do)."""
+    status = node.get("status") or {}
+    resources = status.get("allocatable") or status.get("capacity") or {}
+    name = (node.get("metadata") or {}).get("name", "?")
+    where = f"node {name}: status.allocatable"
+    gpu_name = next((n for n in _GPU_NAMES if n in resources), None)
+    return NodeCapacity(
+        cpu_milli=cpu_milli(resources.get("cpu", 0), f"{where}.cpu"),
+        memory_mega=memory_mega(resources.get("memory", 0), f"{where}.memory"),
+        gpu=gpu_count(resources[gpu_name], f"{where}.{gpu_name}") if gpu_name else 0,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _PodEntry:
+    resources: PodResources
+    node: str  # "" when not bound
+    trainer: bool
+
+
+class ResourceLedger:
+    """Running sums of node capacity and pod requests; every update is O(1).
+
+    Pods are keyed by (namespace, name). A pod counts in the aggregate requests
+    while it is not Succeeded/Failed (Pending and terminating pods count, as in
+    the original); it uses a node's room only once bound (`spec.nodeName`).
+    A pod bound to a node the ledger does not know yet is kept, and its room is
+    taken as soon as that node is added.
+    """
+
+    def __init__(self, is_trainer: Callable[[Mapping[str, Any]], bool] = is_trainer_pod) -> None:
+        self._is_trainer = is_trainer
+        self._nodes: dict[str, NodeCapacity] = {}
+        self._used_cpu: dict[str, int] = {}
+        self._used_memory: dict[str, int] = {}
+        self._used_gpu: dict[str, int] = {}
+        self._pods: dict[tuple[str, str], _PodEntry] = {}
+        self._pending: dict[tuple[str, str], PodResources] = {}
+        self._totals = [0, 0, 0]  # cpu, memory, gpu allocatable
+        self._sums = [0, 0, 0, 0, 0, 0]  # cpu req/lim, mem req/lim, gpu req/lim
+
+    # -- nodes -------------------------------------------------------------------------
+
+    def set_node(self, name: str, capacity: NodeCapacity) -> None:
+        """Add a node or replace its capacity."""
+        self.remove_node(name)
+        self._nodes[name] = capacity
+        self._totals[0] += capacity.cpu_milli
+        self._totals[1] += capacity.memory_mega
+        self._totals[2] += capacity.gpu
+
+    def set_node_object(self, node: Mapping[str, Any]) -> None:
+        """Add or replace a Kubernetes Node dict."""
+        self.set_node((node.get("metadata") or {})["name"], node_capacity(node))
+
+    def remove_node(self, name: str) -> None:
+        """Forget a node (its pods' requests still count in the aggregate)."""
+        capacity = self._nodes.pop(name, None)
+        if capacity is not None:
+            self._totals[0] -= capacity.cpu_milli
+            self._totals[1] -= capacity.memory_mega
+            self._totals[2] -= capacity.gpu
+
+    # -- pods --------------------------------------------------------------------------
+
+    def set_pod_resources(
+        self,
+        namespace: str,
+        name: str,
+        resources: PodResources,
+        *,
+        node: str = "",
+        trainer: bool = False,
+        terminal: bool = False,
+    ) -> None:
+        """Add or replace a pod by its parts; `terminal` (Succeeded/Failed) removes it."""
+        key = (namespace, name)
+        self.remove_pod(namespace, name)
+        if terminal:
+            return
+        self._pods[key] = _PodEntry(resources, node, trainer)
+        sums = self._sums
+        sums[0] += resources.cpu_request_milli
+        sums[1] += resources.cpu_limit_milli
+        sums[2] += resources.memory_request_mega
+        sums[3] += resources.memory_limit_mega
+        sums[4] += resources.gpu_request
+        sums[5] += resources.gpu_limit
+        if node:
+            self._used_cpu[node] = self._used_cpu.get(node, 0) + resources.cpu_request_milli
+            self._used_memory[node] = (
+                self._used_memory.get(node, 0) + resources.memory_request_mega
+            )
+            self._used_gpu[node] = self._used_gpu.get(node, 0) + resources.gpu_request
+        elif not trainer:
+            self._pending[key] = resources
+
+    def set_pod(self, pod: Mapping[str, Any]) -> None:
+        """Add or replace a Kubernetes Pod dict (phase and binding taken from it).
+
+        Raises PodRequestError naming the pod and the bad field.
+        """
+        metadata = pod.get("metadata") or {}
+        namespace, name = metadata.get("namespace", "default"), metadata.get("name", "")
+        phase = (pod.get("status") or {}).get("phase")
+        if phase in TERMINAL_PHASES:
+            self.remove_pod(namespace, name)
+            return
+        try:
+            resources = pod_request(pod)
+        except PodRequestError as error:
+            raise PodRequestError(f"pod {namespace}/{name}: {error}") from None
+        self.set_pod_resources(
+            namespace,
+            name,
+            resources,
+            node=(pod.get("spec") or {}).get("nodeName") or "",
+            trainer=self._is_trainer(pod),
+        )
+
+    def remove_pod(self, namespace: str, name: str) -> None:
+        """Forget a pod (deleted, or finished)."""
+        key = (namespace, name)
+        entry = self._pods.pop(key, None)
+        if entry is None:
+            return
+        resources = entry.resources
+        sums = self._sums
+        sums[0] -= resources.cpu_request_milli
+        sums[1] -= resources.cpu_limit_milli
+        sums[2] -= resources.memory_request_mega
+        sums[3] -= resources.memory_limit_mega
+        sums[4] -= resources.gpu_request
+        sums[5] -= resources.gpu_limit
+        if entry.node:
+            self._used_cpu[entry.node] -= resources.cpu_request_milli
+            self._used_memory[entry.node] -= resources.memory_request_mega
+            self._used_gpu[entry.node] -= resources.gpu_request
+        else:
+            self._pending.pop(key, None)
+
+    def __len__(self) -> int:
+        return len(self._pods)
+
+    # -- the policy's view -------------------------------------------------------------
+
+    def snapshot(self) -> ClusterResource:
+        """The current state as an immutable ClusterResource (copies per-node maps)."""
+        used_cpu, used_memory, used_gpu = self._used_cpu, self._used_memory, self._used_gpu
+        nodes = self._nodes
+        return ClusterResource(
+            node_count=len(nodes),
+            gpu_request=self._sums[4],
+            gpu_limit=self._sums[5],
+            gpu_total=self._totals[2],
+            cpu_request_milli=self._sums[0],
+            cpu_limit_milli=self._sums[1],
+            cpu_total_milli=self._totals[0],
+            memory_request_mega=self._sums[2],
+            memory_limit_mega=self._sums[3],
+            memory_total_mega=self._totals[1],
+            nodes=Nodes(
+                cpu_idle_milli={n: c.cpu_milli - used_cpu.get(n, 0) for n, c in nodes.items()},
+                memory_free_mega={
+                    n: c.memory_mega - used_memory.get(n, 0) for n, c in nodes.items()
+                },
+                gpu_free={n: c.gpu - used_gpu.get(n, 0) for n, c in nodes.items()},
+            ),
+            pending=tuple(self._pending[key] for key in sorted(self._pending)),
+        )

@@ -1,0 +1,113 @@
+"""What every scaling policy takes and returns, and how to pick one by name.
+
+A policy is a pure function: (elastic jobs, cluster resources, max load) ->
+one Decision per job. The autoscaler and the simulator call it every tick, so
+inputs are small frozen records and nothing is copied that is not changed.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from edl.accounting.types import ClusterResource
+
+__all__ = ["POLICIES", "Decision", "JobView", "Policy", "UnknownPolicyError", "get_policy"]
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """One elastic TrainingJob as a policy sees it.
+
+    Resources are per trainer pod (CPU milli, memory mega, GPU count).
+    `parallelism` is the trainer Job's current `spec.parallelism`; `total`,
+    `running` and `pending` count its non-terminal trainer pods (terminating pods
+    are still Running, as Kubernetes reports them).
+    """
+
+    namespace: str
+    name: str
+    min_instance: int
+    max_instance: int
+    parallelism: int
+    cpu_request_milli: int = 0
+    cpu_limit_milli: int = 0
+    memory_request_mega: int = 0
+    memory_limit_mega: int = 0
+    gpu_request: int = 0
+    gpu_limit: int = 0
+    total: int = 0
+    running: int = 0
+    pending: int = 0
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """(namespace, name): unique per job, used to break ties deterministically."""
+        return (self.namespace, self.name)
+
+    def fulfillment(self, instances: int | None = None) -> float:
+        """(instances - min) / (max - min), 1 when min == max (the original's definition)."""
+        if self.max_instance == self.min_instance:
+            return 1.0
+        current = self.parallelism if instances is None else instances
+        return (current - self.min_instance) / (self.max_instance - self.min_instance)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The plan for one job: its trainer Job's parallelism now and the target, with why."""
+
+    namespace: str
+    name: str
+    parallelism: int
+    target: int
+    reason: str
+
+    @property
+    def diff(self) -> int:
+        return self.target - self.parallelism
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "namespace": self.namespace,
+            "name": self.name,
+            "parallelism": self.parallelism,
+            "target": self.target,
+            "reason": self.reason,
+        }
+
+
+class Policy(Protocol):
+    """A scaling policy. Must be pure and deterministic: same input, same plan."""
+
+    name: str
+
+    def plan(
+        self, jobs: Sequence[JobView], resources: ClusterResource, max_load_desired: float
+    ) -> list[Decision]:
+        """One Decision per job, in the order of `jobs`."""
+        ...
+
+
+# name -> "module:attribute"; a new policy is a new module and one line here.
+POLICIES: dict[str, str] = {
+    "default": "edl.policy.default:DefaultPolicy",
+    "reference": "edl.policy.reference:ReferencePolicy",
+}
+
+
+class UnknownPolicyError(ValueError):
+    """A policy name that is not in POLICIES."""
+
+
+def get_policy(name: str) -> Policy:
+    """A policy instance by name (`default`, `reference`)."""
+    target = POLICIES.get(name)
+    if target is None:
+        raise UnknownPolicyError(
+            f"unknown policy {name!r} (choose one of: {', '.join(sorted(POLICIES))})"
+        )
+    module_name, attr = target.split(":")
+    return getattr(importlib.import_module(module_name), attr)()
