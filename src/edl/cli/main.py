@@ -14,6 +14,9 @@ import click
 
 COMMANDS: dict[str, str] = {
     # name: "module:attribute" (a click.Command)
+    "status": "edl.cli.status:status",
+    "etcd": "edl.cli.etcd:etcd",
+    "crd": "edl.cli.crd:crd",
 }
 
 

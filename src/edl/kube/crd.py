@@ -1,0 +1,266 @@
+"""The `trainingjobs.edl.dev` CustomResourceDefinition, generated from the TrainingJob model.
+
+Why generated: the pydantic model in `edl.api.trainingjob` is the one source of
+truth for which fields exist and their types; this module turns it into a
+structural OpenAPI v3 schema and adds what only the API server can enforce
+(minimums, defaults, the CEL rule min <= max), the status and scale
+subresources, the short name and the printer columns.
+
+Scale subresource: `kubectl scale tj NAME --replicas=N` writes
+`spec.trainer.min-instance`, the number of trainers the job is guaranteed. The
+autoscaler keeps the trainer count in [min-instance, max-instance], so the
+count becomes at least N; the CEL rule rejects N > max-instance and the
+schema's minimum rejects N < 1. `status.replicas` reports the trainer Job's
+current parallelism (what `kubectl get --subresource=scale` shows as status).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from edl.api.trainingjob import TrainingJob
+
+GROUP = "edl.dev"
+VERSION = "v1"
+PLURAL = "trainingjobs"
+SINGULAR = "trainingjob"
+KIND = "TrainingJob"
+SHORT_NAMES = ["tj"]
+CRD_NAME = f"{PLURAL}.{GROUP}"
+
+# A Kubernetes quantity that is not negative (the model rejects negative quantities too).
+QUANTITY_PATTERN = (
+    r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+    r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+
+
+
+def _cel(field: str) -> str:
+    """A CEL identifier for a field name: Kubernetes escapes '-' as '__dash__'."""
+    return field.replace("_", "__underscores__").replace("-", "__dash__")
+
+
+TRAINER_MIN_MAX_RULE = {
+    "rule": f"self.{_cel('min-instance')} <= self.{_cel('max-instance')}",
+    "message": "spec.trainer.min-instance must be <= spec.trainer.max-instance",
+    "fieldPath": ".min-instance",
+}
+PSERVER_MIN_MAX_RULE = {
+    "rule": f"self.{_cel('min-instance')} <= self.{_cel('max-instance')}",
+    "message": "spec.pserver.min-instance must be <= spec.pserver.max-instance",
+    "fieldPath": ".min-instance",
+}
+
+# Constraints and defaults per field path (dot-joined, original spellings). The
+# structure comes from the model; these are the rules JobParser.validate applies.
+FIELD_RULES: dict[str, dict[str, Any]] = {
+    "spec.image": {"minLength": 1},
+    "spec.port": {"minimum": 1, "maximum": 65535, "default": 7164},
+    "spec.ports_num": {"minimum": 1, "default": 1},
+    "spec.ports_num_for_sparse": {"minimum": 0, "default": 1},
+    "spec.passes": {"minimum": 1, "default": 1},
+    "spec.fault_tolerant": {"default": False},
+    "spec.trainer.entrypoint": {"minLength": 1},
+    "spec.trainer.min-instance": {"minimum": 1},
+    "spec.trainer.max-instance": {"minimum": 1},
+    "spec.pserver.min-instance": {"minimum": 0, "default": 1},
+    "spec.pserver.max-instance": {"minimum": 0, "default": 1},
+}
+REQUIRED: dict[str, list[str]] = {
+    "": ["spec"],
+    "spec": ["image", "trainer"],
+    "spec.trainer": ["entrypoint", "min-instance", "max-instance"],
+}
+VALIDATIONS: dict[str, list[dict[str, str]]] = {
+    "spec.trainer": [TRAINER_MIN_MAX_RULE],
+    "spec.pserver": [PSERVER_MIN_MAX_RULE],
+}
+
+
+# -- model JSON schema -> structural schema --------------------------------------------
+
+
+def _unwrap_optional(node: dict[str, Any]) -> dict[str, Any]:
+    """`anyOf: [X, null]` -> X (absence, not null, is how Kubernetes says 'unset')."""
+    options = node.get("anyOf")
+    if options:
+        concrete = [o for o in options if o.get("type") != "null"]
+        if len(concrete) == 1:
+            merged = {k: v for k, v in node.items() if k != "anyOf"}
+            merged.update(concrete[0])
+            return merged
+    return node
+
+
+def _quantity() -> dict[str, Any]:
+    # The shape controller-gen emits for resource.Quantity; `pattern` only constrains
+    # strings and `minimum` only integers (JSON-schema semantics).
+    return {
+        "anyOf": [{"type": "integer"}, {"type": "string"}],
+        "x-kubernetes-int-or-string": True,
+        "pattern": QUANTITY_PATTERN,
+        "minimum": 0,
+    }
+
+
+def _convert(
+    node: dict[str, Any], defs: dict[str, Any], path: str, def_name: str | None
+) -> dict[str, Any]:
+    node = _unwrap_optional(node)
+    ref = node.get("$ref")
+    if ref:
+        name = ref.rsplit("/", 1)[-1]
+        return _convert(defs[name], defs, path, name)
+    description = node.get("description")
+    kind = node.get("type")
+    out: dict[str, Any]
+    if "enum" in node or "const" in node:
+        values = node.get("enum") or [node["const"]]
+        out = {"type": "string", "enum": list(values)}
+    elif kind == "object" and "properties" in node:
+        out = {"type": "object", "properties": {}}
+        for prop, sub in node["properties"].items():
+            sub_path = f"{path}.{prop}" if path else prop
+            out["properties"][prop] = _convert(sub, defs, sub_path, None)
+    elif kind == "object":
+        values = node.get("additionalProperties")
+        if def_name is None and path.rsplit(".", 1)[-1] in {"limits", "requests"}:
+            out = {"type": "object", "additionalProperties": _quantity()}
+        elif isinstance(values, dict) and values.get("type") in {"string", "integer", "boolean"}:
+            out = {"type": "object", "additionalProperties": {"type": values["type"]}}
+        else:
+            out = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    elif kind == "array":
+        items = node.get("items") or {}
+        item_schema = (
+            {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+            if items.get("type") in (None, "object")
+            else {"type": items["type"]}
+        )
+        out = {"type": "array", "items": item_schema}
+    elif kind in {"string", "integer", "boolean", "number"}:
+        out = {"type": kind}
+    else:  # pragma: no cover - a model type this generator does not know yet
+        raise ValueError(f"cannot express {path or '<root>'} ({node}) in a structural schema")
+    if description and out.get("type") == "object":
+        out["description"] = description.replace("`", "")
+    out.update(FIELD_RULES.get(path, {}))
+    if path in REQUIRED:
+        out["required"] = REQUIRED[path]
+    if path in VALIDATIONS:
+        out["x-kubernetes-validations"] = copy.deepcopy(VALIDATIONS[path])
+    return out
+
+
+def status_schema() -> dict[str, Any]:
+    """The status the controller writes: the model's state/message plus Kubernetes bookkeeping."""
+    condition = {
+        "type": "object",
+        "required": ["type", "status"],
+        "properties": {
+            "type": {"type": "string", "enum": ["Ready", "Scaling", "Failed"]},
+            "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
+            "reason": {"type": "string"},
+            "message": {"type": "string"},
+            "lastTransitionTime": {"type": "string", "format": "date-time"},
+            "observedGeneration": {"type": "integer", "format": "int64", "minimum": 0},
+        },
+    }
+    model_status = TrainingJob.model_json_schema(by_alias=True)["$defs"]["TrainingJobStatus"]
+    state_enum = _unwrap_optional(model_status["properties"]["state"])["enum"]
+    return {
+        "type": "object",
+        "properties": {
+            "state": {"type": "string", "enum": state_enum},
+            "message": {"type": "string"},
+            "observedGeneration": {"type": "integer", "format": "int64", "minimum": 0},
+            "replicas": {"type": "integer", "minimum": 0,
+                         "description": "Trainer parallelism now (scale subresource status)."},
+            "trainers": {
+                "type": "object",
+                "properties": {
+                    "desired": {"type": "integer", "minimum": 0},
+                    "running": {"type": "integer", "minimum": 0},
+                    "pending": {"type": "integer", "minimum": 0},
+                },
+            },
+            "conditions": {
+                "type": "array",
+                "items": condition,
+                "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["type"],
+            },
+        },
+    }
+
+
+def openapi_schema() -> dict[str, Any]:
+    """The structural openAPIV3Schema of a TrainingJob."""
+    model = TrainingJob.model_json_schema(by_alias=True, mode="validation")
+    defs = model.get("$defs", {})
+    spec = _convert(model["properties"]["spec"], defs, "spec", None)
+    schema: dict[str, Any] = {
+        "type": "object",
+        "description": "An elastic training job: trainers, parameter servers and a master.",
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": {"type": "object"},
+            "spec": spec,
+            "status": status_schema(),
+        },
+        "required": REQUIRED[""],
+    }
+    return schema
+
+
+def printer_columns() -> list[dict[str, Any]]:
+    return [
+        {"name": "State", "type": "string", "jsonPath": ".status.state"},
+        {"name": "Running", "type": "integer", "jsonPath": ".status.trainers.running",
+         "description": "Trainer pods running"},
+        {"name": "Desired", "type": "integer", "jsonPath": ".status.trainers.desired",
+         "description": "Trainer parallelism the autoscaler set"},
+        {"name": "Min", "type": "integer", "jsonPath": ".spec.trainer.min-instance"},
+        {"name": "Max", "type": "integer", "jsonPath": ".spec.trainer.max-instance"},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ]
+
+
+def build_crd() -> dict[str, Any]:
+    """The whole CustomResourceDefinition as a plain dict (what `edl crd` prints)."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": CRD_NAME, "labels": {"app.kubernetes.io/name": "edl"}},
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "plural": PLURAL,
+                "singular": SINGULAR,
+                "kind": KIND,
+                "listKind": f"{KIND}List",
+                "shortNames": list(SHORT_NAMES),
+                "categories": ["all", "edl"],
+            },
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": openapi_schema()},
+                    "subresources": {
+                        "status": {},
+                        "scale": {
+                            "specReplicasPath": ".spec.trainer.min-instance",
+                            "statusReplicasPath": ".status.replicas",
+                        },
+                    },
+                    "additionalPrinterColumns": printer_columns(),
+                }
+            ],
+        },
+    }

@@ -1,0 +1,208 @@
+"""Leader election through a coordination.k8s.io/v1 Lease.
+
+Why: two controller replicas must never scale at once (they would fight over
+each job's parallelism). The replica holding the Lease runs the controller and
+autoscaler; the others wait and take over when the holder stops renewing.
+
+The algorithm is client-go's: a record is expired when it has not changed for
+`lease_duration` seconds *as observed on our own monotonic clock*, so clock
+skew between nodes does not matter. Every write carries the resourceVersion we
+read, so two candidates racing for an expired lease cannot both win: the API
+server rejects the second write with 409.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from lightkube import AsyncClient
+from lightkube.resources.coordination_v1 import Lease
+from lightkube.types import PatchType
+
+from edl.kube.retry import is_conflict, is_not_found
+
+log = logging.getLogger(__name__)
+
+
+class LeadershipLost(RuntimeError):
+    """We could not renew the Lease in time; another replica may now lead."""
+
+
+def _now_micro() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass
+class _Observed:
+    holder: str | None
+    renew_time: str | None
+    resource_version: str | None
+    observed_at: float
+
+
+class LeaderElector:
+    """Acquire and keep one Lease; `run_as_leader` wraps a coroutine in leadership."""
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        *,
+        namespace: str,
+        name: str,
+        identity: str,
+        lease_duration: float = 15.0,
+        renew_deadline: float = 10.0,
+        retry_period: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not retry_period < renew_deadline < lease_duration:
+            raise ValueError("need retry_period < renew_deadline < lease_duration")
+        self.client = client
+        self.namespace = namespace
+        self.name = name
+        self.identity = identity
+        self.lease_duration = lease_duration
+        self.renew_deadline = renew_deadline
+        self.retry_period = retry_period
+        self.clock = clock
+        self.is_leader = False
+        self._observed: _Observed | None = None
+
+    # -- one attempt ---------------------------------------------------------
+
+    async def try_acquire_or_renew(self) -> bool:
+        """One round of the election; True if we hold the Lease afterwards."""
+        try:
+            lease = await self.client.get(Lease, self.name, namespace=self.namespace)
+        except Exception as exc:
+            if not is_not_found(exc):
+                raise
+            return await self._create()
+        raw = lease.to_dict()
+        spec = raw.get("spec") or {}
+        meta = raw.get("metadata") or {}
+        holder = spec.get("holderIdentity")
+        renew = spec.get("renewTime")
+        version = meta.get("resourceVersion")
+        obs = self._observed
+        seen = (holder, renew, version)
+        if obs is None or (obs.holder, obs.renew_time, obs.resource_version) != seen:
+            self._observed = obs = _Observed(holder, renew, version, self.clock())
+        duration = float(spec.get("leaseDurationSeconds") or self.lease_duration)
+        expired = self.clock() - obs.observed_at > duration
+        if holder and holder != self.identity and not expired:
+            return False
+        transitions = int(spec.get("leaseTransitions") or 0)
+        now = _now_micro()
+        patch: dict[str, Any] = {
+            "metadata": {"resourceVersion": version} if version else {},
+            "spec": {
+                "holderIdentity": self.identity,
+                "leaseDurationSeconds": int(self.lease_duration),
+                "renewTime": now,
+            },
+        }
+        if holder != self.identity:
+            patch["spec"].update(acquireTime=now, leaseTransitions=transitions + 1)
+        try:
+            updated = await self.client.patch(
+                Lease, self.name, patch, namespace=self.namespace, patch_type=PatchType.MERGE
+            )
+        except Exception as exc:
+            if is_conflict(exc):
+                return False  # somebody else wrote first; re-read next round
+            raise
+        self._remember(updated.to_dict())
+        return True
+
+    async def _create(self) -> bool:
+        now = _now_micro()
+        body = Lease.from_dict({
+            "metadata": {"name": self.name, "namespace": self.namespace},
+            "spec": {
+                "holderIdentity": self.identity,
+                "leaseDurationSeconds": int(self.lease_duration),
+                "acquireTime": now,
+                "renewTime": now,
+                "leaseTransitions": 0,
+            },
+        })
+        try:
+            created = await self.client.create(body, namespace=self.namespace)
+        except Exception as exc:
+            if is_conflict(exc):
+                return False
+            raise
+        self._remember(created.to_dict())
+        return True
+
+    def _remember(self, raw: dict[str, Any]) -> None:
+        spec = raw.get("spec") or {}
+        self._observed = _Observed(
+            spec.get("holderIdentity"), spec.get("renewTime"),
+            (raw.get("metadata") or {}).get("resourceVersion"), self.clock(),
+        )
+
+    # -- loops ---------------------------------------------------------------
+
+    async def acquire(self) -> None:
+        """Wait until we hold the Lease."""
+        while True:
+            try:
+                if await self.try_acquire_or_renew():
+                    self.is_leader = True
+                    log.info("%s acquired lease %s/%s", self.identity, self.namespace, self.name)
+                    return
+            except Exception as exc:  # API trouble: keep trying, we are not leading anyway
+                log.warning("lease acquire failed: %s", exc)
+            await asyncio.sleep(self.retry_period)
+
+    async def keep_renewing(self) -> None:
+        """Renew every retry_period; raise LeadershipLost after renew_deadline without success."""
+        last_success = self.clock()
+        while True:
+            await asyncio.sleep(self.retry_period)
+            try:
+                ok = await asyncio.wait_for(self.try_acquire_or_renew(), self.renew_deadline)
+            except Exception as exc:
+                log.warning("lease renew failed: %s", exc)
+                ok = False
+            if ok:
+                last_success = self.clock()
+            elif self.clock() - last_success > self.renew_deadline:
+                self.is_leader = False
+                raise LeadershipLost(f"{self.identity} lost lease {self.namespace}/{self.name}")
+
+    async def release(self) -> None:
+        """Give the Lease up on a clean shutdown so a standby need not wait for expiry."""
+        if not self.is_leader:
+            return
+        self.is_leader = False
+        with contextlib.suppress(Exception):
+            await self.client.patch(
+                Lease, self.name,
+                {"spec": {"holderIdentity": None, "leaseDurationSeconds": 1}},
+                namespace=self.namespace, patch_type=PatchType.MERGE,
+            )
+
+    async def run_as_leader(self, body: Callable[[], Awaitable[None]]) -> None:
+        """Acquire, then run `body` while renewing; if renewal fails, cancel body and raise."""
+        await self.acquire()
+        renew = asyncio.create_task(self.keep_renewing(), name="lease-renew")
+        work = asyncio.create_task(body(), name="leader-work")
+        try:
+            done, _ = await asyncio.wait({renew, work}, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()  # re-raise LeadershipLost or a failure of the work
+        finally:
+            for task in (renew, work):
+                task.cancel()
+            await asyncio.gather(renew, work, return_exceptions=True)
+            await self.release()

@@ -1,0 +1,146 @@
+"""Prometheus metrics and the health/readiness endpoints of `edl controller`.
+
+One `ControllerMetrics` per process, each with its own registry, so tests can
+run several controllers side by side. The HTTP server is aiohttp (already a
+kopf dependency) on the controller's event loop: /metrics, /healthz, /readyz.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import generate_latest
+
+if TYPE_CHECKING:
+    from edl.accounting import ClusterResource
+
+
+class ControllerMetrics:
+    """Every gauge/counter the controller exports, on a private registry."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requested = Gauge(
+            "edl_cluster_requested", "Resources requested by pods that are not finished",
+            ["resource"], registry=r)
+        self.allocatable = Gauge(
+            "edl_cluster_allocatable", "Allocatable resources of all nodes",
+            ["resource"], registry=r)
+        self.nodes = Gauge("edl_cluster_nodes", "Nodes in the cluster", registry=r)
+        self.trainers_desired = Gauge(
+            "edl_job_trainers_desired", "Trainer parallelism of a TrainingJob",
+            ["namespace", "job"], registry=r)
+        self.trainers_running = Gauge(
+            "edl_job_trainers_running", "Running trainer pods of a TrainingJob",
+            ["namespace", "job"], registry=r)
+        self.scale_decisions = Counter(
+            "edl_scale_decisions", "Scale decisions applied, by reason and direction",
+            ["reason", "direction"], registry=r)
+        self.plan_duration = Histogram(
+            "edl_plan_duration_seconds", "Time to inquire resources and plan one autoscaler tick",
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5), registry=r)
+        self.leader = Gauge("edl_leader", "1 while this replica holds the leader Lease", registry=r)
+        self.watch_restarts = Gauge(
+            "edl_watch_restarts", "Times a list/watch stream was restarted", ["kind"], registry=r)
+
+    def observe_resources(self, res: ClusterResource) -> None:
+        """Export cluster totals: requested vs allocatable for CPU (milli), memory (Mi), GPU."""
+        self.nodes.set(res.node_count)
+        for name, requested, total in (
+            ("cpu_milli", res.cpu_request_milli, res.cpu_total_milli),
+            ("memory_mega", res.memory_request_mega, res.memory_total_mega),
+            ("gpu", res.gpu_request, res.gpu_total),
+        ):
+            self.requested.labels(name).set(requested)
+            self.allocatable.labels(name).set(total)
+
+    def observe_job(self, namespace: str, job: str, desired: int, running: int) -> None:
+        self.trainers_desired.labels(namespace, job).set(desired)
+        self.trainers_running.labels(namespace, job).set(running)
+
+    def forget_job(self, namespace: str, job: str) -> None:
+        for gauge in (self.trainers_desired, self.trainers_running):
+            with contextlib.suppress(KeyError):
+                gauge.remove(namespace, job)
+
+    def observe_decision(self, reason: str, before: int, after: int) -> None:
+        direction = "up" if after > before else "down" if after < before else "none"
+        self.scale_decisions.labels(reason or "unspecified", direction).inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class HealthState:
+    """What /healthz and /readyz report; the controller updates it as it runs."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.started = clock()
+        self.last_beat = clock()
+        self.leader = False
+        self.synced = False
+        self.stale_after = 60.0
+
+    def beat(self) -> None:
+        """Called by the autoscaler loop every tick (and by the standby loop)."""
+        self.last_beat = self.clock()
+
+    def healthy(self) -> tuple[bool, str]:
+        age = self.clock() - self.last_beat
+        if age > self.stale_after:
+            return False, f"no loop heartbeat for {age:.0f}s"
+        return True, "ok"
+
+    def ready(self) -> tuple[bool, str]:
+        if not self.leader:
+            return True, "standby (waiting for the leader Lease)"
+        if not self.synced:
+            return False, "leader, caches not synced yet"
+        return True, "leader, caches synced"
+
+
+def make_app(metrics: ControllerMetrics, health: HealthState) -> web.Application:
+    """The aiohttp app serving /metrics, /healthz and /readyz."""
+
+    async def get_metrics(_: web.Request) -> web.Response:
+        resp = web.Response(body=metrics.render())
+        resp.headers["Content-Type"] = CONTENT_TYPE_LATEST
+        return resp
+
+    async def get_health(_: web.Request) -> web.Response:
+        ok, text = health.healthy()
+        return web.Response(text=text + "\n", status=200 if ok else 503)
+
+    async def get_ready(_: web.Request) -> web.Response:
+        ok, text = health.ready()
+        return web.Response(text=text + "\n", status=200 if ok else 503)
+
+    app = web.Application()
+    app.router.add_get("/metrics", get_metrics)
+    app.router.add_get("/healthz", get_health)
+    app.router.add_get("/readyz", get_ready)
+    return app
+
+
+async def serve(app: web.Application, host: str, port: int) -> web.AppRunner:
+    """Start serving `app`; returns the runner (call `.cleanup()` to stop)."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    return runner
+
+
+def bound_port(runner: web.AppRunner) -> int:
+    """The port actually bound (useful with port 0)."""
+    for addr in runner.addresses:
+        if isinstance(addr, tuple):
+            return int(addr[1])
+    raise RuntimeError("server is not listening")

@@ -1,0 +1,210 @@
+"""The generated CRD: structural schema, CEL rule, subresources, and it matches deploy/crd.yaml.
+
+The schema is checked with a JSON-schema validator (jsonschema) after dropping the
+x-kubernetes-* extensions, and the CEL rules are evaluated with cel-python over the
+object as the API server would present it (field names escaped as Kubernetes does).
+Neither is the API server; both check what the API server would check.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+from typing import Any
+
+import celpy
+import jsonschema
+import pytest
+import yaml
+
+from edl.kube.crd import CRD_NAME, build_crd, openapi_schema
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _plain_json_schema(node: Any) -> Any:
+    """Drop Kubernetes extensions so a standard validator can run the schema."""
+    if isinstance(node, dict):
+        return {
+            k: _plain_json_schema(v) for k, v in node.items() if not k.startswith("x-kubernetes-")
+        }
+    if isinstance(node, list):
+        return [_plain_json_schema(v) for v in node]
+    return node
+
+
+def _cel_escape(name: str) -> str:
+    """Kubernetes' escaping of property names for CEL (the subset edl's fields need)."""
+    return name.replace("__", "__underscores__").replace("-", "__dash__").replace(".", "__dot__")
+
+
+def _escape_keys(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {_cel_escape(k): _escape_keys(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_escape_keys(v) for v in node]
+    return node
+
+
+def _apply_defaults(schema: dict[str, Any], obj: Any) -> Any:
+    """Fill `default`s the way the API server does before validation (objects only)."""
+    if not isinstance(obj, dict) or schema.get("type") != "object":
+        return obj
+    for prop, sub in (schema.get("properties") or {}).items():
+        if prop not in obj and "default" in sub:
+            obj[prop] = copy.deepcopy(sub["default"])
+        if prop in obj:
+            obj[prop] = _apply_defaults(sub, obj[prop])
+    return obj
+
+
+def _cel_failures(schema: dict[str, Any], obj: Any, path: str = "") -> list[str]:
+    """Evaluate every x-kubernetes-validations rule in `schema` against `obj`."""
+    failures: list[str] = []
+    if not isinstance(obj, dict):
+        return failures
+    env = celpy.Environment()
+    for rule in schema.get("x-kubernetes-validations", []):
+        program = env.program(env.compile(rule["rule"]))
+        if not program.evaluate({"self": celpy.json_to_cel(_escape_keys(obj))}):
+            failures.append(f"{path}: {rule['message']}")
+    for prop, sub in (schema.get("properties") or {}).items():
+        if prop in obj:
+            failures += _cel_failures(sub, obj[prop], f"{path}.{prop}")
+    return failures
+
+
+def admit(obj: dict[str, Any]) -> list[str]:
+    """What the API server would say about `obj`: defaulting, schema, then CEL rules."""
+    schema = openapi_schema()
+    obj = _apply_defaults(schema, copy.deepcopy(obj))
+    validator = jsonschema.Draft7Validator(_plain_json_schema(schema))
+    problems = [
+        ".".join(str(p) for p in err.absolute_path) + ": " + err.message
+        for err in validator.iter_errors(obj)
+    ]
+    return problems or _cel_failures(schema, obj)
+
+
+def load(path: str) -> dict[str, Any]:
+    return yaml.safe_load((ROOT / path).read_text())
+
+
+def test_deploy_crd_is_the_generated_one() -> None:
+    # deploy/crd.yaml must be regenerated (`edl crd > deploy/crd.yaml`) when the model changes.
+    assert load("deploy/crd.yaml") == build_crd()
+
+
+def test_crd_names_subresources_and_columns() -> None:
+    crd = build_crd()
+    assert crd["metadata"]["name"] == CRD_NAME == "trainingjobs.edl.dev"
+    assert crd["spec"]["names"]["shortNames"] == ["tj"]
+    version = crd["spec"]["versions"][0]
+    assert version["subresources"]["status"] == {}
+    assert version["subresources"]["scale"] == {
+        "specReplicasPath": ".spec.trainer.min-instance",
+        "statusReplicasPath": ".status.replicas",
+    }
+    columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
+    assert columns == {
+        "State": ".status.state",
+        "Running": ".status.trainers.running",
+        "Desired": ".status.trainers.desired",
+        "Min": ".spec.trainer.min-instance",
+        "Max": ".spec.trainer.max-instance",
+        "Age": ".metadata.creationTimestamp",
+    }
+
+
+def test_schema_is_structural() -> None:
+    """Every node has a type (or is int-or-string); no type/default inside anyOf branches."""
+
+    def walk(node: dict[str, Any], path: str) -> None:
+        if node.get("x-kubernetes-int-or-string"):
+            assert node["anyOf"] == [{"type": "integer"}, {"type": "string"}], path
+            return
+        assert "type" in node, f"{path} has no type"
+        for prop, sub in (node.get("properties") or {}).items():
+            walk(sub, f"{path}.{prop}")
+        if isinstance(node.get("additionalProperties"), dict):
+            walk(node["additionalProperties"], f"{path}.*")
+        if "items" in node:
+            walk(node["items"], f"{path}[]")
+
+    walk(openapi_schema(), "")
+
+
+def test_cel_rule_min_le_max_is_present() -> None:
+    trainer = openapi_schema()["properties"]["spec"]["properties"]["trainer"]
+    rules = [r["rule"] for r in trainer["x-kubernetes-validations"]]
+    assert rules == ["self.min__dash__instance <= self.max__dash__instance"]
+    assert trainer["required"] == ["entrypoint", "min-instance", "max-instance"]
+
+
+@pytest.mark.parametrize("path", [
+    "deploy/example-trainingjob.yaml", "examples/jobs/mnist.yaml",
+])
+def test_examples_are_admitted(path: str) -> None:
+    assert admit(load(path)) == []
+
+
+def _job(**trainer: Any) -> dict[str, Any]:
+    job = load("deploy/example-trainingjob.yaml")
+    job["spec"]["trainer"].update(trainer)
+    return job
+
+
+def test_min_greater_than_max_is_rejected_by_the_cel_rule() -> None:
+    problems = admit(_job(**{"min-instance": 5, "max-instance": 3}))
+    assert problems == [
+        ".spec.trainer: spec.trainer.min-instance must be <= spec.trainer.max-instance"
+    ]
+
+
+def test_scale_above_max_is_rejected_and_within_range_admitted() -> None:
+    # `kubectl scale --replicas=N` writes spec.trainer.min-instance (the scale subresource).
+    assert admit(_job(**{"min-instance": 6})) == []
+    assert admit(_job(**{"min-instance": 7}))
+    assert admit(_job(**{"min-instance": 0}))
+
+
+@pytest.mark.parametrize("mutate, where", [
+    (lambda j: j["spec"].update(port=-1), "spec.port"),
+    (lambda j: j["spec"].update(port=70000), "spec.port"),
+    (lambda j: j["spec"].update(ports_num=0), "spec.ports_num"),
+    (lambda j: j["spec"]["trainer"]["resources"]["requests"].update(memory="lots"),
+     "spec.trainer.resources.requests.memory"),
+    (lambda j: j["spec"]["trainer"]["resources"]["limits"].update(cpu="-1"),
+     "spec.trainer.resources.limits.cpu"),
+    (lambda j: j["spec"]["trainer"]["resources"]["limits"].update(cpu=-2),
+     "spec.trainer.resources.limits.cpu"),
+    (lambda j: j["spec"]["trainer"].pop("max-instance"), "spec.trainer"),
+    (lambda j: j["spec"]["trainer"].update({"min-instance": "two"}), "spec.trainer.min-instance"),
+    (lambda j: j["spec"].pop("image"), "spec"),
+])
+def test_bad_jobs_are_rejected_naming_the_field(mutate: Any, where: str) -> None:
+    job = load("deploy/example-trainingjob.yaml")
+    mutate(job)
+    problems = admit(job)
+    assert problems, "the schema admitted a bad job"
+    assert any(p.startswith(where) for p in problems), problems
+
+
+def test_defaults_are_filled() -> None:
+    job = load("deploy/example-trainingjob.yaml")
+    for key in ("port", "ports_num", "passes"):
+        job["spec"].pop(key)
+    filled = _apply_defaults(openapi_schema(), job)
+    spec = filled["spec"]
+    assert (spec["port"], spec["ports_num"], spec["passes"]) == (7164, 1, 1)
+
+
+def test_quantity_pattern_matches_kubernetes_forms() -> None:
+    pattern = re.compile(openapi_schema()["properties"]["spec"]["properties"]["trainer"]
+                         ["properties"]["resources"]["properties"]["limits"]
+                         ["additionalProperties"]["pattern"])
+    for good in ["1", "500m", "1.5", "1Gi", "512Mi", "1e3", ".5", "2k"]:
+        assert pattern.match(good), good
+    for bad in ["-1", "lots", "1GB", "", "1.2.3"]:
+        assert not pattern.match(bad), bad
