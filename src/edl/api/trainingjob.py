@@ -10,6 +10,7 @@ what the user wrote. Unknown fields are rejected everywhere except
 
 from __future__ import annotations
 
+import difflib
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -44,6 +45,7 @@ __all__ = [
     "TrainingJob",
     "TrainingJobSpec",
     "TrainingJobStatus",
+    "load_job_document",
     "load_trainingjob",
 ]
 
@@ -207,6 +209,14 @@ def load_trainingjob(source: str | Path) -> TrainingJob:
     Raises JobLoadError for unreadable files or bad YAML, JobValidationError for
     a document that is not a valid TrainingJob.
     """
+    return TrainingJob.from_dict(load_job_document(source))
+
+
+def load_job_document(source: str | Path) -> Any:
+    """The single YAML document of a job file or text, as plain data (not yet checked).
+
+    Callers that report every problem at once (`JobParser.validate`) start here.
+    """
     text = read_job_text(source)
     try:
         documents = [d for d in yaml.safe_load_all(text) if d is not None]
@@ -217,7 +227,7 @@ def load_trainingjob(source: str | Path) -> TrainingJob:
         raise JobLoadError(f"not valid YAML{where}: {problem}") from None
     if len(documents) != 1:
         raise JobLoadError(f"expected one YAML document with a TrainingJob, found {len(documents)}")
-    return TrainingJob.from_dict(documents[0])
+    return documents[0]
 
 
 def read_job_text(source: str | Path) -> str:
@@ -261,8 +271,8 @@ def _spellings() -> dict[str, tuple[str, ...]]:
 _SPELLINGS = _spellings()
 
 
-def _user_path(loc: tuple[str | int, ...], data: Any) -> str:
-    """Rewrite a pydantic location with the keys the user actually wrote."""
+def user_parts(loc: tuple[str | int, ...], data: Any) -> list[str | int]:
+    """Rewrite a field location (canonical spellings) with the keys the user actually wrote."""
     parts: list[str | int] = []
     node = data
     for key in loc:
@@ -276,7 +286,7 @@ def _user_path(loc: tuple[str | int, ...], data: Any) -> str:
             node = node[key]
         else:
             node = None
-    return join_path(parts)
+    return parts
 
 
 def _message(error: Mapping[str, Any]) -> str:
@@ -292,15 +302,24 @@ def _message(error: Mapping[str, Any]) -> str:
     return f"{message} (got {describe_input(error.get('input'))})"
 
 
-def schema_problems(error: ValidationError, data: Any) -> list[Problem]:
-    """Every pydantic error as (user's field path, readable message)."""
-    problems: list[Problem] = []
+def schema_errors(error: ValidationError, data: Any) -> list[tuple[list[str | int], str]]:
+    """Every pydantic error as (location in the user's keys, readable message), no repeats."""
+    found: list[tuple[list[str | int], str]] = []
     for item in error.errors(include_url=False):
         loc = tuple(part for part in item["loc"] if not _is_union_tag(part))
-        problem = (_user_path(loc, data), _message(item))
-        if problem not in problems:
-            problems.append(problem)
-    return problems
+        message = _message(item)
+        if item["type"] == "extra_forbidden" and loc and isinstance(loc[-1], str):
+            close = difflib.get_close_matches(loc[-1], _SPELLINGS, n=1, cutoff=0.75)
+            message += f" (did you mean {close[0]!r}?)" if close else ""
+        entry = (user_parts(loc, data), message)
+        if entry not in found:
+            found.append(entry)
+    return found
+
+
+def schema_problems(error: ValidationError, data: Any) -> list[Problem]:
+    """Every pydantic error as (user's field path, readable message)."""
+    return [(join_path(parts), message) for parts, message in schema_errors(error, data)]
 
 
 def _is_union_tag(part: str | int) -> bool:

@@ -14,6 +14,8 @@ import click
 
 COMMANDS: dict[str, str] = {
     # name: "module:attribute" (a click.Command)
+    "validate": "edl.cli.validate:validate",
+    "render": "edl.cli.render:render",
     "status": "edl.cli.status:status",
     "etcd": "edl.cli.etcd:etcd",
     "crd": "edl.cli.crd:crd",

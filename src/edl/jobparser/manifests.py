@@ -1,0 +1,278 @@
+"""TrainingJob -> child manifests (plain dicts), valid for current Kubernetes.
+
+Why these shapes: the master and pservers are long-running, so they are
+`apps/v1` ReplicaSets; trainers are a `batch/v1` Job whose `parallelism` the
+autoscaler changes. Every child carries `edl.dev/job` and `edl.dev/role`
+labels so each role can be selected, and an ownerReference to the TrainingJob
+so deleting the job deletes its children. Configuration reaches the processes
+only through `EDL_*` environment variables.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from edl.api.resources import GPU, GPU_LEGACY
+from edl.api.trainingjob import ResourceRequirements, TrainingJob
+
+__all__ = [
+    "ETCD_CLIENT_PORT",
+    "ETCD_IMAGE",
+    "LABEL_JOB",
+    "LABEL_ROLE",
+    "TRAINER_BACKOFF_LIMIT",
+    "child_names",
+    "etcd_endpoints",
+    "master_replica_set",
+    "master_service",
+    "pserver_replica_set",
+    "role_labels",
+    "trainer_job",
+]
+
+LABEL_JOB = "edl.dev/job"
+LABEL_ROLE = "edl.dev/role"
+ETCD_IMAGE = "quay.io/coreos/etcd:v3.5.17"
+ETCD_CLIENT_PORT = 2379
+ETCD_DATA_VOLUME = "edl-etcd-data"
+# Scaling down deletes trainer pods and evictions fail them; neither may fail the Job.
+TRAINER_BACKOFF_LIMIT = 2_147_483_647  # the largest int32 Kubernetes accepts
+
+
+def child_names(job_name: str) -> dict[str, str]:
+    """The names of a job's children, by role (the Service shares the master's name)."""
+    return {role: f"{job_name}-{role}" for role in ("master", "pserver", "trainer")}
+
+
+def role_labels(job: TrainingJob, role: str) -> dict[str, str]:
+    """The labels that select one role of one job."""
+    return {LABEL_JOB: _name(job), LABEL_ROLE: role}
+
+
+def etcd_endpoints(job: TrainingJob) -> str:
+    """The etcd the job's processes use: the external one if given, else the master's sidecar."""
+    if job.spec.master.etcd_endpoint:
+        return job.spec.master.etcd_endpoint
+    namespace = job.metadata.namespace or "default"
+    return f"http://{child_names(_name(job))['master']}.{namespace}.svc:{ETCD_CLIENT_PORT}"
+
+
+def master_replica_set(job: TrainingJob) -> dict[str, Any]:
+    """One master pod; with an etcd sidecar unless `spec.master.etcd-endpoint` is set."""
+    spec = job.spec
+    containers = [
+        _container(job, "master", spec.master.resources, [_port("master", _int(spec.port))])
+    ]
+    volumes = list(spec.volumes or [])
+    if not spec.master.etcd_endpoint:
+        containers.append(_etcd_container())
+        volumes.append({"name": ETCD_DATA_VOLUME, "emptyDir": {}})
+    return _replica_set(job, "master", 1, containers, volumes)
+
+
+def pserver_replica_set(job: TrainingJob) -> dict[str, Any]:
+    """`pserver.min-instance` parameter servers, each listening on the job's port range."""
+    spec = job.spec
+    first = _int(spec.port)
+    count = _int(spec.ports_num) + _int(spec.ports_num_for_sparse)
+    ports = [_port(f"pserver-{i}", first + i) for i in range(count)]
+    containers = [_container(job, "pserver", spec.pserver.resources, ports)]
+    replicas = _int(spec.pserver.min_instance)
+    return _replica_set(job, "pserver", replicas, containers, list(spec.volumes or []))
+
+
+def trainer_job(job: TrainingJob) -> dict[str, Any]:
+    """The trainers as a work-queue Job: parallelism = min-instance, completions unset."""
+    name = child_names(_name(job))["trainer"]
+    pod_spec = _pod_spec(
+        job, [_container(job, "trainer", job.spec.trainer.resources, [])], job.spec.volumes
+    )
+    pod_spec["restartPolicy"] = "Never"
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": _metadata(job, name, "trainer"),
+        "spec": {
+            "parallelism": _int(job.spec.trainer.min_instance),
+            "backoffLimit": TRAINER_BACKOFF_LIMIT,
+            # Pods removed by eviction or preemption are not the trainer's fault.
+            "podFailurePolicy": {
+                "rules": [
+                    {
+                        "action": "Ignore",
+                        "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+                    }
+                ]
+            },
+            "template": {"metadata": {"labels": role_labels(job, "trainer")}, "spec": pod_spec},
+        },
+    }
+
+
+def master_service(job: TrainingJob) -> dict[str, Any]:
+    """A Service in front of the master pod: its port and, with the sidecar, etcd."""
+    ports = [{"name": "master", "port": _int(job.spec.port), "targetPort": _int(job.spec.port)}]
+    if not job.spec.master.etcd_endpoint:
+        ports.append({"name": "etcd", "port": ETCD_CLIENT_PORT, "targetPort": ETCD_CLIENT_PORT})
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(job, child_names(_name(job))["master"], "master"),
+        "spec": {"selector": role_labels(job, "master"), "ports": ports},
+    }
+
+
+# -- building blocks -----------------------------------------------------------------------
+
+
+def _name(job: TrainingJob) -> str:
+    if not job.metadata.name:
+        raise ValueError("the TrainingJob has no metadata.name; validate it first")
+    return job.metadata.name
+
+
+def _int(value: int | None) -> int:
+    if value is None:
+        raise ValueError("the TrainingJob lacks defaults; run JobParser.validate first")
+    return value
+
+
+def _metadata(job: TrainingJob, name: str, role: str) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": name, "labels": role_labels(job, role)}
+    if job.metadata.namespace:
+        metadata["namespace"] = job.metadata.namespace
+    if job.metadata.uid:
+        metadata["ownerReferences"] = [
+            {
+                "apiVersion": job.api_version,
+                "kind": job.kind,
+                "name": _name(job),
+                "uid": job.metadata.uid,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+    return metadata
+
+
+def _replica_set(
+    job: TrainingJob,
+    role: str,
+    replicas: int,
+    containers: list[dict[str, Any]],
+    volumes: list[dict[str, Any]],
+) -> dict[str, Any]:
+    labels = role_labels(job, role)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": _metadata(job, child_names(_name(job))[role], role),
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": dict(labels)},
+            "template": {
+                "metadata": {"labels": dict(labels)},
+                "spec": _pod_spec(job, containers, volumes),
+            },
+        },
+    }
+
+
+def _pod_spec(
+    job: TrainingJob, containers: list[dict[str, Any]], volumes: list[dict[str, Any]] | None
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": containers}
+    if volumes:
+        spec["volumes"] = [dict(v) for v in volumes]
+    if job.spec.image_pull_secrets:
+        spec["imagePullSecrets"] = [dict(s) for s in job.spec.image_pull_secrets]
+    if job.spec.host_network:
+        spec["hostNetwork"] = True
+        spec["dnsPolicy"] = "ClusterFirstWithHostNet"  # keep resolving the master Service
+    return spec
+
+
+def _container(
+    job: TrainingJob, role: str, resources: ResourceRequirements, ports: list[dict[str, Any]]
+) -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": role,
+        "image": job.spec.image,
+        "command": ["edl", role],
+        "env": _env(job),
+    }
+    if ports:
+        container["ports"] = ports
+    requirements = _resources(resources)
+    if requirements:
+        container["resources"] = requirements
+    if job.spec.volume_mounts:
+        container["volumeMounts"] = [dict(m) for m in job.spec.volume_mounts]
+    return container
+
+
+def _etcd_container() -> dict[str, Any]:
+    """etcd for the job, listening on every address of the master pod."""
+    return {
+        "name": "etcd",
+        "image": ETCD_IMAGE,
+        "command": [
+            "etcd",
+            "--name=etcd0",
+            "--data-dir=/var/lib/etcd",
+            f"--listen-client-urls=http://0.0.0.0:{ETCD_CLIENT_PORT}",
+            f"--advertise-client-urls=http://$(EDL_POD_IP):{ETCD_CLIENT_PORT}",
+        ],
+        "env": [_field_env("EDL_POD_IP", "status.podIP")],
+        "ports": [_port("etcd", ETCD_CLIENT_PORT)],
+        "volumeMounts": [{"name": ETCD_DATA_VOLUME, "mountPath": "/var/lib/etcd"}],
+    }
+
+
+def _env(job: TrainingJob) -> list[dict[str, Any]]:
+    """The environment the original passed, under EDL_* names (see the cross-team contract)."""
+    spec = job.spec
+    values = {
+        "EDL_JOB_NAME": _name(job),
+        "EDL_TRAINERS": _int(spec.trainer.min_instance),
+        "EDL_TRAINERS_MAX": _int(spec.trainer.max_instance),
+        "EDL_PSERVERS": _int(spec.pserver.min_instance),
+        "EDL_ENTRYPOINT": spec.trainer.entrypoint or "",
+        "EDL_WORKSPACE": spec.trainer.workspace or "",
+        "EDL_PORT": _int(spec.port),
+        "EDL_PORTS_NUM": _int(spec.ports_num),
+        "EDL_PORTS_NUM_FOR_SPARSE": _int(spec.ports_num_for_sparse),
+        "EDL_PASSES": _int(spec.passes),
+        "EDL_USE_GPU": 1 if job.need_gpu() else 0,
+        "EDL_ETCD_ENDPOINTS": etcd_endpoints(job),
+    }
+    env: list[dict[str, Any]] = [{"name": k, "value": str(v)} for k, v in values.items()]
+    env.insert(1, _field_env("EDL_NAMESPACE", "metadata.namespace"))
+    env.append(_field_env("EDL_POD_IP", "status.podIP"))
+    env.append(_field_env("EDL_POD_NAME", "metadata.name"))
+    return env
+
+
+def _field_env(name: str, field_path: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": field_path}}}
+
+
+def _port(name: str, number: int) -> dict[str, Any]:
+    return {"name": name, "containerPort": number, "protocol": "TCP"}
+
+
+def _resources(resources: ResourceRequirements) -> dict[str, dict[str, str]]:
+    """Copy limits/requests; the legacy GPU name becomes `nvidia.com/gpu`, and a GPU
+    request without a limit gets one (Kubernetes requires a limit for GPUs)."""
+    out: dict[str, dict[str, str]] = {}
+    for kind in ("limits", "requests"):
+        values = dict(getattr(resources, kind) or {})
+        if GPU_LEGACY in values:
+            values.setdefault(GPU, values.pop(GPU_LEGACY))
+            values.pop(GPU_LEGACY, None)
+        if values:
+            out[kind] = values
+    gpu_request = out.get("requests", {}).get(GPU)
+    if gpu_request is not None and GPU not in out.get("limits", {}):
+        out.setdefault("limits", {})[GPU] = gpu_request
+    return out

@@ -1,0 +1,50 @@
+"""`JobParser`: the seed's interface, validate + parse a TrainingJob into child manifests."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from edl.api.trainingjob import TrainingJob
+from edl.jobparser import manifests
+from edl.jobparser.validation import validate_job
+
+__all__ = ["JobParser"]
+
+
+class JobParser:
+    """Pure: every method maps a TrainingJob to plain data; nothing is sent anywhere.
+
+    The `parse_to_*` methods validate first (it is cheap and idempotent), so they
+    never emit a manifest for an invalid job and always see the defaults.
+    """
+
+    def validate(self, job: TrainingJob | Mapping[str, Any]) -> TrainingJob:
+        """The job with defaults filled; raises JobValidationError listing every problem."""
+        return validate_job(job)
+
+    def parse_to_master(self, job: TrainingJob | Mapping[str, Any]) -> dict[str, Any]:
+        """`<job>-master` apps/v1 ReplicaSet (master + etcd sidecar unless external etcd)."""
+        return manifests.master_replica_set(self.validate(job))
+
+    def parse_to_pserver(self, job: TrainingJob | Mapping[str, Any]) -> dict[str, Any]:
+        """`<job>-pserver` apps/v1 ReplicaSet with `pserver.min-instance` replicas."""
+        return manifests.pserver_replica_set(self.validate(job))
+
+    def parse_to_trainer(self, job: TrainingJob | Mapping[str, Any]) -> dict[str, Any]:
+        """`<job>-trainer` batch/v1 Job with parallelism = `trainer.min-instance`."""
+        return manifests.trainer_job(self.validate(job))
+
+    def parse_to_service(self, job: TrainingJob | Mapping[str, Any]) -> dict[str, Any]:
+        """`<job>-master` Service for the master and its etcd."""
+        return manifests.master_service(self.validate(job))
+
+    def parse_all(self, job: TrainingJob | Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Every child in creation order: Service, master, pservers, trainers."""
+        valid = self.validate(job)
+        return [
+            manifests.master_service(valid),
+            manifests.master_replica_set(valid),
+            manifests.pserver_replica_set(valid),
+            manifests.trainer_job(valid),
+        ]

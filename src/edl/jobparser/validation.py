@@ -1,0 +1,288 @@
+"""`JobParser.validate`: fill the original defaults, then report every problem at once.
+
+Why salvage: a schema error (say a non-integer `max-instance`) should not hide
+the other problems of the file. Fields the schema rejects are dropped from a
+copy of the input, the rest is parsed, and the semantic checks run on what is
+left; the user sees both kinds of problems in one list, under their spelling.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from edl.api.errors import JobValidationError, Problem, join_path
+from edl.api.quantity import parse_quantity
+from edl.api.resources import GPU, GPU_LEGACY
+from edl.api.trainingjob import (
+    API_VERSIONS,
+    ResourceRequirements,
+    TrainingJob,
+    schema_errors,
+    user_parts,
+)
+
+__all__ = [
+    "DEFAULT_IMAGE",
+    "DEFAULT_PASSES",
+    "DEFAULT_PORT",
+    "DEFAULT_PORTS_NUM",
+    "DEFAULT_PORTS_NUM_FOR_SPARSE",
+    "ROLE_SUFFIXES",
+    "validate_job",
+]
+
+DEFAULT_PORT = 7164
+DEFAULT_PORTS_NUM = 1
+DEFAULT_PORTS_NUM_FOR_SPARSE = 1
+DEFAULT_PASSES = 1
+DEFAULT_IMAGE = "edl/runtime:latest"
+DEFAULT_PSERVERS = 1
+
+ROLE_SUFFIXES = ("-trainer", "-pserver", "-master")
+MAX_NAME_LENGTH = 63  # a Kubernetes object name that is also a label value / DNS label
+_LONGEST_SUFFIX = max(ROLE_SUFFIXES, key=len)
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_ETCD_URL = re.compile(r"^https?://[^\s/,]+(:[0-9]{1,5})?/?$")
+
+Loc = tuple[str | int, ...]
+
+
+def validate_job(job: TrainingJob | Mapping[str, Any]) -> TrainingJob:
+    """Return the job with defaults filled; raise JobValidationError listing every problem."""
+    data: Any = job.to_dict() if isinstance(job, TrainingJob) else job
+    if not isinstance(data, Mapping):
+        TrainingJob.from_dict(data)  # raises the "must be a mapping" problem
+    parsed, problems = _parse_salvaging(data)
+    reported = {path for path, _ in problems}
+    for loc, message in _semantic_problems(parsed):
+        path = join_path(user_parts(loc, data))
+        if path not in reported:
+            problems.append((path, message))
+            reported.add(path)
+    if problems:
+        raise JobValidationError(problems)
+    return _with_defaults(parsed)
+
+
+# -- schema pass with salvage ---------------------------------------------------------------
+
+
+def _parse_salvaging(data: Mapping[str, Any]) -> tuple[TrainingJob, list[Problem]]:
+    """Parse; on schema errors, drop the offending fields and parse the rest."""
+    problems: list[Problem] = []
+    work: dict[str, Any] = copy.deepcopy(dict(data))
+    for _ in range(20):  # each round drops at least one field; nested errors settle fast
+        try:
+            return TrainingJob.model_validate(work), problems
+        except ValidationError as error:
+            errors = schema_errors(error, work)
+        for parts, message in errors:
+            problem = (join_path(parts), message)
+            if problem not in problems:
+                problems.append(problem)
+            _drop(work, parts)
+    # Unreachable in practice; fall back to an empty job so the caller still reports.
+    return TrainingJob(apiVersion=API_VERSIONS[0], kind="TrainingJob"), problems
+
+
+def _drop(work: dict[str, Any], parts: list[str | int]) -> None:
+    """Remove the value at `parts` (or the list holding it), or patch a missing apiVersion/kind."""
+    if parts in (["apiVersion"], ["kind"]):
+        work[str(parts[0])] = API_VERSIONS[0] if parts == ["apiVersion"] else "TrainingJob"
+        return
+    node: Any = work
+    for index, key in enumerate(parts):
+        last = index == len(parts) - 1
+        if isinstance(node, dict) and isinstance(key, str) and key in node:
+            child = node[key]
+            if last or isinstance(child, list) or not isinstance(child, dict):
+                del node[key]  # drop lists whole: dropping an item would shift later indexes
+                return
+            node = child
+        else:
+            return
+
+
+# -- semantic checks -----------------------------------------------------------------------
+
+
+def _semantic_problems(job: TrainingJob) -> Iterator[tuple[Loc, str]]:
+    yield from _name_problems(job)
+    yield from _instance_problems(job)
+    yield from _port_problems(job)
+    trainer = job.spec.trainer
+    if trainer.entrypoint is None:
+        yield ("spec", "trainer", "entrypoint"), "required"
+    elif not trainer.entrypoint.strip():
+        yield ("spec", "trainer", "entrypoint"), "must not be empty"
+    if job.spec.passes is not None and job.spec.passes < 1:
+        yield ("spec", "passes"), f"must be >= 1 (got {job.spec.passes})"
+    if job.spec.image is not None and not job.spec.image.strip():
+        yield ("spec", "image"), "must not be empty (leave it out for the default image)"
+    for role in ("trainer", "pserver", "master"):
+        resources = getattr(job.spec, role).resources
+        yield from _resource_problems(("spec", role, "resources"), resources)
+    yield from _etcd_problems(job)
+    yield from _volume_problems(job)
+
+
+def _name_problems(job: TrainingJob) -> Iterator[tuple[Loc, str]]:
+    name = job.metadata.name
+    if not name:
+        yield ("metadata", "name"), "required"
+        return
+    if not _DNS1123_LABEL.match(name):
+        yield (
+            ("metadata", "name"),
+            f"must be a DNS-1123 label: lowercase letters, digits and '-', starting and ending "
+            f"with a letter or digit (got {name!r})",
+        )
+    elif not name[0].isalpha():
+        yield (
+            ("metadata", "name"),
+            f"must start with a letter: the master Service '{name}-master' must be a DNS-1035 "
+            f"label (got {name!r})",
+        )
+    limit = MAX_NAME_LENGTH - len(_LONGEST_SUFFIX)
+    if len(name) > limit:
+        yield (
+            ("metadata", "name"),
+            f"must be at most {limit} characters so that '{name}{_LONGEST_SUFFIX}' fits "
+            f"Kubernetes' {MAX_NAME_LENGTH}-character limit (got {len(name)})",
+        )
+    namespace = job.metadata.namespace
+    if namespace is not None and not _DNS1123_LABEL.match(namespace):
+        yield ("metadata", "namespace"), f"must be a DNS-1123 label (got {namespace!r})"
+
+
+def _instance_problems(job: TrainingJob) -> Iterator[tuple[Loc, str]]:
+    trainer, pserver = job.spec.trainer, job.spec.pserver
+    if trainer.min_instance is None:
+        yield ("spec", "trainer", "min-instance"), "required"
+    yield from _min_max_problems(
+        "trainer", trainer.min_instance, trainer.max_instance, job.spec.fault_tolerant is True
+    )
+    yield from _min_max_problems("pserver", pserver.min_instance, pserver.max_instance, True)
+
+
+def _min_max_problems(
+    role: str, minimum: int | None, maximum: int | None, fault_tolerant: bool
+) -> Iterator[tuple[Loc, str]]:
+    if minimum is not None and minimum < 1:
+        yield ("spec", role, "min-instance"), f"must be >= 1 (got {minimum})"
+    if maximum is None:
+        return
+    if maximum < 1:
+        yield ("spec", role, "max-instance"), f"must be >= 1 (got {maximum})"
+    elif minimum is not None and maximum < minimum:
+        yield ("spec", role, "max-instance"), f"must be >= min-instance ({minimum})"
+    elif minimum is not None and not fault_tolerant and maximum != minimum:
+        yield (
+            ("spec", role, "max-instance"),
+            f"must equal min-instance ({minimum}) unless spec.fault_tolerant is true",
+        )
+
+
+def _port_problems(job: TrainingJob) -> Iterator[tuple[Loc, str]]:
+    spec = job.spec
+    port = spec.port if spec.port is not None else DEFAULT_PORT
+    ports_num = spec.ports_num if spec.ports_num is not None else DEFAULT_PORTS_NUM
+    sparse = spec.ports_num_for_sparse
+    sparse = sparse if sparse is not None else DEFAULT_PORTS_NUM_FOR_SPARSE
+    ok = True
+    if not 1 <= port <= 65535:
+        ok = False
+        yield ("spec", "port"), f"must be between 1 and 65535 (got {port})"
+    if ports_num < 1:
+        ok = False
+        yield ("spec", "ports_num"), f"must be >= 1 (got {ports_num})"
+    if sparse < 0:
+        ok = False
+        yield ("spec", "ports_num_for_sparse"), f"must be >= 0 (got {sparse})"
+    last = port + ports_num + sparse - 1
+    if ok and last > 65535:
+        yield (
+            ("spec", "port"),
+            f"port + ports_num + ports_num_for_sparse - 1 must be <= 65535: the pserver "
+            f"ports {port}..{last} do not fit",
+        )
+
+
+def _resource_problems(loc: Loc, resources: ResourceRequirements) -> Iterator[tuple[Loc, str]]:
+    limits = {k: parse_quantity(v) for k, v in (resources.limits or {}).items()}
+    requests = {k: parse_quantity(v) for k, v in (resources.requests or {}).items()}
+    for kind, values in (("limits", limits), ("requests", requests)):
+        for name in (GPU, GPU_LEGACY):
+            if name in values and values[name].denominator != 1:
+                yield (*loc, kind, name), f"must be a whole number of GPUs (got {values[name]})"
+        if GPU in values and GPU_LEGACY in values:
+            yield (*loc, kind, GPU_LEGACY), f"set only one of {GPU} and {GPU_LEGACY}"
+    for name, requested in requests.items():
+        if name not in limits:
+            continue
+        limit_text = (resources.limits or {})[name]
+        if name in (GPU, GPU_LEGACY) and requested != limits[name]:
+            yield (*loc, "requests", name), f"must equal limits[{name}] ({limit_text})"
+        elif requested > limits[name]:
+            limit_path = join_path(["limits", name])
+            yield (*loc, "requests", name), f"must be <= {limit_path} ({limit_text})"
+
+
+def _etcd_problems(job: TrainingJob) -> Iterator[tuple[Loc, str]]:
+    endpoint = job.spec.master.etcd_endpoint
+    if endpoint is None:
+        return
+    urls = [u.strip() for u in endpoint.split(",")]
+    bad = [u for u in urls if not _ETCD_URL.match(u)]
+    if not endpoint.strip() or bad:
+        yield (
+            ("spec", "master", "etcd-endpoint"),
+            f"must be comma-separated http(s)://host:port URLs (got {endpoint!r})",
+        )
+
+
+def _volume_problems(job: TrainingJob) -> Iterator[tuple[Loc, str]]:
+    names = {v.get("name") for v in job.spec.volumes or []}
+    for index, volume in enumerate(job.spec.volumes or []):
+        if not isinstance(volume.get("name"), str) or not volume["name"]:
+            yield ("spec", "volumes", index, "name"), "required"
+    for index, mount in enumerate(job.spec.volume_mounts or []):
+        name = mount.get("name")
+        if not isinstance(name, str) or not name:
+            yield ("spec", "volumeMounts", index, "name"), "required"
+        elif name not in names:
+            yield (
+                ("spec", "volumeMounts", index, "name"),
+                f"no volume named {name!r} in spec.volumes",
+            )
+        if not isinstance(mount.get("mountPath"), str) or not mount["mountPath"]:
+            yield ("spec", "volumeMounts", index, "mountPath"), "required"
+
+
+# -- defaults ------------------------------------------------------------------------------
+
+
+def _with_defaults(job: TrainingJob) -> TrainingJob:
+    """The job with the original's defaults written in (so `to_dict()` shows them)."""
+    data = job.to_dict()
+    spec = data.setdefault("spec", {})
+    spec.setdefault("image", DEFAULT_IMAGE)
+    spec.setdefault("port", DEFAULT_PORT)
+    spec.setdefault("ports_num", DEFAULT_PORTS_NUM)
+    spec.setdefault("ports_num_for_sparse", DEFAULT_PORTS_NUM_FOR_SPARSE)
+    spec.setdefault("passes", DEFAULT_PASSES)
+    spec.setdefault("fault_tolerant", False)
+    spec.setdefault("hostNetwork", False)
+    trainer = spec.setdefault("trainer", {})
+    trainer.setdefault("workspace", "")
+    trainer.setdefault("max-instance", trainer["min-instance"])
+    pserver = spec.setdefault("pserver", {})
+    pserver.setdefault("min-instance", DEFAULT_PSERVERS)
+    pserver.setdefault("max-instance", pserver["min-instance"])
+    spec.setdefault("master", {})
+    return TrainingJob.from_dict(data)
