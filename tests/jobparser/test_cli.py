@@ -1,0 +1,104 @@
+"""`edl validate` and `edl render`, through click's runner and once through the real binary."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+from click.testing import CliRunner, Result
+
+from edl.cli.main import cli
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples" / "jobs"
+EDL = Path(sys.executable).parent / "edl"
+
+
+def run(*args: str, stdin: str | None = None) -> Result:
+    return CliRunner().invoke(cli, list(args), input=stdin)
+
+
+def test_validate_valid_file_prints_one_line() -> None:
+    result = run("validate", str(EXAMPLES / "mnist.yaml"))
+    assert result.exit_code == 0
+    assert result.output.splitlines() == [
+        f"{EXAMPLES / 'mnist.yaml'}: valid TrainingJob default/mnist "
+        "(edl.dev/v1, elastic, 2..10 trainers, 2 pservers)"
+    ]
+    original = run("validate", str(EXAMPLES / "paddle-original.yaml"))
+    assert original.exit_code == 0 and "paddlepaddle.org/v1" in original.output
+
+
+def test_validate_invalid_file_prints_one_line_per_problem() -> None:
+    result = run("validate", str(EXAMPLES / "invalid" / "many-problems.yaml"))
+    assert result.exit_code == 1
+    lines = result.output.splitlines()
+    assert len(lines) == 7
+    assert "spec.trainer.max-instance: must be >= min-instance (5)" in lines
+    assert "spec.trainer.resources.requests.memory: invalid quantity 'lots'" in lines
+    assert "Traceback" not in result.output
+
+
+def test_validate_bad_yaml_and_missing_file() -> None:
+    bad = run("validate", str(EXAMPLES / "invalid" / "not-yaml.yaml"))
+    assert bad.exit_code == 1
+    assert len(bad.output.splitlines()) == 1 and "not valid YAML at line 4" in bad.output
+    missing = run("validate", "/nonexistent/job.yaml")
+    assert missing.exit_code == 2
+    assert missing.output == (
+        "/nonexistent/job.yaml: cannot read /nonexistent/job.yaml: No such file or directory\n"
+    )
+    directory = run("validate", str(EXAMPLES))
+    assert directory.exit_code == 2 and len(directory.output.splitlines()) == 1
+
+
+def test_validate_reads_stdin() -> None:
+    text = (EXAMPLES / "mnist.yaml").read_text()
+    assert run("validate", "-", stdin=text).exit_code == 0
+    empty = run("validate", "-", stdin="")
+    assert empty.exit_code == 1
+    assert empty.output == "-: expected one YAML document with a TrainingJob, found 0\n"
+
+
+def test_render_prints_the_children_as_multi_document_yaml() -> None:
+    result = run("render", str(EXAMPLES / "mnist.yaml"))
+    assert result.exit_code == 0
+    documents = list(yaml.safe_load_all(result.output))
+    assert [(d["kind"], d["metadata"]["name"]) for d in documents] == [
+        ("Service", "mnist-master"),
+        ("ReplicaSet", "mnist-master"),
+        ("ReplicaSet", "mnist-pserver"),
+        ("Job", "mnist-trainer"),
+    ]
+    assert documents[3]["spec"]["parallelism"] == 2
+
+
+def test_render_invalid_reports_problems_and_no_yaml() -> None:
+    result = CliRunner().invoke(cli, ["render", str(EXAMPLES / "invalid" / "unknown-fields.yaml")])
+    assert result.exit_code == 1
+    assert "replicas: unknown field" in result.output.splitlines()
+    assert "kind:" not in result.output
+
+
+def test_the_installed_binary() -> None:
+    valid = subprocess.run(
+        [str(EDL), "validate", str(EXAMPLES / "paddle-original.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert valid.returncode == 0, valid.stderr
+    assert len(valid.stdout.splitlines()) == 1 and valid.stderr == ""
+    invalid = subprocess.run(
+        [str(EDL), "render", str(EXAMPLES / "invalid" / "many-problems.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert invalid.returncode == 1 and invalid.stdout == ""
+    assert "spec.pserver.min-instance: must be >= 1 (got 0)" in invalid.stderr.splitlines()
+    assert "Traceback" not in invalid.stderr
