@@ -1,0 +1,123 @@
+"""Lease election against kmock's emulator over HTTP (real lightkube client).
+
+The emulator extension in conftest.py enforces resourceVersion preconditions,
+which is what makes two racing candidates resolve to one leader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from lightkube import AsyncClient
+from lightkube.resources.coordination_v1 import Lease
+
+from edl.kube.leader import LeaderElector, LeadershipLost
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def elector(api: AsyncClient, identity: str, clock: Any = None, **kw: Any) -> LeaderElector:
+    params = dict(lease_duration=2.0, renew_deadline=1.5, retry_period=0.2)
+    params.update(kw)
+    if clock is not None:
+        params["clock"] = clock
+    return LeaderElector(api, namespace="edl-system", name="edl-controller",
+                         identity=identity, **params)
+
+
+async def test_first_candidate_wins_second_waits(api: AsyncClient) -> None:
+    a, b = elector(api, "a"), elector(api, "b")
+    assert await a.try_acquire_or_renew()
+    assert not await b.try_acquire_or_renew()
+    assert await a.try_acquire_or_renew()  # renew
+    lease = await api.get(Lease, "edl-controller", namespace="edl-system")
+    assert lease.spec.holderIdentity == "a"
+
+
+async def test_racing_candidates_for_an_expired_lease_yield_one_leader(api: AsyncClient) -> None:
+    old = elector(api, "old")
+    assert await old.try_acquire_or_renew()
+    clock = FakeClock()
+    candidates = [elector(api, f"c{i}", clock) for i in range(3)]
+    # Each candidate observes the record, then time passes beyond the lease duration.
+    assert not any([await c.try_acquire_or_renew() for c in candidates])
+    clock.now = 10.0
+    results = await asyncio.gather(*(c.try_acquire_or_renew() for c in candidates))
+    assert sorted(results) == [False, False, True]
+    lease = await api.get(Lease, "edl-controller", namespace="edl-system")
+    winner = candidates[results.index(True)].identity
+    assert lease.spec.holderIdentity == winner
+    assert lease.spec.leaseTransitions == 1
+
+
+async def test_standby_takes_over_when_the_leader_dies(api: AsyncClient) -> None:
+    a, b = elector(api, "a"), elector(api, "b")
+    a_working, b_working = asyncio.Event(), asyncio.Event()
+
+    async def work(flag: asyncio.Event) -> None:
+        flag.set()
+        await asyncio.Event().wait()
+
+    leader = asyncio.create_task(a.run_as_leader(lambda: work(a_working)))
+    await asyncio.wait_for(a_working.wait(), 20)
+    standby = asyncio.create_task(b.run_as_leader(lambda: work(b_working)))
+    await asyncio.sleep(1.0)
+    assert not b_working.is_set(), "standby ran while the leader renewed"
+    # Kill the leader without releasing (as a crashed pod would): renewals stop.
+    a.release = _no_release  # type: ignore[method-assign]
+    leader.cancel()
+    await asyncio.gather(leader, return_exceptions=True)
+    await asyncio.wait_for(b_working.wait(), 30)
+    assert b.is_leader
+    standby.cancel()
+    await asyncio.gather(standby, return_exceptions=True)
+
+
+async def _no_release() -> None:
+    return None
+
+
+async def test_clean_shutdown_releases_for_a_fast_takeover(api: AsyncClient) -> None:
+    a = elector(api, "a", lease_duration=30, renew_deadline=20, retry_period=0.2)
+    done = asyncio.Event()
+
+    async def short_work() -> None:
+        done.set()
+
+    await a.run_as_leader(short_work)
+    assert done.is_set()
+    lease = await api.get(Lease, "edl-controller", namespace="edl-system")
+    assert lease.spec.holderIdentity is None
+    # A lease without a holder is free at once: no need to wait for its duration (30 s).
+    b = elector(api, "b", lease_duration=30, renew_deadline=20, retry_period=0.2)
+    assert await b.try_acquire_or_renew()
+
+
+async def test_leader_that_cannot_renew_steps_down(api: AsyncClient, emulator: Any) -> None:
+    a = elector(api, "a")
+    emulator_fault = None
+    working = asyncio.Event()
+
+    async def work() -> None:
+        working.set()
+        await asyncio.Event().wait()
+
+    task = asyncio.create_task(a.run_as_leader(work))
+    await asyncio.wait_for(working.wait(), 20)
+    emulator_fault = emulator.fail_next(lambda r: r.resource is not None
+                                        and r.resource.plural == "leases", 503, times=1000)
+    try:
+        await asyncio.wait_for(task, 30)
+    except LeadershipLost:
+        pass
+    else:
+        raise AssertionError("run_as_leader returned without losing leadership")
+    assert emulator_fault.hits > 0
+    assert not a.is_leader
