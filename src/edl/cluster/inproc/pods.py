@@ -1,0 +1,126 @@
+"""Pods of the in-process control plane, and the per-owner counters kept beside them.
+
+A pod is a `PodRecord` (slots, integer resources parsed once) holding its
+manifest. Everything the Autoscaler and the simulator ask about pods is answered
+from counters updated on each transition, never by scanning pods.
+
+States (Kubernetes phases plus deletion):
+
+    unbound  — phase Pending, not yet on a node (waits in the scheduling queue)
+    starting — phase Pending, bound to a node, containers starting
+    running  — phase Running
+    any of them with ``terminating`` — deleted, still on its node until it exits
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from edl.accounting import PodResources
+from edl.cluster.port import Manifest
+
+OwnerKey = tuple[str, str, str]  # (kind, namespace, name)
+
+PENDING = "Pending"
+RUNNING = "Running"
+SUCCEEDED = "Succeeded"
+FAILED = "Failed"
+
+
+class PodRecord:
+    """One pod: identity, parsed resources, state, and its manifest (kept in sync)."""
+
+    __slots__ = (
+        "created_at",
+        "job",
+        "manifest",
+        "name",
+        "namespace",
+        "node",
+        "owner",
+        "phase",
+        "resources",
+        "role",
+        "running_at",
+        "seq",
+        "terminating",
+        "uid",
+        "unschedulable",
+    )
+
+    def __init__(
+        self,
+        manifest: Manifest,
+        resources: PodResources,
+        owner: OwnerKey | None,
+        seq: int,
+        now: float,
+    ) -> None:
+        metadata = manifest["metadata"]
+        labels = metadata.get("labels") or {}
+        self.manifest = manifest
+        self.uid: str = metadata["uid"]
+        self.namespace: str = metadata["namespace"]
+        self.name: str = metadata["name"]
+        self.role: str = labels.get("edl.dev/role", "")
+        self.job: str = labels.get("edl.dev/job", "")
+        self.owner = owner
+        self.resources = resources
+        self.seq = seq  # creation order: newer pods have larger seq
+        self.created_at = now
+        self.running_at: float | None = None
+        self.node: str | None = None
+        self.phase = PENDING
+        self.terminating = False
+        self.unschedulable = False
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.namespace, self.name
+
+    def deletion_rank(self) -> tuple[int, int, int]:
+        """Sort key: pods to delete first come first.
+
+        As Kubernetes' ReplicaSet and Job controllers: unscheduled before
+        scheduled, pending before running, then the newest first.
+        """
+        return (self.node is not None, self.phase == RUNNING, -self.seq)
+
+
+@dataclass
+class OwnerPods:
+    """The live pods of one owner (ReplicaSet, Deployment or Job) and their counts.
+
+    Counts exclude terminating pods except ``terminating`` itself.
+    """
+
+    pods: dict[str, PodRecord] = field(default_factory=dict)  # uid -> pod, creation order
+    unbound: int = 0
+    starting: int = 0
+    running: int = 0
+    terminating: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    created: int = 0  # pods ever created (names the next one)
+    condition: str | None = None  # a Job's final condition: "Complete" or "Failed"
+    generation: int = -1  # owner generation the cached template resources belong to
+    resources: PodResources = field(default_factory=PodResources)
+
+    @property
+    def pending(self) -> int:
+        return self.unbound + self.starting
+
+    @property
+    def active(self) -> int:
+        return self.unbound + self.starting + self.running
+
+    def count(self, pod: PodRecord, delta: int) -> None:
+        """Add ``delta`` to the counter of the pod's current state."""
+        if pod.terminating:
+            self.terminating += delta
+        elif pod.phase == RUNNING:
+            self.running += delta
+        elif pod.node is None:
+            self.unbound += delta
+        else:
+            self.starting += delta
