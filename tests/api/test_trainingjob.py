@@ -132,3 +132,14 @@ def test_load_errors() -> None:
     with pytest.raises(JobLoadError, match="found 2"):
         load_trainingjob("a: 1\n---\nb: 2\n")
     assert load_trainingjob("apiVersion: edl.dev/v1\nkind: TrainingJob\n").metadata.name is None
+
+
+def test_status_keeps_controller_bookkeeping() -> None:
+    status = {
+        "state": "Running",
+        "replicas": 3,
+        "conditions": [{"type": "Ready", "status": "True"}],
+    }
+    obj = {**job_dict(), "status": status}
+    job = TrainingJob.from_dict(obj)
+    assert job.to_dict()["status"] == status

@@ -192,6 +192,10 @@ def test_schema_and_semantic_problems_together() -> None:
             ],
         ),
         (
+            minimal(volumes=[{"name": "edl-etcd-data", "emptyDir": {}}]),
+            [("spec.volumes[0].name", "'edl-etcd-data' is reserved for etcd")],
+        ),
+        (
             {**minimal(), "metadata": {"name": "9lives"}},
             [
                 (

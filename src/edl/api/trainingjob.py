@@ -4,8 +4,9 @@ Field names follow the original job files (`min-instance`, `ports_num`,
 `etcd-endpoint`, ...) so those files load unchanged; Python code uses
 snake_case attributes (`job.spec.trainer.min_instance`). Optional fields stay
 `None` until `JobParser.validate` fills the defaults, so `to_dict()` gives back
-what the user wrote. Unknown fields are rejected everywhere except
-`metadata`, which is a Kubernetes ObjectMeta and kept as given.
+what the user wrote. Unknown fields are rejected everywhere except `metadata`
+(a Kubernetes ObjectMeta) and `status` (written by the controller), whose
+other fields are kept as given.
 """
 
 from __future__ import annotations
@@ -144,7 +145,13 @@ class TrainingJobSpec(_Strict):
 
 
 class TrainingJobStatus(_Strict):
-    """`status`: the job's phase and a human-readable reason."""
+    """`status`: the job's phase and a human-readable reason.
+
+    The controller owns status and may add bookkeeping (conditions, replicas for
+    the scale subresource, trainer counts), so other status fields are kept as given.
+    """
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True, frozen=True)
 
     state: Literal["Created", "Running", "Failed", "Succeeded"] | None = None
     message: StrictStr | None = None

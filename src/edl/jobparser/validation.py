@@ -25,6 +25,7 @@ from edl.api.trainingjob import (
     schema_errors,
     user_parts,
 )
+from edl.jobparser.manifests import ETCD_DATA_VOLUME
 
 __all__ = [
     "DEFAULT_IMAGE",
@@ -251,6 +252,8 @@ def _volume_problems(job: TrainingJob) -> Iterator[tuple[Loc, str]]:
     for index, volume in enumerate(job.spec.volumes or []):
         if not isinstance(volume.get("name"), str) or not volume["name"]:
             yield ("spec", "volumes", index, "name"), "required"
+        elif volume["name"] == ETCD_DATA_VOLUME:
+            yield ("spec", "volumes", index, "name"), f"{ETCD_DATA_VOLUME!r} is reserved for etcd"
     for index, mount in enumerate(job.spec.volume_mounts or []):
         name = mount.get("name")
         if not isinstance(name, str) or not name:
