@@ -136,9 +136,7 @@ class ResourceLedger:
         sums[5] += resources.gpu_limit
         if node:
             self._used_cpu[node] = self._used_cpu.get(node, 0) + resources.cpu_request_milli
-            self._used_memory[node] = (
-                self._used_memory.get(node, 0) + resources.memory_request_mega
-            )
+            self._used_memory[node] = self._used_memory.get(node, 0) + resources.memory_request_mega
             self._used_gpu[node] = self._used_gpu.get(node, 0) + resources.gpu_request
         elif not trainer:
             self._pending[key] = resources

@@ -24,7 +24,10 @@ class JobView:
     Resources are per trainer pod (CPU milli, memory mega, GPU count).
     `parallelism` is the trainer Job's current `spec.parallelism`; `total`,
     `running` and `pending` count its non-terminal trainer pods (terminating pods
-    are still Running, as Kubernetes reports them).
+    are still Running, as Kubernetes reports them). `unscheduled` counts the pending
+    ones without `spec.nodeName` (their room is not yet taken from any node); None
+    when the caller does not know, and policies then assume every pending pod is
+    unscheduled (safe: it can only make them more careful).
     """
 
     namespace: str
@@ -41,6 +44,12 @@ class JobView:
     total: int = 0
     running: int = 0
     pending: int = 0
+    unscheduled: int | None = None
+
+    @property
+    def unbound(self) -> int:
+        """Pending trainer pods not yet bound to a node (all pending ones when unknown)."""
+        return self.pending if self.unscheduled is None else self.unscheduled
 
     @property
     def key(self) -> tuple[str, str]:

@@ -1,0 +1,440 @@
+"""`default`: edl's scaling policy — fair, node-aware, and quick to give room back.
+
+One plan, in order (every step pure arithmetic on copies of the inputs):
+
+1. Targets start at the current parallelism, clamped to [min, max].
+2. Pending pods that are not trainers (a service scaling up, a new job's
+   pserver) get node room first: they are placed first-fit on a copy of the
+   per-node room. Those that fit nowhere are a *deficit*.
+3. Each job's trainers that hold no node yet (unscheduled pending pods and pods
+   the Job has not created) are placed, least fulfilled job first. Pending pods
+   already bound to a node are not placed twice (`JobView.unscheduled`). Trainers
+   that fit nowhere make the job *blocked*; a job that cannot hold its
+   min-instance this way is *starving*.
+4. While CPU requests or GPU limits exceed max_load_desired of the total (pending
+   pods included, as in the original), the most fulfilled jobs above min shrink.
+5. For the deficit and the starving jobs, the most fulfilled jobs above min
+   shrink until the trainers they give up cover the missing CPU, memory and GPUs.
+6. Fair shares: the CPU/GPU budget left under max_load_desired (and the memory
+   total) is water-filled over all jobs by fulfillment (`fairshare.py`).
+7. Growth: jobs below their fair share that were not shrunk and have no blocked
+   trainers grow one trainer at a time, least fulfilled first, each trainer
+   placed on a concrete node with room and within the aggregate budget.
+8. Rebalance: when jobs stay below their fair share because nothing fits, jobs
+   above their fair share shrink toward it (never below) until the deficit is
+   covered; the growth happens in a later plan, once the room is really free.
+
+Guarantees (property-tested): targets stay in [min, max]; every added trainer
+was placed on a node with room and no node is over-committed; CPU requests stay
+within max_load_desired of the total unless they already exceeded it; no job
+grows and shrinks in one plan; the same input gives the same plan.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from edl.accounting.types import ClusterResource, Nodes
+from edl.policy.base import Decision, JobView
+from edl.policy.fairshare import Demand, fair_shares
+
+__all__ = ["DefaultPolicy"]
+
+
+class _Room:
+    """Per-node room as parallel lists, with a first-fit cursor per trainer shape."""
+
+    __slots__ = ("count", "cpu", "cursor", "gpu", "memory")
+
+    def __init__(self, nodes: Nodes) -> None:
+        names = list(nodes.cpu_idle_milli)
+        self.count = len(names)
+        self.cpu = list(nodes.cpu_idle_milli.values())
+        self.memory = [nodes.memory_free_mega.get(name, 0) for name in names]
+        self.gpu = [nodes.gpu_free.get(name, 0) for name in names]
+        # Room only shrinks between two `give` calls, so a node too small for a shape
+        # stays too small and each shape's cursor only moves forward.
+        self.cursor: dict[tuple[int, int, int], int] = {}
+
+    def take(self, cpu: int, memory: int, gpu: int) -> int:
+        """Take room for one pod on the first node where it fits; its index, or -1."""
+        shape = (cpu, memory, gpu)
+        index = self.cursor.get(shape, 0)
+        node_cpu, node_memory, node_gpu, count = self.cpu, self.memory, self.gpu, self.count
+        while index < count:
+            if node_cpu[index] >= cpu and node_memory[index] >= memory and node_gpu[index] >= gpu:
+                node_cpu[index] -= cpu
+                node_memory[index] -= memory
+                node_gpu[index] -= gpu
+                self.cursor[shape] = index
+                return index
+            index += 1
+        self.cursor[shape] = count
+        return -1
+
+    def give(self, index: int, cpu: int, memory: int, gpu: int) -> None:
+        """Return room taken by `take` (a planned trainer that is dropped again)."""
+        self.cpu[index] += cpu
+        self.memory[index] += memory
+        self.gpu[index] += gpu
+        self.cursor.clear()
+
+
+@dataclass(slots=True)
+class _Budget:
+    """Aggregate requests once every plan is carried out, against max_load_desired."""
+
+    cpu: int
+    gpu: int
+    memory: int
+    cpu_cap: int
+    gpu_cap: int
+    memory_cap: int
+
+    def fits(self, cpu: int, memory: int, gpu: int) -> bool:
+        return (
+            self.cpu + cpu <= self.cpu_cap
+            and (gpu == 0 or self.gpu + gpu <= self.gpu_cap)
+            and (memory == 0 or self.memory + memory <= self.memory_cap)
+        )
+
+    def add(self, cpu: int, memory: int, gpu: int, count: int) -> None:
+        self.cpu += cpu * count
+        self.memory += memory * count
+        self.gpu += gpu * count
+
+
+@dataclass(slots=True)
+class _Job:
+    """The plan of one elastic job while it is being made."""
+
+    view: JobView
+    target: int
+    placed: int = 0  # trainers already holding node room that the target keeps
+    planned_nodes: list[int] = field(default_factory=list)  # room taken in this plan
+    blocked: int = 0  # trainers wanted but fitting no node
+    share: int = 0
+    shrunk: bool = False
+    grown: bool = False
+    causes: list[str] = field(default_factory=list)
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        view = self.view
+        return view.cpu_request_milli, view.memory_request_mega, view.gpu_request
+
+    def fulfillment(self) -> float:
+        view = self.view
+        return (self.target - view.min_instance) / (view.max_instance - view.min_instance)
+
+    def holding(self) -> int:
+        """Trainers that hold (or were given) node room."""
+        return self.placed + len(self.planned_nodes)
+
+
+def _most_fulfilled(jobs: Sequence[_Job]) -> list[tuple[float, str, str, int]]:
+    heap = [
+        (-job.fulfillment(), job.view.namespace, job.view.name, index)
+        for index, job in enumerate(jobs)
+        if job.target > job.view.min_instance
+    ]
+    heapq.heapify(heap)
+    return heap
+
+
+class DefaultPolicy:
+    """edl's policy (see the module doc for the steps and their guarantees)."""
+
+    name = "default"
+
+    def plan(
+        self, jobs: Sequence[JobView], resources: ClusterResource, max_load_desired: float
+    ) -> list[Decision]:
+        budget = _Budget(
+            cpu=resources.cpu_request_milli,
+            gpu=resources.gpu_limit,
+            memory=resources.memory_request_mega,
+            cpu_cap=int(resources.cpu_total_milli * max_load_desired),
+            gpu_cap=int(resources.gpu_total * max_load_desired),
+            memory_cap=resources.memory_total_mega,
+        )
+        plans: list[_Job] = []
+        for view in jobs:
+            elastic = view.min_instance < view.max_instance
+            target = (
+                min(max(view.parallelism, view.min_instance), view.max_instance)
+                if elastic
+                else view.parallelism
+            )
+            # Requests as they will be once the Job holds `target` pods (terminating
+            # pods gone, pods not yet created counted).
+            budget.cpu += view.cpu_request_milli * (target - view.total)
+            budget.memory += view.memory_request_mega * (target - view.total)
+            budget.gpu += view.gpu_limit * (target - view.total)
+            if elastic:
+                plans.append(_Job(view, target))
+        room = _Room(resources.nodes)
+
+        deficit = self._place_pending_pods(resources, room)
+        self._place_unscheduled_trainers(plans, room)
+        freed = self._shrink_over_max_load(plans, budget, room, max_load_desired)
+        self._make_room(plans, budget, room, deficit, freed)
+        self._fair_shares(plans, budget)
+        self._grow(plans, budget, room)
+        self._rebalance(plans, budget, room)
+
+        by_key = {plan.view.key: plan for plan in plans}
+        decisions = []
+        for view in jobs:
+            plan = by_key.get(view.key)
+            if plan is None:
+                reason, target = "not elastic (min-instance = max-instance)", view.parallelism
+            else:
+                reason, target = self._reason(plan), plan.target
+            decisions.append(Decision(view.namespace, view.name, view.parallelism, target, reason))
+        return decisions
+
+    # -- steps ------------------------------------------------------------------------
+
+    @staticmethod
+    def _place_pending_pods(resources: ClusterResource, room: _Room) -> list[int]:
+        """Step 2: reserve room for pending non-trainer pods; returns what fits nowhere."""
+        deficit = [0, 0, 0, 0]  # cpu, memory, gpu, pods
+        pods = sorted(
+            resources.pending,
+            key=lambda p: (-p.gpu_request, -p.cpu_request_milli, -p.memory_request_mega),
+        )
+        for pod in pods:
+            if room.take(pod.cpu_request_milli, pod.memory_request_mega, pod.gpu_request) < 0:
+                deficit[0] += pod.cpu_request_milli
+                deficit[1] += pod.memory_request_mega
+                deficit[2] += pod.gpu_request
+                deficit[3] += 1
+        return deficit
+
+    @staticmethod
+    def _place_unscheduled_trainers(plans: list[_Job], room: _Room) -> None:
+        """Step 3: give node room to trainers that have none yet, least fulfilled first."""
+
+        def order(plan: _Job) -> tuple[float, str, str]:
+            view = plan.view
+            bound = view.total - view.unbound
+            held = (bound - view.min_instance) / (view.max_instance - view.min_instance)
+            return (held, view.namespace, view.name)
+
+        for plan in sorted(plans, key=order):
+            view = plan.view
+            plan.placed = min(view.total - view.unbound, plan.target)
+            cpu, memory, gpu = plan.shape
+            for _ in range(plan.target - plan.placed):
+                node = room.take(cpu, memory, gpu)
+                if node < 0:
+                    plan.blocked = plan.target - plan.holding()
+                    break
+                plan.planned_nodes.append(node)
+
+    @staticmethod
+    def _shrink_one(plan: _Job, budget: _Budget, room: _Room, cause: str) -> bool:
+        """Drop one trainer; True when it frees room on a node (a bound trainer goes)."""
+        plan.target -= 1
+        plan.shrunk = True
+        if cause not in plan.causes:
+            plan.causes.append(cause)
+        cpu, memory, gpu = plan.shape
+        budget.add(cpu, memory, plan.view.gpu_limit, -1)
+        # Kubernetes removes pods that are not yet scheduled first.
+        if plan.blocked:
+            plan.blocked -= 1
+            return False
+        if plan.planned_nodes:
+            room.give(plan.planned_nodes.pop(), cpu, memory, gpu)
+            return False
+        plan.placed = min(plan.placed, plan.target)
+        return True
+
+    def _shrink_over_max_load(
+        self, plans: list[_Job], budget: _Budget, room: _Room, max_load: float
+    ) -> list[int]:
+        """Step 4: shrink the most fulfilled jobs while requests exceed max load."""
+        freed = [0, 0, 0]
+        heap = _most_fulfilled(plans)
+        while heap and (budget.cpu > budget.cpu_cap or budget.gpu > budget.gpu_cap):
+            _, _, _, index = heapq.heappop(heap)
+            plan = plans[index]
+            cpu, memory, gpu = plan.shape
+            if not (
+                (budget.cpu > budget.cpu_cap and cpu > 0)
+                or (budget.gpu > budget.gpu_cap and plan.view.gpu_limit > 0)
+            ):
+                continue  # shrinking this job would not lower what is over
+            what = "CPU requests" if budget.cpu > budget.cpu_cap else "GPU limits"
+            cause = f"{what} above {max_load:.0%} of the cluster"
+            if self._shrink_one(plan, budget, room, cause):
+                freed[0] += cpu
+                freed[1] += memory
+                freed[2] += gpu
+            if plan.target > plan.view.min_instance:
+                heapq.heappush(heap, (-plan.fulfillment(), *plan.view.key, index))
+        return freed
+
+    def _make_room(
+        self,
+        plans: list[_Job],
+        budget: _Budget,
+        room: _Room,
+        deficit: list[int],
+        freed: list[int],
+    ) -> None:
+        """Step 5: shrink the most fulfilled jobs for pending pods and starving jobs."""
+        need = deficit[:3]
+        starving = [p for p in plans if p.holding() < p.view.min_instance]
+        for plan in starving:
+            cpu, memory, gpu = plan.shape
+            missing = plan.view.min_instance - plan.holding()
+            need[0] += cpu * missing
+            need[1] += memory * missing
+            need[2] += gpu * missing
+        if not starving and not deficit[3]:
+            return
+        parts = []
+        if deficit[3]:
+            parts.append(f"{deficit[3]} pending pods that are not trainers")
+        if starving:
+            names = ", ".join(p.view.name for p in starving[:3])
+            more = f" and {len(starving) - 3} more" if len(starving) > 3 else ""
+            parts.append(f"jobs below min-instance ({names}{more})")
+        cause = "make room for " + " and ".join(parts)
+        starving_keys = {p.view.key for p in starving}
+        heap = [entry for entry in _most_fulfilled(plans) if entry[1:3] not in starving_keys]
+        heapq.heapify(heap)
+        while heap and any(freed[d] < need[d] for d in range(3)):
+            _, _, _, index = heapq.heappop(heap)
+            plan = plans[index]
+            shape = plan.shape
+            if not any(shape[d] > 0 and freed[d] < need[d] for d in range(3)):
+                continue  # this job's trainers do not hold what is missing
+            if self._shrink_one(plan, budget, room, cause):
+                for d in range(3):
+                    freed[d] += shape[d]
+            if plan.target > plan.view.min_instance:
+                heapq.heappush(heap, (-plan.fulfillment(), *plan.view.key, index))
+
+    @staticmethod
+    def _fair_shares(plans: list[_Job], budget: _Budget) -> None:
+        """Step 6: each job's fair share of what trainers may use under max load."""
+        trainer_cpu = sum(p.target * p.view.cpu_request_milli for p in plans)
+        trainer_memory = sum(p.target * p.view.memory_request_mega for p in plans)
+        trainer_gpu = sum(p.target * p.view.gpu_limit for p in plans)
+        ordered = sorted(range(len(plans)), key=lambda i: plans[i].view.key)
+        shares = fair_shares(
+            [
+                Demand(
+                    plans[i].view.min_instance,
+                    plans[i].view.max_instance,
+                    plans[i].view.cpu_request_milli,
+                    plans[i].view.memory_request_mega,
+                    plans[i].view.gpu_limit,
+                )
+                for i in ordered
+            ],
+            cpu=budget.cpu_cap - (budget.cpu - trainer_cpu),
+            memory=budget.memory_cap - (budget.memory - trainer_memory),
+            gpu=budget.gpu_cap - (budget.gpu - trainer_gpu),
+        )
+        for i, share in zip(ordered, shares, strict=True):
+            plans[i].share = share
+
+    @staticmethod
+    def _grow(plans: list[_Job], budget: _Budget, room: _Room) -> None:
+        """Step 7: water-fill free node room up to the fair shares, one trainer at a time."""
+        heap = [
+            (plan.fulfillment(), *plan.view.key, index)
+            for index, plan in enumerate(plans)
+            if not plan.shrunk and not plan.blocked and plan.target < plan.share
+        ]
+        heapq.heapify(heap)
+        while heap:
+            _, _, _, index = heapq.heappop(heap)
+            plan = plans[index]
+            cpu, memory, gpu = plan.shape
+            gpu_limit = plan.view.gpu_limit
+            if not budget.fits(cpu, memory, gpu_limit):
+                plan.blocked = -1  # marks "stopped by max load" for the reason
+                continue
+            node = room.take(cpu, memory, gpu)
+            if node < 0:
+                plan.blocked = plan.share - plan.target
+                continue
+            plan.planned_nodes.append(node)
+            plan.target += 1
+            plan.grown = True
+            budget.add(cpu, memory, gpu_limit, 1)
+            if plan.target < plan.share:
+                heapq.heappush(heap, (plan.fulfillment(), *plan.view.key, index))
+
+    def _rebalance(self, plans: list[_Job], budget: _Budget, room: _Room) -> None:
+        """Step 8: jobs above their share give trainers to jobs stuck below theirs."""
+        need = [0, 0, 0]
+        for plan in plans:
+            if not plan.shrunk and plan.target < plan.share:
+                missing = plan.share - plan.target
+                cpu, memory, gpu = plan.shape
+                need[0] += cpu * missing
+                need[1] += memory * missing
+                need[2] += gpu * missing
+        if need == [0, 0, 0]:
+            return
+        heap = [
+            (-plan.fulfillment(), *plan.view.key, index)
+            for index, plan in enumerate(plans)
+            if not plan.grown and plan.target > max(plan.share, plan.view.min_instance)
+        ]
+        heapq.heapify(heap)
+        given = [0, 0, 0]
+        while heap and any(given[d] < need[d] for d in range(3)):
+            _, _, _, index = heapq.heappop(heap)
+            plan = plans[index]
+            shape = plan.shape
+            if not any(shape[d] > 0 and given[d] < need[d] for d in range(3)):
+                continue
+            cause = f"give capacity to jobs below their fair share (this job's share: {plan.share})"
+            self._shrink_one(plan, budget, room, cause)
+            for d in range(3):
+                given[d] += shape[d]
+            if plan.target > max(plan.share, plan.view.min_instance):
+                heapq.heappush(heap, (-plan.fulfillment(), *plan.view.key, index))
+
+    # -- explanation ------------------------------------------------------------------
+
+    @staticmethod
+    def _reason(plan: _Job) -> str:
+        view = plan.view
+        before, after = view.parallelism, plan.target
+        if after < before or (plan.shrunk and plan.causes):
+            text = f"shrink {before}->{after}: " + "; ".join(plan.causes or ["above max-instance"])
+            return text
+        if after > before:
+            text = f"grow {before}->{after}: "
+            if before < view.min_instance and not plan.grown:
+                return text + "up to min-instance"
+            text += f"placed on nodes with free room (fair share {plan.share})"
+            if plan.blocked > 0 and after < plan.share:
+                text += "; no node has room for more"
+            elif plan.blocked < 0 and after < plan.share:
+                text += "; CPU/GPU requests reached max load"
+            return text
+        if plan.holding() < view.min_instance:
+            return f"keep {after}: below min-instance in room; waiting for room to be freed"
+        if plan.blocked > 0 and after > plan.share:
+            return f"keep {after}: {plan.blocked} trainers fit no node"
+        if after >= view.max_instance:
+            return f"keep {after}: at max-instance"
+        if plan.blocked > 0:
+            return f"keep {after}: no node has room for another trainer (fair share {plan.share})"
+        if plan.blocked < 0:
+            return f"keep {after}: CPU/GPU requests at max load (fair share {plan.share})"
+        if after >= plan.share:
+            return f"keep {after}: at its fair share ({plan.share})"
+        return f"keep {after}: waiting for room (fair share {plan.share})"
