@@ -143,3 +143,17 @@ def test_status_keeps_controller_bookkeeping() -> None:
     obj = {**job_dict(), "status": status}
     job = TrainingJob.from_dict(obj)
     assert job.to_dict()["status"] == status
+
+
+def test_empty_sections_and_wrong_shapes() -> None:
+    obj = job_dict()
+    obj["spec"].update({"master": None, "pserver": {"resources": None}})
+    job = TrainingJob.from_dict(obj)
+    assert job.spec.master.etcd_endpoint is None and job.spec.pserver.resources.limits is None
+    bad = job_dict(volumes=[1], master="etcd")
+    bad["spec"]["trainer"]["resources"] = {"limits": {"cpu": [1]}}
+    assert problems_of(bad) == [
+        ("spec.volumes[0]", "must be a mapping (got 1)"),
+        ("spec.master", "must be a mapping (got 'etcd')"),
+        ("spec.trainer.resources.limits.cpu", "must be a quantity such as 500m or 1Gi, not a list"),
+    ]

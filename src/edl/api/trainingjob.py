@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -57,6 +58,8 @@ KIND = "TrainingJob"
 
 def _quantity_text(value: Any) -> str:
     """Accept a quantity as YAML gives it (text, int or float); keep it as text."""
+    if isinstance(value, Mapping | list):
+        raise ValueError(f"must be a quantity such as 500m or 1Gi, not {describe_input(value)}")
     try:
         parsed = parse_quantity(value)
     except QuantityError:
@@ -69,6 +72,14 @@ def _quantity_text(value: Any) -> str:
 
 
 QuantityText = Annotated[str, BeforeValidator(_quantity_text)]
+
+
+def _empty_if_none(value: Any) -> Any:
+    """`master:` with nothing under it is YAML null; treat it as an empty section."""
+    return {} if value is None else value
+
+
+EmptyIfNone = BeforeValidator(_empty_if_none)
 ResourceListModel = dict[str, QuantityText]
 
 
@@ -104,7 +115,9 @@ class TrainerSpec(_Strict):
     workspace: StrictStr | None = None
     min_instance: StrictInt | None = Field(default=None, alias="min-instance")
     max_instance: StrictInt | None = Field(default=None, alias="max-instance")
-    resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
+    resources: Annotated[ResourceRequirements, EmptyIfNone] = Field(
+        default_factory=ResourceRequirements
+    )
 
 
 class PserverSpec(_Strict):
@@ -112,14 +125,18 @@ class PserverSpec(_Strict):
 
     min_instance: StrictInt | None = Field(default=None, alias="min-instance")
     max_instance: StrictInt | None = Field(default=None, alias="max-instance")
-    resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
+    resources: Annotated[ResourceRequirements, EmptyIfNone] = Field(
+        default_factory=ResourceRequirements
+    )
 
 
 class MasterSpec(_Strict):
     """`spec.master`: the task master; an external etcd replaces the built-in sidecar."""
 
     etcd_endpoint: StrictStr | None = Field(default=None, alias="etcd-endpoint")
-    resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
+    resources: Annotated[ResourceRequirements, EmptyIfNone] = Field(
+        default_factory=ResourceRequirements
+    )
 
 
 class TrainingJobSpec(_Strict):
@@ -139,9 +156,9 @@ class TrainingJobSpec(_Strict):
     )
     image_pull_secrets: list[dict[str, Any]] | None = Field(default=None, alias="imagePullSecrets")
     host_network: StrictBool | None = Field(default=None, alias="hostNetwork")
-    master: MasterSpec = Field(default_factory=MasterSpec)
-    pserver: PserverSpec = Field(default_factory=PserverSpec)
-    trainer: TrainerSpec = Field(default_factory=TrainerSpec)
+    master: Annotated[MasterSpec, EmptyIfNone] = Field(default_factory=MasterSpec)
+    pserver: Annotated[PserverSpec, EmptyIfNone] = Field(default_factory=PserverSpec)
+    trainer: Annotated[TrainerSpec, EmptyIfNone] = Field(default_factory=TrainerSpec)
 
 
 class TrainingJobStatus(_Strict):
@@ -162,8 +179,8 @@ class TrainingJob(_Strict):
 
     api_version: Literal["edl.dev/v1", "paddlepaddle.org/v1"] = Field(alias="apiVersion")
     kind: Literal["TrainingJob"]
-    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
-    spec: TrainingJobSpec = Field(default_factory=TrainingJobSpec)
+    metadata: Annotated[ObjectMeta, EmptyIfNone] = Field(default_factory=ObjectMeta)
+    spec: Annotated[TrainingJobSpec, EmptyIfNone] = Field(default_factory=TrainingJobSpec)
     status: TrainingJobStatus | None = None
 
     # -- the original's methods ---------------------------------------------------------
@@ -306,6 +323,7 @@ def _message(error: Mapping[str, Any]) -> str:
     if kind == "value_error":
         return message.removeprefix("Value error, ")
     message = message.replace("Input should be", "must be")
+    message = re.sub(r"a valid dictionary( or instance of \w+)?", "a mapping", message)
     return f"{message} (got {describe_input(error.get('input'))})"
 
 
