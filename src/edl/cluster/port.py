@@ -76,6 +76,7 @@ class JobPods(NamedTuple):
     total: int  # running + pending
     running: int  # phase Running
     pending: int  # phase Pending (unscheduled, or bound and still starting)
+    unscheduled: int | None = None  # pending ones not yet bound to a node; None = unknown
 
 
 class TrainingJobHandler(Protocol):

@@ -1,0 +1,206 @@
+"""`Autoscaler`: every few seconds, re-plan every elastic job's trainer count and apply it.
+
+The seed's Autoscaler, async and backend-free. One step is `tick()`:
+
+1. ``Cluster.inquiry_resource()`` — totals, requests, per-node room, pending services;
+2. per elastic job, its trainer Job (current parallelism) and ``job_pods`` counts
+   -> `edl.policy.JobView`;
+3. ``policy.plan(views, resources, max_load_desired)`` — pure;
+4. ``update_trainer_job`` with the new parallelism, re-reading and retrying on
+   `ConflictError` (someone else wrote the Job meanwhile).
+
+`run()` ticks every ``interval`` seconds and, at once, when the Controller reports
+a job event (`on_add`/`on_update`/`on_del`) or the cluster reports pods that do
+not fit (``watch_unschedulable``) — so a service scaling up gets room within
+one pod start, not one interval. Bursts of events coalesce into one tick, and
+event-driven ticks are at least ``min_event_gap`` seconds apart.
+
+Nothing here knows whether time is real: waiting is `asyncio.sleep` /
+`asyncio.wait_for` on the running loop, which is virtual under the simulator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from edl.accounting import pod_request
+from edl.api.trainingjob import TrainingJob
+from edl.cluster.port import Cluster, ClusterError, ConflictError, NotFoundError
+from edl.policy import Decision, JobView, Policy, get_policy
+
+log = logging.getLogger(__name__)
+
+DEFAULT_INTERVAL_S = 5.0
+DEFAULT_MAX_LOAD_DESIRED = 0.97
+DEFAULT_MIN_EVENT_GAP_S = 1.0
+CONFLICT_RETRIES = 5
+
+
+def _job_key(job: TrainingJob) -> tuple[str, str]:
+    return job.metadata.namespace or "default", job.metadata.name or ""
+
+
+class Autoscaler:
+    """Scales the trainers of elastic TrainingJobs to fit the cluster.
+
+    Args:
+        cluster: any `Cluster`.
+        policy: a `Policy` or its name (`edl.policy.get_policy`).
+        max_load_desired: the fraction of the cluster the policy may fill (0.97).
+        interval: seconds between periodic ticks (5).
+        min_event_gap: least seconds between event-driven ticks (1).
+    """
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        policy: Policy | str = "default",
+        max_load_desired: float = DEFAULT_MAX_LOAD_DESIRED,
+        interval: float = DEFAULT_INTERVAL_S,
+        min_event_gap: float = DEFAULT_MIN_EVENT_GAP_S,
+    ) -> None:
+        self.cluster = cluster
+        self.policy = get_policy(policy) if isinstance(policy, str) else policy
+        self.max_load_desired = max_load_desired
+        self.interval = interval
+        self.min_event_gap = min_event_gap
+        self._jobs: dict[tuple[str, str], TrainingJob] = {}
+        self._trainer_resources: dict[tuple[str, str], Any] = {}
+        self._wake: asyncio.Event | None = None
+        self.ticks = 0
+        self.last_decisions: list[Decision] = []
+
+    # -- the seed's notifications ---------------------------------------------------------------
+    def on_add(self, job: TrainingJob) -> None:
+        """A (valid) job was added: plan it at once."""
+        self._remember(job)
+        self.kick()
+
+    def on_update(self, job: TrainingJob) -> None:
+        """A job's spec changed (e.g. its min/max): re-plan at once."""
+        self._remember(job)
+        self.kick()
+
+    def on_del(self, job: TrainingJob) -> None:
+        """A job was deleted: its room is free for the others."""
+        key = _job_key(job)
+        self._jobs.pop(key, None)
+        self._trainer_resources.pop(key, None)
+        self.kick()
+
+    def kick(self) -> None:
+        """Ask `run()` for a tick as soon as possible (cheap; safe to call often)."""
+        if self._wake is not None:
+            self._wake.set()
+
+    # -- the loop ---------------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Tick every ``interval`` seconds and on every kick, forever."""
+        self._wake = asyncio.Event()
+        unsubscribe = self.cluster.watch_unschedulable(self.kick)
+        loop = asyncio.get_running_loop()
+        last_event_tick = float("-inf")
+        try:
+            while True:
+                try:
+                    await asyncio.wait_for(self._wake.wait(), timeout=self.interval)
+                    woken = True
+                except TimeoutError:
+                    woken = False
+                if woken:
+                    gap = last_event_tick + self.min_event_gap - loop.time()
+                    if gap > 0:
+                        await asyncio.sleep(gap)
+                    last_event_tick = loop.time()
+                self._wake.clear()
+                try:
+                    await self.tick()
+                except ClusterError as error:  # keep going: the next tick re-reads everything
+                    log.warning("autoscaler tick failed: %s", error)
+        finally:
+            unsubscribe()
+            self._wake = None
+
+    async def tick(self) -> list[Decision]:
+        """One step: observe, plan, actuate. Returns the decisions (changed or not)."""
+        self.ticks += 1
+        resources = await self.cluster.inquiry_resource()
+        views = await self._job_views()
+        if not views:
+            self.last_decisions = []
+            return []
+        decisions = self.policy.plan(views, resources, self.max_load_desired)
+        for decision in decisions:
+            if decision.target != decision.parallelism:
+                log.info(
+                    "scale %s/%s trainers %d -> %d: %s",
+                    decision.namespace,
+                    decision.name,
+                    decision.parallelism,
+                    decision.target,
+                    decision.reason,
+                )
+                await self._scale(decision.namespace, decision.name, decision.target)
+        self.last_decisions = decisions
+        return decisions
+
+    # -- internals ---------------------------------------------------------------------------
+    def _remember(self, job: TrainingJob) -> None:
+        key = _job_key(job)
+        if not job.elastic():
+            self._jobs.pop(key, None)
+            return
+        self._jobs[key] = job
+        resources = job.spec.trainer.resources.model_dump(by_alias=True, exclude_none=True)
+        self._trainer_resources[key] = pod_request(
+            {"spec": {"containers": [{"name": "trainer", "resources": resources}]}}
+        )
+
+    async def _job_views(self) -> Sequence[JobView]:
+        views = []
+        for key, job in list(self._jobs.items()):
+            try:
+                trainer = await self.cluster.get_trainer_job(job)
+            except NotFoundError:
+                continue  # not created yet, or being deleted
+            if (trainer.get("status") or {}).get("conditions"):
+                continue  # finished (Complete or Failed): nothing to scale
+            pods = await self.cluster.job_pods(job)
+            per_pod = self._trainer_resources[key]
+            views.append(
+                JobView(
+                    namespace=key[0],
+                    name=key[1],
+                    min_instance=int(job.spec.trainer.min_instance or 0),
+                    max_instance=int(job.spec.trainer.max_instance or 0),
+                    parallelism=int(trainer["spec"].get("parallelism", 1)),
+                    cpu_request_milli=per_pod.cpu_request_milli,
+                    cpu_limit_milli=per_pod.cpu_limit_milli,
+                    memory_request_mega=per_pod.memory_request_mega,
+                    memory_limit_mega=per_pod.memory_limit_mega,
+                    gpu_request=per_pod.gpu_request,
+                    gpu_limit=per_pod.gpu_limit,
+                    total=pods.total,
+                    running=pods.running,
+                    pending=pods.pending,
+                    unscheduled=pods.unscheduled,
+                )
+            )
+        return views
+
+    async def _scale(self, namespace: str, name: str, target: int) -> None:
+        """Set the trainer Job's parallelism, re-reading on conflicts."""
+        for _ in range(CONFLICT_RETRIES):
+            try:
+                trainer = await self.cluster.get_trainer_job_by_name(namespace, f"{name}-trainer")
+                trainer["spec"]["parallelism"] = target
+                await self.cluster.update_trainer_job(trainer)
+                return
+            except ConflictError:
+                continue
+            except NotFoundError:
+                return  # the job went away; nothing to scale
+        log.warning("scaling %s/%s gave up after %d conflicts", namespace, name, CONFLICT_RETRIES)

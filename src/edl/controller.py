@@ -1,0 +1,225 @@
+"""`Controller`: turns TrainingJob events into child objects and a current ``status``.
+
+The seed's Controller, async and backend-free: it talks to a cluster only
+through `edl.cluster.port.Cluster`, so the same code serves Kubernetes, the
+simulator (virtual time) and local runs (real time).
+
+* ``on_add`` / ``on_update`` validate the job with the JobParser. A bad job gets
+  ``status.state: Failed`` and the validation message (every wrong field), and
+  the controller carries on with the other jobs.
+* Children (master Service, master and pserver ReplicaSets, trainer Job) are
+  created idempotently: one that already exists is left as it is, so replays of
+  the same event and controller restarts are harmless.
+* ``on_del`` deletes the children (missing ones are fine).
+* ``run()`` watches TrainingJobs and refreshes every job's status every
+  ``status_interval`` seconds: state, trainers desired/running/pending, message.
+* The Autoscaler hears about every valid job (``on_add``/``on_update``/``on_del``).
+
+Status writes go to the status subresource and do not change
+``metadata.generation``; ``on_update`` ignores events whose generation it has
+already handled, so the controller's own status writes never loop back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from edl.api.errors import JobValidationError
+from edl.api.trainingjob import TrainingJob
+from edl.cluster.port import AlreadyExistsError, Cluster, ClusterError, Manifest, NotFoundError
+from edl.jobparser import JobParser
+
+log = logging.getLogger(__name__)
+
+CREATED = "Created"
+RUNNING = "Running"
+FAILED = "Failed"
+SUCCEEDED = "Succeeded"
+
+
+class JobListener(Protocol):
+    """What the Controller tells the Autoscaler (the seed's OnAdd/OnUpdate/OnDel)."""
+
+    def on_add(self, job: TrainingJob) -> None: ...
+    def on_update(self, job: TrainingJob) -> None: ...
+    def on_del(self, job: TrainingJob) -> None: ...
+
+
+def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
+    metadata = obj.get("metadata") or {}
+    return metadata.get("namespace") or "default", metadata.get("name") or ""
+
+
+def _without_status(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The user's part of a TrainingJob: status is ours, and validating it would be moot."""
+    return {key: value for key, value in obj.items() if key != "status"}
+
+
+@dataclass
+class _Known:
+    """What the controller remembers of one job."""
+
+    generation: int | None
+    job: TrainingJob | None  # None when the job is invalid
+    status: dict[str, Any]
+
+
+class Controller:
+    """Reconciles TrainingJobs into children and keeps their status current.
+
+    Args:
+        cluster: any `Cluster` (Kubernetes, in-process).
+        autoscaler: told about valid jobs; optional.
+        parser: the JobParser (defaults to `edl.jobparser.JobParser()`).
+        status_interval: seconds between status refreshes in `run()`.
+    """
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        autoscaler: JobListener | None = None,
+        parser: JobParser | None = None,
+        status_interval: float = 5.0,
+    ) -> None:
+        self.cluster = cluster
+        self.autoscaler = autoscaler
+        self.parser = parser or JobParser()
+        self.status_interval = status_interval
+        self._known: dict[tuple[str, str], _Known] = {}
+
+    # -- event handlers (the cluster's watch calls these) -----------------------------------
+    async def on_add(self, obj: Manifest) -> None:
+        await self._reconcile(obj)
+
+    async def on_update(self, obj: Manifest) -> None:
+        known = self._known.get(_key(obj))
+        generation = (obj.get("metadata") or {}).get("generation")
+        if known is not None and generation is not None and known.generation == generation:
+            return  # a status write (ours or anyone's): the spec we acted on is unchanged
+        await self._reconcile(obj)
+
+    async def on_del(self, obj: Manifest) -> None:
+        namespace, name = _key(obj)
+        known = self._known.pop((namespace, name), None)
+        if known is not None and known.job is not None and self.autoscaler is not None:
+            self.autoscaler.on_del(known.job)
+        await self._delete_children(namespace, name)
+
+    # -- the loop ------------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Watch TrainingJobs and refresh their status every ``status_interval`` s, forever."""
+        unsubscribe = self.cluster.watch_training_jobs(self)
+        try:
+            while True:
+                await asyncio.sleep(self.status_interval)
+                await self.tick()
+        finally:
+            unsubscribe()
+
+    async def tick(self) -> None:
+        """Refresh the status of every known job (writes only what changed)."""
+        for key in list(self._known):
+            try:
+                await self._refresh_status(key)
+            except ClusterError as error:
+                log.warning("status of %s/%s not refreshed: %s", *key, error)
+
+    # -- internals -------------------------------------------------------------------------------
+    async def _reconcile(self, obj: Manifest) -> None:
+        namespace, name = _key(obj)
+        generation = (obj.get("metadata") or {}).get("generation")
+        previous = self._known.get((namespace, name))
+        try:
+            job = self.parser.validate(_without_status(obj))
+        except JobValidationError as error:
+            log.info("TrainingJob %s/%s is invalid: %s", namespace, name, error)
+            if previous is not None and previous.job is not None and self.autoscaler is not None:
+                self.autoscaler.on_del(previous.job)
+            known = _Known(generation, None, dict(obj.get("status") or {}))
+            self._known[(namespace, name)] = known
+            failed = {"state": FAILED, "message": str(error)}
+            await self._write_status(namespace, name, known, failed)
+            return
+        known = _Known(generation, job, dict(obj.get("status") or {}))
+        self._known[(namespace, name)] = known
+        try:
+            await self._create_children(job)
+        except ClusterError as error:
+            log.warning("children of %s/%s not created: %s", namespace, name, error)
+            await self._write_status(
+                namespace, name, known, {"state": FAILED, "message": f"creating children: {error}"}
+            )
+            return
+        if self.autoscaler is not None:
+            if previous is None or previous.job is None:
+                self.autoscaler.on_add(job)
+            else:
+                self.autoscaler.on_update(job)
+        await self._refresh_status((namespace, name))
+
+    async def _create_children(self, job: TrainingJob) -> None:
+        parser = self.parser
+        creations = [
+            (self.cluster.create_service, parser.parse_to_service(job)),
+            (self.cluster.create_replica_set, parser.parse_to_master(job)),
+            (self.cluster.create_replica_set, parser.parse_to_pserver(job)),
+            (self.cluster.create_job, parser.parse_to_trainer(job)),
+        ]
+        for create, manifest in creations:
+            # idempotent: a child that exists from an earlier event or run is kept
+            with contextlib.suppress(AlreadyExistsError):
+                await create(manifest)
+
+    async def _delete_children(self, namespace: str, name: str) -> None:
+        deletions = [
+            (self.cluster.delete_trainer_job, f"{name}-trainer"),
+            (self.cluster.delete_replica_set, f"{name}-pserver"),
+            (self.cluster.delete_replica_set, f"{name}-master"),
+            (self.cluster.delete_service, f"{name}-master"),
+        ]
+        for delete, child in deletions:
+            with contextlib.suppress(NotFoundError):
+                await delete(namespace, child)
+
+    async def _refresh_status(self, key: tuple[str, str]) -> None:
+        known = self._known.get(key)
+        if known is None or known.job is None:
+            return  # invalid jobs keep their Failed status until edited
+        job = known.job
+        try:
+            trainer = await self.cluster.get_trainer_job(job)
+        except NotFoundError:
+            return
+        pods = await self.cluster.job_pods(job)
+        conditions = {c.get("type") for c in (trainer.get("status") or {}).get("conditions") or ()}
+        desired = int(trainer["spec"].get("parallelism", 0))
+        if "Failed" in conditions:
+            state, message = FAILED, "the trainer Job failed"
+        elif "Complete" in conditions:
+            state, message = SUCCEEDED, "trainers finished"
+        elif pods.running > 0:
+            state, message = RUNNING, f"{pods.running} of {desired} trainers running"
+        else:
+            state, message = CREATED, f"waiting for trainers: {pods.pending} pending"
+        status = {
+            "state": state,
+            "message": message,
+            "trainers": {"desired": desired, "running": pods.running, "pending": pods.pending},
+        }
+        await self._write_status(*key, known, status)
+
+    async def _write_status(
+        self, namespace: str, name: str, known: _Known, status: dict[str, Any]
+    ) -> None:
+        if known.status == status:
+            return
+        try:
+            await self.cluster.update_training_job_status(namespace, name, status)
+        except NotFoundError:
+            return  # deleted meanwhile; on_del follows
+        known.status = status

@@ -1,0 +1,128 @@
+"""Helpers for the in-process control plane tests: a virtual clock and small manifests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from edl.cluster.inproc.clock import VirtualClock
+from edl.cluster.inproc.plane import InProcessCluster
+from edl.cluster.inproc.runtime import Fixed, SimulatedPodRuntime
+
+
+def pod_template(
+    cpu: str, memory: str = "1Gi", labels: dict[str, str] | None = None
+) -> dict[str, Any]:
+    return {
+        "metadata": {"labels": dict(labels or {})},
+        "spec": {
+            "containers": [
+                {"name": "c", "resources": {"requests": {"cpu": cpu, "memory": memory}}}
+            ]
+        },
+    }
+
+
+def replica_set(name: str, replicas: int, cpu: str, memory: str = "1Gi") -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {"name": name},
+        "spec": {"replicas": replicas, "template": pod_template(cpu, memory, {"app": name})},
+    }
+
+
+def batch_job(name: str, parallelism: int, cpu: str, role: str = "trainer") -> dict[str, Any]:
+    labels = {"edl.dev/job": name.removesuffix("-trainer"), "edl.dev/role": role}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {"parallelism": parallelism, "template": pod_template(cpu, "1Gi", labels)},
+    }
+
+
+@pytest.fixture
+def clock() -> Iterator[VirtualClock]:
+    virtual = VirtualClock()
+    yield virtual
+    virtual.close()
+
+
+def make_cluster(
+    clock: VirtualClock,
+    nodes: int = 2,
+    cpu: str = "8",
+    memory: str = "32Gi",
+    start: float = 2.0,
+    termination: float = 5.0,
+    placement: str = "spread",
+) -> InProcessCluster:
+    """A cluster with fixed start latency and termination time, so tests can reason in time."""
+    runtime = SimulatedPodRuntime(
+        clock,
+        start_latency=Fixed(start),
+        termination={"trainer": Fixed(termination)},
+        other_termination=Fixed(termination),
+    )
+    cluster = InProcessCluster(clock, runtime, placement=placement)  # type: ignore[arg-type]
+    for index in range(nodes):
+        cluster.add_node(f"node-{index}", {"cpu": cpu, "memory": memory})
+    return cluster
+
+
+class Manifests:
+    """Manifest builders, handed to tests as the `manifests` fixture."""
+
+    pod_template = staticmethod(pod_template)
+    replica_set = staticmethod(replica_set)
+    batch_job = staticmethod(batch_job)
+
+
+@pytest.fixture
+def manifests() -> type[Manifests]:
+    return Manifests
+
+
+@pytest.fixture
+def cluster_factory(clock: VirtualClock) -> Any:
+    def build(**kwargs: Any) -> InProcessCluster:
+        return make_cluster(clock, **kwargs)
+
+    return build
+
+
+def training_job(
+    name: str, min_instance: int = 2, max_instance: int = 10, cpu: str = "2", pservers: int = 1
+) -> dict[str, Any]:
+    """A small valid TrainingJob manifest."""
+    return {
+        "apiVersion": "edl.dev/v1",
+        "kind": "TrainingJob",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "image": "edl:test",
+            "fault_tolerant": True,
+            "trainer": {
+                "entrypoint": "python train.py",
+                "workspace": "/workspace",
+                "min-instance": min_instance,
+                "max-instance": max_instance,
+                "resources": {
+                    "requests": {"cpu": cpu, "memory": "1Gi"},
+                    "limits": {"cpu": cpu, "memory": "1Gi"},
+                },
+            },
+            "pserver": {
+                "min-instance": pservers,
+                "max-instance": pservers,
+                "resources": {"requests": {"cpu": "1", "memory": "1Gi"}},
+            },
+            "master": {"resources": {"requests": {"cpu": "500m", "memory": "300Mi"}}},
+        },
+    }
+
+
+Manifests.training_job = staticmethod(training_job)  # type: ignore[attr-defined]

@@ -1,0 +1,145 @@
+"""The Controller against the in-process control plane, on virtual time."""
+
+from __future__ import annotations
+
+import asyncio
+
+from edl.controller import Controller
+
+
+class RecordingAutoscaler:
+    """Records what the Controller tells the Autoscaler."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str]] = []
+
+    def on_add(self, job):
+        self.events.append(("add", job.metadata.name))
+
+    def on_update(self, job):
+        self.events.append(("update", job.metadata.name))
+
+    def on_del(self, job):
+        self.events.append(("del", job.metadata.name))
+
+
+def children(cluster, name):
+    found = {}
+    for kind, child in [
+        ("Service", f"{name}-master"),
+        ("ReplicaSet", f"{name}-master"),
+        ("ReplicaSet", f"{name}-pserver"),
+        ("Job", f"{name}-trainer"),
+    ]:
+        obj = cluster.store.peek(kind, "default", child)
+        if obj is not None:
+            found[(kind, child)] = obj["metadata"]["resourceVersion"]
+    return found
+
+
+def test_creates_children_idempotently_and_reports_status(clock, cluster_factory, manifests):
+    cluster = cluster_factory(nodes=2, cpu="16", start=2.0)
+    listener = RecordingAutoscaler()
+    controller = Controller(cluster, listener, status_interval=1.0)
+    stored = cluster.create_training_job(manifests.training_job("mnist", 2, 6))
+
+    async def scenario():
+        await controller.on_add(stored)
+        first = children(cluster, "mnist")
+        await controller.on_add(stored)  # a replayed event changes nothing
+        second = children(cluster, "mnist")
+        early = cluster.get_training_job("default", "mnist")["status"]
+        task = asyncio.create_task(controller.run())
+        await asyncio.sleep(5)
+        task.cancel()
+        return first, second, early
+
+    first, second, early = clock.run(scenario())
+    assert len(first) == 4
+    assert first == second
+    assert early["state"] == "Created"
+    status = cluster.get_training_job("default", "mnist")["status"]
+    assert status["state"] == "Running"
+    assert status["trainers"] == {"desired": 2, "running": 2, "pending": 0}
+    pserver = cluster.replica_counts("ReplicaSet", "default", "mnist-pserver")
+    assert pserver.running == 1
+    assert listener.events[0] == ("add", "mnist")
+    assert ("del", "mnist") not in listener.events
+
+
+def test_bad_job_fails_with_the_message_and_the_controller_carries_on(
+    clock, cluster_factory, manifests
+):
+    cluster = cluster_factory(nodes=2, cpu="16")
+    listener = RecordingAutoscaler()
+    controller = Controller(cluster, listener, status_interval=1.0)
+    bad = manifests.training_job("broken", 2, 6)
+    bad["spec"]["trainer"]["min-instance"] = 9  # above max-instance
+    bad["spec"]["trainer"]["resources"]["requests"]["cpu"] = "lots"
+
+    async def scenario():
+        task = asyncio.create_task(controller.run())
+        await asyncio.sleep(0)
+        cluster.create_training_job(bad)
+        await asyncio.sleep(1)
+        cluster.create_training_job(manifests.training_job("good", 2, 6))
+        await asyncio.sleep(5)
+        task.cancel()
+
+    clock.run(scenario())
+    status = cluster.get_training_job("default", "broken")["status"]
+    assert status["state"] == "Failed"
+    assert "spec.trainer" in status["message"] and "min-instance" in status["message"]
+    assert "lots" in status["message"]
+    assert children(cluster, "broken") == {}
+    assert len(children(cluster, "good")) == 4
+    assert cluster.get_training_job("default", "good")["status"]["state"] == "Running"
+    assert [event for event in listener.events if event[1] == "broken"] == []
+
+
+def test_fixing_a_bad_job_creates_it_and_deleting_removes_children(
+    clock, cluster_factory, manifests
+):
+    cluster = cluster_factory(nodes=2, cpu="16", termination=2.0)
+    listener = RecordingAutoscaler()
+    controller = Controller(cluster, listener, status_interval=1.0)
+    bad = manifests.training_job("job", 2, 6)
+    bad["spec"]["trainer"]["max-instance"] = 1
+
+    async def scenario():
+        task = asyncio.create_task(controller.run())
+        await asyncio.sleep(0)
+        cluster.create_training_job(bad)
+        await asyncio.sleep(1)
+        failed = cluster.get_training_job("default", "job")["status"]["state"]
+        fixed = cluster.get_training_job("default", "job")
+        fixed["spec"]["trainer"]["max-instance"] = 6
+        cluster.replace_training_job(fixed)
+        await asyncio.sleep(5)
+        running = cluster.get_training_job("default", "job")["status"]["state"]
+        cluster.delete_training_job("default", "job")
+        await asyncio.sleep(5)
+        task.cancel()
+        return failed, running
+
+    failed, running = clock.run(scenario())
+    assert (failed, running) == ("Failed", "Running")
+    assert children(cluster, "job") == {}
+    assert list(cluster.pod_records()) == []
+    assert listener.events == [("add", "job"), ("del", "job")]
+
+
+def test_status_writes_do_not_loop_back(clock, cluster_factory, manifests):
+    cluster = cluster_factory(nodes=2, cpu="16")
+    listener = RecordingAutoscaler()
+    controller = Controller(cluster, listener, status_interval=1.0)
+
+    async def scenario():
+        task = asyncio.create_task(controller.run())
+        await asyncio.sleep(0)
+        cluster.create_training_job(manifests.training_job("quiet", 2, 6))
+        await asyncio.sleep(30)
+        task.cancel()
+
+    clock.run(scenario())
+    assert listener.events == [("add", "quiet")]
