@@ -110,7 +110,8 @@ class Scheduler:
     """The queue of unbound pods and the passes that bind them.
 
     ``bind(pod, node)`` is called for each placement (after room is taken);
-    ``on_unschedulable()`` once per pass in which some pod newly failed to fit;
+    ``on_unschedulable()`` once per pass in which some pod newly failed to fit, or
+    a pod other than a trainer failed again after room was freed;
     ``call_soon(fn)`` defers a pass to the next loop iteration so that a burst
     of changes (a ReplicaSet creating 300 pods) costs one pass.
     """
@@ -155,7 +156,8 @@ class Scheduler:
         """Try to bind waiting pods, oldest first; a pod that does not fit keeps waiting."""
         self._pass_scheduled = False
         self.passes += 1
-        if self._room_freed:
+        retry = self._room_freed
+        if retry:
             candidates = list(self.queue.values())
         else:  # nothing freed since the last pass: only new pods can newly fit
             candidates = [pod for pod in self._new if pod.uid in self.queue]
@@ -170,9 +172,12 @@ class Scheduler:
             node = None if shape in failed else nodes.find(*shape)
             if node is None:
                 failed.add(shape)
-                if not pod.unschedulable:
-                    pod.unschedulable = True
+                # Alarm when a pod first fails to fit, and when a service (not a trainer,
+                # which the autoscaler plans itself) still fails after room was freed:
+                # the room that freed was not enough or not where it is needed.
+                if not pod.unschedulable or (retry and pod.role != "trainer"):
                     newly_unschedulable = True
+                pod.unschedulable = True
                 continue
             del self.queue[pod.uid]
             nodes.take(node, *shape)
