@@ -7,10 +7,15 @@ message is a clear `ValueError`, not a crash or a silent reshape.
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 
 from edl.runtime.proto import runtime_pb2 as pb
+
+# Decoded arrays are read-only views of the message bytes (no copy); torch warns
+# when wrapping them, but we only ever read from them.
+warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
 
 ALLOWED_DTYPES = frozenset({"float32", "float64", "float16", "int64", "int32"})
 

@@ -1,1 +1,6 @@
-"""The trainer side: the user API (`api`) and its clients for master and pservers."""
+"""The trainer side: `connect(model, ...)` returns a `Job` whose `batches` and
+`step` make an ordinary PyTorch loop elastic and fault tolerant."""
+
+from edl.runtime.trainer.api import Job, connect
+
+__all__ = ["Job", "connect"]

@@ -1,0 +1,26 @@
+"""`edl pserver`: one parameter shard, configured by EDL_* env vars."""
+
+from __future__ import annotations
+
+import asyncio
+
+import click
+
+from edl.cli._runtime_common import common_options, fail, load_config
+
+
+@click.command("pserver")
+@common_options
+@click.option("--pservers", type=int, help="desired pserver count (EDL_PSERVERS)")
+@click.option("--checkpoint-dir", help="directory for shard checkpoints (EDL_CHECKPOINT_DIR)")
+@click.option("--checkpoint-interval", type=float,
+              help="seconds between checkpoints (EDL_CHECKPOINT_INTERVAL)")
+def pserver(**overrides: object) -> None:
+    """Run a pserver: register for an index, restore its checkpoint, serve its shard."""
+    from edl.runtime.pserver.main import serve
+
+    config = load_config("pserver", **overrides)
+    try:
+        asyncio.run(serve(config))
+    except (ConnectionError, ValueError) as error:
+        fail(f"edl pserver: {error}")

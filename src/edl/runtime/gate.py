@@ -1,0 +1,39 @@
+"""A gRPC servicer that forwards to the current term's service, or refuses.
+
+The listening socket outlives leadership terms (its address is what we
+publish), but the service behind it changes: between terms — before winning
+an election, after losing a lease — every call is refused with UNAVAILABLE,
+which clients treat as "look the address up again".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+
+
+def make_gate(base: type, methods: list[str], what: str) -> Any:
+    """A `base` servicer whose `methods` forward to `.current` when it is set."""
+
+    def forward(name: str):
+        async def handler(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
+            current = self.current
+            if current is None or not current.serving:
+                await context.abort(grpc.StatusCode.UNAVAILABLE, f"{what} not serving")
+            return await getattr(current, name)(request, context)
+
+        handler.__name__ = name
+        return handler
+
+    cls = type(f"{what.title()}Gate", (base,), {m: forward(m) for m in methods})
+    gate = cls()
+    gate.current = None
+    return gate
+
+
+SERVER_OPTIONS = [
+    ("grpc.max_send_message_length", 256 * 1024 * 1024),
+    ("grpc.max_receive_message_length", 256 * 1024 * 1024),
+    ("grpc.so_reuseport", 0),
+]

@@ -1,0 +1,196 @@
+"""The master's imperative shell: gRPC handlers around the pure TaskQueue.
+
+Every RPC mutates the queue, then waits for a *group commit* that persists
+every task it touched (one etcd transaction for many concurrent RPCs, fenced
+by leadership) before it answers. So an answer a trainer saw is never lost by
+a failover, and throughput stays high under persistence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+import grpc
+
+from edl.runtime.master.queue import Kind, QueueMeta, TaskQueue, TaskRecord
+from edl.runtime.proto import runtime_pb2 as pb
+from edl.runtime.proto import runtime_pb2_grpc as pb_grpc
+
+log = logging.getLogger("edl.master")
+
+
+class LeadershipLost(RuntimeError):
+    """A fenced write was refused: another master leads now."""
+
+
+class MasterStore(Protocol):
+    """What the master needs from etcd: per-task state under fenced writes."""
+
+    async def load(self) -> tuple[QueueMeta | None, list[TaskRecord]]: ...
+
+    async def save(self, meta: QueueMeta | None, records: list[TaskRecord]) -> None:
+        """Persist atomically-per-batch; raise LeadershipLost when fenced out."""
+        ...
+
+    async def publish_progress(self, progress: dict) -> None: ...
+
+
+class GroupCommit:
+    """Batch the queue's dirty records of many concurrent RPCs into few writes."""
+
+    def __init__(self, queue: TaskQueue, store: MasterStore, on_lost: Callable[[], None]) -> None:
+        self.queue = queue
+        self.store = store
+        self.on_lost = on_lost
+        self._waiters: list[asyncio.Future[None]] = []
+        self._runner: asyncio.Task[None] | None = None
+        self.writes = 0
+
+    async def commit(self) -> None:
+        if not self.queue.dirty and not self.queue.meta_dirty and self._runner is None:
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(future)
+        if self._runner is None:
+            self._runner = asyncio.create_task(self._run())
+        await future
+
+    async def _run(self) -> None:
+        try:
+            while self._waiters:
+                waiters, self._waiters = self._waiters, []
+                q = self.queue
+                records = [TaskRecord.from_dict(q.tasks[i].to_dict()) for i in sorted(q.dirty)]
+                meta = QueueMeta.from_dict(q.meta.to_dict()) if q.meta_dirty else None
+                q.dirty, q.meta_dirty = set(), False
+                try:
+                    if records or meta:
+                        await self.store.save(meta, records)
+                        self.writes += 1
+                except BaseException as error:
+                    for w in waiters + self._waiters:
+                        if not w.done():
+                            w.set_exception(LeadershipLost(str(error)))
+                    self._waiters = []
+                    if isinstance(error, LeadershipLost):
+                        self.on_lost()
+                    raise
+                for w in waiters:
+                    if not w.done():
+                        w.set_result(None)
+        finally:
+            self._runner = None
+
+
+class MasterService(pb_grpc.MasterServicer):
+    def __init__(
+        self,
+        queue: TaskQueue,
+        store: MasterStore,
+        on_lost: Callable[[], None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.queue = queue
+        self.store = store
+        self.clock = clock
+        self.commits = GroupCommit(queue, store, on_lost)
+        self.serving = True
+
+    async def _persist(self, context: grpc.aio.ServicerContext) -> None:
+        if not self.serving:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "master is stepping down")
+        try:
+            await self.commits.commit()
+        except LeadershipLost:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "master lost leadership")
+
+    async def SetDataset(self, request: pb.Dataset, context: grpc.aio.ServicerContext):
+        try:
+            ok = self.queue.set_dataset(
+                request.num_samples, request.chunk_size, request.chunks_per_task
+            )
+        except ValueError as error:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"dataset: {error}")
+        if not ok:
+            m = self.queue.meta
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"dataset already set to {m.num_samples} samples, chunk {m.chunk_size} x "
+                f"{m.chunks_per_task}",
+            )
+        await self._persist(context)
+        return pb.DatasetReply(num_tasks=len(self.queue.tasks), passes=self.queue.meta.passes)
+
+    async def GetTask(self, request: pb.TaskRequest, context: grpc.aio.ServicerContext):
+        d = self.queue.dispatch(request.trainer, self.clock())
+        await self._persist(context)
+        if d.kind is Kind.TASK and d.task is not None:
+            t = d.task
+            return pb.TaskReply(
+                status=pb.TaskReply.TASK,
+                task=_task(t.id, t.epoch, d.current_pass, t.begin, t.end),
+            )
+        status = {
+            Kind.WAIT: pb.TaskReply.WAIT,
+            Kind.DONE: pb.TaskReply.DONE,
+            Kind.NO_DATASET: pb.TaskReply.NO_DATASET,
+        }[d.kind]
+        return pb.TaskReply(status=status)
+
+    async def FinishTask(self, request: pb.TaskReport, context: grpc.aio.ServicerContext):
+        loss = request.loss if request.loss == request.loss else None  # NaN -> no loss
+        ok = self.queue.finish(
+            request.id, request.epoch, request.trainer, self.clock(), request.samples, loss
+        )
+        await self._persist(context)
+        return pb.Ack(accepted=ok)
+
+    async def FailTask(self, request: pb.TaskReport, context: grpc.aio.ServicerContext):
+        ok = self.queue.fail(request.id, request.epoch, request.trainer, self.clock())
+        if ok:
+            log.warning("task %d failed on %s: %s", request.id, request.trainer, request.error)
+        await self._persist(context)
+        return pb.Ack(accepted=ok)
+
+    async def ReturnTask(self, request: pb.TaskReport, context: grpc.aio.ServicerContext):
+        ok = self.queue.give_back(request.id, request.epoch, request.trainer, self.clock())
+        await self._persist(context)
+        return pb.Ack(accepted=ok)
+
+    async def Beat(self, request: pb.Heartbeat, context: grpc.aio.ServicerContext):
+        self.queue.beat(request.trainer, self.clock())
+        return pb.Ack(accepted=True)
+
+    async def Report(self, request: pb.Metrics, context: grpc.aio.ServicerContext):
+        self.queue.record_metrics(request.trainer, dict(request.values), self.clock())
+        return pb.Ack(accepted=True)
+
+    async def GetProgress(self, request: pb.ProgressRequest, context: grpc.aio.ServicerContext):
+        return pb.ProgressReply(json=json.dumps(self.queue.progress(self.clock())))
+
+    async def housekeeping(self, interval: float = 0.5, publish_every: float = 1.0) -> None:
+        """Reap dead trainers and timed-out tasks; publish progress to etcd."""
+        last_publish = 0.0
+        while self.serving:
+            await asyncio.sleep(interval)
+            now = self.clock()
+            lost, expired = self.queue.reap(now)
+            if lost:
+                log.info("trainers lost: %s", lost)
+            if expired:
+                log.info("tasks timed out: %s", expired)
+            await self.commits.commit()
+            if now - last_publish >= publish_every:
+                last_publish = now
+                await self.store.publish_progress(self.queue.progress(now))
+
+
+def _task(task_id: int, epoch: int, current_pass: int, begin: int, end: int) -> pb.Task:
+    task = pb.Task(id=task_id, epoch=epoch, begin=begin, end=end)
+    setattr(task, "pass", current_pass)  # `pass` is a Python keyword
+    return task

@@ -1,0 +1,140 @@
+"""`edl pserver` as a process: register, restore, serve, checkpoint, repeat.
+
+The index comes from the registration (lowest free below the desired count),
+so a replacement takes exactly the index that died and restores its shard
+from that index's checkpoint. The moment the lease is lost the shard stops
+serving (a replacement may own the index now); the loop registers again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import time
+from pathlib import Path
+
+import grpc
+
+from edl.runtime.config import RuntimeConfig
+from edl.runtime.coordination import Coord, Membership, dumps
+from edl.runtime.gate import SERVER_OPTIONS, make_gate
+from edl.runtime.master.main import _first
+from edl.runtime.proto import runtime_pb2_grpc as pb_grpc
+from edl.runtime.pserver.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
+from edl.runtime.pserver.server import PServerService
+from edl.runtime.pserver.shard import Shard
+
+log = logging.getLogger("edl.pserver")
+METHODS = ["Init", "Push", "Pull"]
+
+
+class Checkpointer:
+    """Periodic + final checkpoints of one shard, metadata in etcd."""
+
+    def __init__(self, coord: Coord, shard: Shard, index: int, directory: Path,
+                 member: Membership) -> None:
+        self.coord = coord
+        self.shard = shard
+        self.index = index
+        self.directory = directory
+        self.member = member
+        self.saved_version = -1
+        self.saves = 0
+
+    async def restore(self) -> bool:
+        """Load this index's checkpoint if any; False (start empty) when none or bad."""
+        raw = await self.coord.get(f"checkpoints/{self.index}")
+        if not raw:
+            return False
+        meta = json.loads(raw)
+        try:
+            snap = await asyncio.to_thread(read_checkpoint, Path(meta["path"]), int(meta["crc"]))
+        except CheckpointError as error:
+            log.error("pserver %d: %s; starting uninitialised", self.index, error)
+            return False
+        self.shard.restore(snap)
+        self.saved_version = snap.version
+        log.info("pserver %d restored version %d from %s", self.index, snap.version, meta["path"])
+        return True
+
+    async def save(self) -> bool:
+        """temp + fsync + rename, then metadata, then delete the previous file."""
+        if not self.shard.initialized or self.shard.version == self.saved_version:
+            return False
+        if self.member.lost.is_set():
+            return False
+        snap = await asyncio.to_thread(self.shard.snapshot)
+        path, crc = await asyncio.to_thread(write_checkpoint, self.directory, self.index, snap)
+        old = await self.coord.get(f"checkpoints/{self.index}")
+        if self.member.lost.is_set():  # a replacement owns the index now: leave its metadata
+            path.unlink(missing_ok=True)
+            return False
+        meta = {"path": str(path), "crc": crc, "timestamp": time.time(), "version": snap.version}
+        await self.coord.put(f"checkpoints/{self.index}", dumps(meta))
+        if old:
+            old_path = json.loads(old).get("path")
+            if old_path and old_path != str(path):
+                with contextlib.suppress(OSError):
+                    os.unlink(old_path)
+        self.saved_version = snap.version
+        self.saves += 1
+        return True
+
+    async def run(self, interval: float) -> None:
+        while not self.member.lost.is_set():
+            await asyncio.sleep(interval)
+            try:
+                await self.save()
+            except Exception as error:  # keep serving; try again next interval
+                log.error("pserver %d: checkpoint failed: %s", self.index, error)
+
+
+async def serve(config: RuntimeConfig, stop: asyncio.Event | None = None) -> None:
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    coord = await Coord.connect(config)
+    gate = make_gate(pb_grpc.PServerServicer, METHODS, "pserver")
+    server = grpc.aio.server(options=SERVER_OPTIONS)
+    pb_grpc.add_PServerServicer_to_server(gate, server)
+    port = server.add_insecure_port(f"{config.pod_ip}:{config.port}")
+    await server.start()
+    address = f"{config.pod_ip}:{port}"
+    directory = Path(config.checkpoint_path)
+    try:
+        while not stop.is_set():
+            registered = await _first(coord.register_pserver(address, config.pservers), stop)
+            if registered is None:
+                break
+            index, member = registered
+            log.info("pserver %d serving on %s", index, address)
+            shard = Shard()
+            ckpt = Checkpointer(coord, shard, index, directory, member)
+            await ckpt.restore()
+            service = PServerService(shard, index)
+            gate.current = service
+            saver = asyncio.create_task(ckpt.run(config.checkpoint_interval))
+            waiters = [asyncio.create_task(e.wait()) for e in (member.lost, stop)]
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+            if member.lost.is_set():
+                service.serving = False  # first: never serve a shard we may no longer own
+                gate.current = None
+                log.warning("pserver %d lost its lease; stopped serving", index)
+            for t in (saver, *waiters):
+                t.cancel()
+            if stop.is_set() and not member.lost.is_set():
+                service.serving = False
+                gate.current = None
+                with contextlib.suppress(Exception):
+                    await ckpt.save()  # final checkpoint at shutdown
+                await coord.release(member)
+    finally:
+        gate.current = None
+        await server.stop(0.5)
+        await coord.close()

@@ -1,0 +1,82 @@
+"""The pserver's gRPC handlers: Init, Push (apply + optionally pull), Pull.
+
+Malformed requests (bad tensor bytes, unknown blocks, wrong sizes) are
+answered INVALID_ARGUMENT and change nothing; the server keeps serving.
+Once `serving` is cleared (lease lost, shutdown) every call is refused at
+once with UNAVAILABLE, so a partitioned pserver cannot diverge from the
+replacement that took its index.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+
+from edl.runtime import tensors
+from edl.runtime.proto import runtime_pb2 as pb
+from edl.runtime.proto import runtime_pb2_grpc as pb_grpc
+from edl.runtime.pserver.optim import OptimizerConfig
+from edl.runtime.pserver.shard import Shard, ShardError
+
+OPTIMIZER_FIELDS = ("name", "lr", "momentum", "beta1", "beta2", "eps", "weight_decay")
+
+
+def optimizer_from_proto(msg: pb.OptimizerConfig) -> OptimizerConfig:
+    defaults = OptimizerConfig()
+    values = {f: getattr(msg, f) or getattr(defaults, f) for f in OPTIMIZER_FIELDS}
+    return OptimizerConfig(**values)
+
+
+def optimizer_to_proto(cfg: OptimizerConfig) -> pb.OptimizerConfig:
+    return pb.OptimizerConfig(**{f: getattr(cfg, f) for f in OPTIMIZER_FIELDS})
+
+
+class PServerService(pb_grpc.PServerServicer):
+    def __init__(self, shard: Shard, index: int) -> None:
+        self.shard = shard
+        self.index = index
+        self.serving = True
+
+    async def _check(self, context: grpc.aio.ServicerContext) -> None:
+        if not self.serving:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"pserver {self.index} not serving")
+
+    async def Init(self, request: pb.InitRequest, context: grpc.aio.ServicerContext):
+        await self._check(context)
+        try:
+            params = {t.id: tensors.decode(t) for t in request.params}
+            accepted = await asyncio.to_thread(
+                self.shard.init, params, optimizer_from_proto(request.optimizer)
+            )
+        except (ValueError, ShardError) as error:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+        return pb.Ack(accepted=accepted)
+
+    async def Push(self, request: pb.PushRequest, context: grpc.aio.ServicerContext):
+        await self._check(context)
+        if not self.shard.initialized:
+            return pb.ParamsReply(initialized=False)
+        try:
+            grads = {t.id: tensors.decode(t) for t in request.grads}
+            await asyncio.to_thread(self.shard.apply, grads)
+        except (ValueError, ShardError) as error:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+        await self._check(context)
+        if not request.pull:
+            return pb.ParamsReply(initialized=True, version=self.shard.version)
+        return await self._params()
+
+    async def Pull(self, request: pb.PullRequest, context: grpc.aio.ServicerContext):
+        await self._check(context)
+        if not self.shard.initialized:
+            return pb.ParamsReply(initialized=False)
+        return await self._params()
+
+    async def _params(self) -> pb.ParamsReply:
+        version, params = await asyncio.to_thread(self.shard.read)
+        return pb.ParamsReply(
+            initialized=True,
+            version=version,
+            params=[tensors.encode(k, v) for k, v in params.items()],
+        )
