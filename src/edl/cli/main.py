@@ -19,6 +19,10 @@ COMMANDS: dict[str, str] = {
     "status": "edl.cli.status:status",
     "etcd": "edl.cli.etcd:etcd",
     "crd": "edl.cli.crd:crd",
+    "simulate": "edl.cli.simulate:simulate_command",
+    "master": "edl.cli.master:master",
+    "pserver": "edl.cli.pserver:pserver",
+    "trainer": "edl.cli.trainer:trainer",
 }
 
 
