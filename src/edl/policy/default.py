@@ -46,10 +46,10 @@ __all__ = ["DefaultPolicy"]
 class _Room:
     """Per-node room as parallel lists, with a first-fit cursor per trainer shape."""
 
-    __slots__ = ("count", "cpu", "cursor", "gpu", "memory")
+    __slots__ = ("count", "cpu", "cursor", "gpu", "memory", "names", "shortfalls")
 
     def __init__(self, nodes: Nodes) -> None:
-        names = list(nodes.cpu_idle_milli)
+        self.names = names = list(nodes.cpu_idle_milli)
         self.count = len(names)
         self.cpu = list(nodes.cpu_idle_milli.values())
         self.memory = [nodes.memory_free_mega.get(name, 0) for name in names]
@@ -57,6 +57,7 @@ class _Room:
         # Room only shrinks between two `give` calls, so a node too small for a shape
         # stays too small and each shape's cursor only moves forward.
         self.cursor: dict[tuple[int, int, int], int] = {}
+        self.shortfalls: dict[tuple[int, int, int], tuple[int, int, int]] = {}
 
     def take(self, cpu: int, memory: int, gpu: int) -> int:
         """Take room for one pod on the first node where it fits; its index, or -1."""
@@ -74,12 +75,32 @@ class _Room:
         self.cursor[shape] = count
         return -1
 
+    def shortfall(self, cpu: int, memory: int, gpu: int) -> tuple[int, int, int]:
+        """What the node closest to fitting a pod lacks for it (cached per shape)."""
+        shape = (cpu, memory, gpu)
+        cached = self.shortfalls.get(shape)
+        if cached is not None:
+            return cached
+        best, best_score = (cpu, memory, gpu), 4.0
+        for index in range(self.count):
+            lack = (
+                max(0, cpu - self.cpu[index]),
+                max(0, memory - self.memory[index]),
+                max(0, gpu - self.gpu[index]),
+            )
+            score = sum(lack[d] / shape[d] for d in range(3) if shape[d])
+            if score < best_score:
+                best, best_score = lack, score
+        self.shortfalls[shape] = best
+        return best
+
     def give(self, index: int, cpu: int, memory: int, gpu: int) -> None:
         """Return room taken by `take` (a planned trainer that is dropped again)."""
         self.cpu[index] += cpu
         self.memory[index] += memory
         self.gpu[index] += gpu
         self.cursor.clear()
+        self.shortfalls.clear()
 
 
 @dataclass(slots=True)
@@ -152,6 +173,16 @@ class DefaultPolicy:
     def plan(
         self, jobs: Sequence[JobView], resources: ClusterResource, max_load_desired: float
     ) -> list[Decision]:
+        return self.plan_with_placement(jobs, resources, max_load_desired)[0]
+
+    def plan_with_placement(
+        self, jobs: Sequence[JobView], resources: ClusterResource, max_load_desired: float
+    ) -> tuple[list[Decision], dict[tuple[str, str], list[str]]]:
+        """The plan, and for each job the nodes its not-yet-scheduled trainers were given.
+
+        The placement is the policy's proof that the plan fits; the scheduler is free
+        to place the pods elsewhere.
+        """
         budget = _Budget(
             cpu=resources.cpu_request_milli,
             gpu=resources.gpu_limit,
@@ -186,6 +217,7 @@ class DefaultPolicy:
         self._rebalance(plans, budget, room)
 
         by_key = {plan.view.key: plan for plan in plans}
+        placement = {plan.view.key: [room.names[i] for i in plan.planned_nodes] for plan in plans}
         decisions = []
         for view in jobs:
             plan = by_key.get(view.key)
@@ -194,24 +226,22 @@ class DefaultPolicy:
             else:
                 reason, target = self._reason(plan), plan.target
             decisions.append(Decision(view.namespace, view.name, view.parallelism, target, reason))
-        return decisions
+        return decisions, placement
 
     # -- steps ------------------------------------------------------------------------
 
     @staticmethod
-    def _place_pending_pods(resources: ClusterResource, room: _Room) -> list[int]:
-        """Step 2: reserve room for pending non-trainer pods; returns what fits nowhere."""
-        deficit = [0, 0, 0, 0]  # cpu, memory, gpu, pods
+    def _place_pending_pods(resources: ClusterResource, room: _Room) -> list[tuple[int, int, int]]:
+        """Step 2: reserve room for pending non-trainer pods; returns those that fit nowhere."""
+        deficit = []
         pods = sorted(
             resources.pending,
             key=lambda p: (-p.gpu_request, -p.cpu_request_milli, -p.memory_request_mega),
         )
         for pod in pods:
-            if room.take(pod.cpu_request_milli, pod.memory_request_mega, pod.gpu_request) < 0:
-                deficit[0] += pod.cpu_request_milli
-                deficit[1] += pod.memory_request_mega
-                deficit[2] += pod.gpu_request
-                deficit[3] += 1
+            shape = (pod.cpu_request_milli, pod.memory_request_mega, pod.gpu_request)
+            if room.take(*shape) < 0:
+                deficit.append(shape)
         return deficit
 
     @staticmethod
@@ -284,23 +314,37 @@ class DefaultPolicy:
         plans: list[_Job],
         budget: _Budget,
         room: _Room,
-        deficit: list[int],
+        deficit: list[tuple[int, int, int]],
         freed: list[int],
     ) -> None:
-        """Step 5: shrink the most fulfilled jobs for pending pods and starving jobs."""
-        need = deficit[:3]
+        """Step 5: shrink the most fulfilled jobs for pending pods and starving jobs.
+
+        What is missing is measured against the node closest to fitting each pod,
+        and trainers already on their way out (bound pods beyond parallelism, which
+        are terminating) count as room being freed, so a plan does not shed again
+        what the previous plan already shed.
+        """
         starving = [p for p in plans if p.holding() < p.view.min_instance]
-        for plan in starving:
-            cpu, memory, gpu = plan.shape
-            missing = plan.view.min_instance - plan.holding()
-            need[0] += cpu * missing
-            need[1] += memory * missing
-            need[2] += gpu * missing
-        if not starving and not deficit[3]:
+        if not starving and not deficit:
             return
+        need = [0, 0, 0]
+        for pod in deficit:
+            for d, amount in enumerate(room.shortfall(*pod)):
+                need[d] += amount
+        for plan in starving:
+            shape = plan.shape
+            missing = plan.view.min_instance - plan.holding()
+            first = room.shortfall(*shape)
+            for d in range(3):
+                need[d] += first[d] + shape[d] * (missing - 1)
+        for plan in plans:
+            view = plan.view
+            leaving = max(0, (view.total - view.unbound) - view.parallelism)
+            for d, amount in enumerate(plan.shape):
+                freed[d] += amount * leaving
         parts = []
-        if deficit[3]:
-            parts.append(f"{deficit[3]} pending pods that are not trainers")
+        if deficit:
+            parts.append(f"{len(deficit)} pending pods that are not trainers")
         if starving:
             names = ", ".join(p.view.name for p in starving[:3])
             more = f" and {len(starving) - 3} more" if len(starving) > 3 else ""
@@ -418,6 +462,8 @@ class DefaultPolicy:
         if after > before:
             text = f"grow {before}->{after}: "
             if before < view.min_instance and not plan.grown:
+                if plan.holding() < view.min_instance:
+                    return text + "up to min-instance; waiting for room on a node"
                 return text + "up to min-instance"
             text += f"placed on nodes with free room (fair share {plan.share})"
             if plan.blocked > 0 and after < plan.share:
