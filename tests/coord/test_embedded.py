@@ -1,0 +1,126 @@
+"""The embedded etcd is a real server, restarts in place and never outlives its owner."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from edl.coord.embedded import EmbeddedEtcd, EtcdStartError, find_etcd_binary
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie still answers kill(0); look at its state
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _wait_dead(pid: int, within: float = 20.0) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if not _alive(pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _health(endpoint: str) -> bytes:
+    with urllib.request.urlopen(f"{endpoint}/health", timeout=5) as response:
+        return response.read()
+
+
+def test_find_binary_runs() -> None:
+    binary = find_etcd_binary()
+    out = subprocess.run([str(binary), "--version"], capture_output=True, text=True, check=True)
+    assert out.stdout.startswith("etcd Version: 3.")
+
+
+def test_start_restart_stop_sync() -> None:
+    server = EmbeddedEtcd()
+    with server:
+        assert server.endpoints.startswith("http://127.0.0.1:")
+        assert b'"health":"true"' in _health(server.endpoints)
+        first_pid, data_dir = server.pid, server.data_dir
+        server.restart()
+        assert server.pid != first_pid and server.data_dir == data_dir
+        assert b'"health":"true"' in _health(server.endpoints)
+        pid = server.pid
+    assert pid is not None and _wait_dead(pid, 1.0)
+    assert not data_dir.exists()
+    server.stop()  # twice is harmless
+
+
+async def test_async_context_manager_and_frozen_stop() -> None:
+    async with EmbeddedEtcd() as server:
+        pid = server.pid
+        assert pid is not None
+        server.kill(signal.SIGSTOP)  # stop() must still end a frozen server
+    assert _wait_dead(pid, 1.0)
+
+
+def test_port_in_use_is_a_clear_error() -> None:
+    with EmbeddedEtcd() as first:
+        clash = EmbeddedEtcd(client_port=first.client_port, startup_timeout=20)
+        with pytest.raises(EtcdStartError, match="already in use"):
+            clash.start()
+        clash.stop()
+
+
+_OWNER = """
+import sys, time
+from edl.coord.embedded import EmbeddedEtcd
+server = EmbeddedEtcd().start()
+print(server.pid, flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("how", ["SIGKILL", "normal-exit"])
+def test_no_etcd_outlives_its_owner(how: str) -> None:
+    """An owner killed with SIGKILL (no atexit) or exiting normally leaves no etcd behind."""
+    script = _OWNER if how == "SIGKILL" else _OWNER.replace("time.sleep(600)", "")
+    owner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert owner.stdout is not None
+        etcd_pid = int(owner.stdout.readline())
+        assert _alive(etcd_pid)
+        if how == "SIGKILL":
+            owner.kill()
+        owner.wait(30)
+        assert _wait_dead(etcd_pid), "etcd survived its owner"
+    finally:
+        owner.kill()
+        owner.wait()
+
+
+def test_cli_check_and_foreground_server() -> None:
+    check = subprocess.run(
+        [sys.executable, "-m", "edl.coord.embedded", "--check"], capture_output=True, text=True
+    )
+    assert check.returncode == 0 and "etcd" in check.stdout
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "edl.cli.main", "etcd"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        lines = [proc.stdout.readline(), proc.stdout.readline()]
+        endpoint = lines[1].strip().removeprefix("EDL_ETCD_ENDPOINTS=")
+        assert b'"health":"true"' in _health(endpoint)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 0
+        assert "etcd stopped" in proc.stdout.read()
+    finally:
+        proc.kill()
+        proc.wait()
