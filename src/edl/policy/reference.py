@@ -26,6 +26,8 @@ Fixes to the original, kept deliberately small (docs/architecture.md,
    possible when GPU limits sit between max_load_desired x total and the total)
    ends the plan; the original could loop forever there.
 3. Node search is first-fit in node order (Go's map order was random).
+4. A job that is not rescheduled (trainers not all running) is still clamped
+   into [min-instance, max-instance].
 """
 
 from __future__ import annotations
@@ -120,7 +122,7 @@ class _DryRun:
 
 
 class ReferencePolicy:
-    """The original EDL algorithm (see the module doc for the three fixes)."""
+    """The original EDL algorithm (see the module doc for the fixes)."""
 
     name = "reference"
 
@@ -161,7 +163,11 @@ class ReferencePolicy:
             if job.min_instance >= job.max_instance:
                 reason, target = "not elastic (min-instance = max-instance)", job.parallelism
             elif key not in diff:
-                reason, target = "trainers not all running; not rescheduled", job.parallelism
+                # fix 4: even a job that is not rescheduled stays within [min, max]
+                target = min(max(job.parallelism, job.min_instance), job.max_instance)
+                reason = "trainers not all running; not rescheduled"
+                if target != job.parallelism:
+                    reason = f"clamp {job.parallelism}->{target} to [min, max]; {reason}"
             else:
                 target = job.parallelism + diff[key]
                 stop = stopped.get(key, "nothing to change")

@@ -1,0 +1,137 @@
+"""hypothesis properties of the scaling policies over consistent random clusters."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from edl.accounting import PodResources
+from edl.policy import get_policy
+
+_spec = importlib.util.spec_from_file_location(
+    "policy_cluster", Path(__file__).with_name("cluster.py")
+)
+cluster_mod = importlib.util.module_from_spec(_spec)
+sys.modules["policy_cluster"] = cluster_mod
+_spec.loader.exec_module(cluster_mod)
+Cluster, Job = cluster_mod.Cluster, cluster_mod.Job
+
+POLICIES = ("default", "reference")
+SHAPES = [(1000, 1000, 0), (2000, 4000, 0), (3000, 2000, 0), (500, 500, 1), (4000, 8000, 2)]
+loads = st.sampled_from([0.5, 0.8, 0.97, 1.0])
+
+
+@st.composite
+def clusters(draw):
+    """Nodes, elastic jobs placed first-fit, non-trainer pods, and parallelism drift."""
+    c = Cluster()
+    for i in range(draw(st.integers(1, 6))):
+        cpu = draw(st.sampled_from([2000, 4000, 8000, 16_000]))
+        memory = draw(st.sampled_from([4000, 8000, 32_000]))
+        c.add_node(f"n{i}", cpu, memory, draw(st.sampled_from([0, 0, 2, 4])))
+    for _ in range(draw(st.integers(0, 6))):  # services already running
+        cpu = draw(st.sampled_from([500, 1000, 3000]))
+        c.add_pod(PodResources(cpu, cpu, 1000, 1000))
+    c.schedule()
+    for j in range(draw(st.integers(1, 5))):
+        lo = draw(st.integers(1, 4))
+        hi = draw(st.integers(lo + 1, 12))
+        cpu, memory, gpu = draw(st.sampled_from(SHAPES))
+        c.add_job(Job("ns", f"job{j}", lo, hi, draw(st.integers(lo, hi)), cpu, memory, gpu))
+        c.schedule()
+    for _ in range(draw(st.integers(0, 4))):  # services waiting for room
+        cpu = draw(st.sampled_from([500, 1000, 3000]))
+        c.add_pod(PodResources(cpu, cpu, 1000, 1000))
+    c.schedule()
+    for job in c.jobs.values():  # the Job controller may lag behind a new parallelism
+        job.parallelism = draw(st.integers(job.min_instance, job.max_instance + 2))
+    return c
+
+
+@settings(max_examples=200, deadline=None)
+@given(clusters(), loads, st.sampled_from(POLICIES))
+def test_targets_stay_within_min_and_max(c, load, name) -> None:
+    for decision, job in zip(
+        get_policy(name).plan(c.views(), c.resources(), load), c.views(), strict=True
+    ):
+        assert job.min_instance <= decision.target <= job.max_instance
+        assert decision.reason
+
+
+@settings(max_examples=150, deadline=None)
+@given(clusters(), loads, st.sampled_from(POLICIES))
+def test_same_input_same_plan_in_any_job_order(c, load, name) -> None:
+    views, resources = c.views(), c.resources()
+    policy = get_policy(name)
+    first = policy.plan(views, resources, load)
+    assert policy.plan(views, resources, load) == first
+    reverse = policy.plan(views[::-1], resources, load)
+    assert {d.name: d.target for d in reverse} == {d.name: d.target for d in first}
+
+
+@settings(max_examples=300, deadline=None)
+@given(clusters(), loads)
+def test_default_places_every_added_trainer_without_overcommit(c, load) -> None:
+    views, resources = c.views(), c.resources()
+    decisions, placement = get_policy("default").plan_with_placement(views, resources, load)
+    taken = {name: [0, 0, 0] for name in resources.nodes.cpu_idle_milli}
+    for view, decision in zip(views, decisions, strict=True):
+        nodes = placement[view.key]
+        # bound pods beyond parallelism are terminating: they do not stay
+        kept = min(view.total - view.unbound, view.parallelism, view.max_instance)
+        if decision.target > view.parallelism:
+            assert len(nodes) == decision.target - min(kept, decision.target)
+        assert len(nodes) <= max(0, decision.target - kept)
+        for node in nodes:
+            taken[node][0] += view.cpu_request_milli
+            taken[node][1] += view.memory_request_mega
+            taken[node][2] += view.gpu_request
+    for name, (cpu, memory, gpu) in taken.items():
+        assert cpu <= max(0, resources.nodes.cpu_idle_milli[name])
+        assert memory <= max(0, resources.nodes.memory_free_mega[name])
+        assert gpu <= max(0, resources.nodes.gpu_free[name])
+
+
+@settings(max_examples=300, deadline=None)
+@given(clusters(), loads)
+def test_default_keeps_cpu_and_gpu_within_max_load(c, load) -> None:
+    views, resources = c.views(), c.resources()
+    decisions = get_policy("default").plan(views, resources, load)
+
+    def requests(counts, per, base):
+        return base + sum((n - v.total) * per(v) for n, v in zip(counts, views, strict=True))
+
+    before_counts = [v.parallelism for v in views]
+    after_counts = [d.target for d in decisions]
+    for per, base, total in (
+        (lambda v: v.cpu_request_milli, resources.cpu_request_milli, resources.cpu_total_milli),
+        (lambda v: v.gpu_limit, resources.gpu_limit, resources.gpu_total),
+    ):
+        cap = int(total * load)
+        before = requests(before_counts, per, base)
+        after = requests(after_counts, per, base)
+        assert after <= (cap if before <= cap else before)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(2, 5),  # identical jobs
+    st.sampled_from(SHAPES[:3]),
+    st.integers(1, 3),
+    st.lists(st.sampled_from([4000, 8000, 16_000]), min_size=1, max_size=5),
+    loads,
+)
+def test_equal_jobs_end_within_one_trainer_when_capacity_binds(count, shape, lo, nodes, load):
+    c = Cluster()
+    for i, cpu in enumerate(nodes):
+        c.add_node(f"n{i}", cpu, 64_000)
+    for j in range(count):
+        c.add_job(Job("ns", f"job{j}", lo, 40, lo, *shape))
+    c.schedule()
+    decisions = get_policy("default").plan(c.views(), c.resources(), load)
+    targets = [d.target for d in decisions]
+    assert max(targets) - min(targets) <= 1
