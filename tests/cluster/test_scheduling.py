@@ -193,28 +193,39 @@ def test_trainer_exit_zero_completes_a_job_without_completions(clock, manifests)
     assert list(cluster.pod_records()) == []
 
 
-def test_failed_pods_are_replaced(clock, manifests):
+def test_failed_pods_are_replaced_after_a_growing_back_off(clock, manifests):
     from edl.cluster.inproc.plane import InProcessCluster
 
-    class FailOnce(SimulatedPodRuntime):
+    class Crashing(SimulatedPodRuntime):
+        """Pods of the `crash` ReplicaSet exit 1 one second after they start."""
+
         def start(self, pod, on_running, on_exit):
-            if pod["metadata"]["name"].endswith("00000"):
+            if pod["metadata"]["name"].startswith("crash-"):
                 self.clock.call_later(1, on_exit, 1)
             else:
                 super().start(pod, on_running, on_exit)
 
-    cluster = InProcessCluster(clock, FailOnce(clock, start_latency=Fixed(1)))
+    cluster = InProcessCluster(clock, Crashing(clock, start_latency=Fixed(1)))
     cluster.add_node("n", {"cpu": "16", "memory": "32Gi"})
+    created = []
+
+    def on_pod(event, pod):
+        if event == "created":
+            created.append((pod.name[:5], clock.now()))
+
+    cluster.watch_pods(on_pod)
 
     async def scenario():
+        await cluster.create_replica_set(manifests.replica_set("crash", 1, "1"))
         await cluster.create_job(manifests.batch_job("j-trainer", 2, "1"))
-        await asyncio.sleep(10)
+        await asyncio.sleep(100)
         return await cluster.get_trainer_job_by_name("default", "j-trainer")
 
     job = clock.run(scenario())
-    assert job["status"]["failed"] == 1
-    assert job["status"]["active"] == 2
-    assert cluster.trainer_counts("default", "j").running == 2
+    assert job["status"]["failed"] == 0 and job["status"]["active"] == 2
+    crash_times = [when for name, when in created if name == "crash"]
+    # fails 1 s after each creation; replaced after 10 s, then 20 s, then 40 s
+    assert crash_times == [0.0, 11.0, 32.0, 73.0]
 
 
 def test_deleting_an_owner_deletes_its_pods(clock, cluster_factory, manifests):

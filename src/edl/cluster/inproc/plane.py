@@ -14,6 +14,8 @@ Semantics kept from Kubernetes because the autoscaler's behaviour depends on the
   running pods first;
 * a deleted pod keeps its phase and its node's room until its containers have
   exited (at most its grace period, ``terminationGracePeriodSeconds``, 30 s);
+* a failed pod is replaced after a back-off (10 s, doubling, at most 5 min), as
+  CrashLoopBackOff and the Job controller do, so a crashing process cannot spin;
 * a Job without ``completions`` completes once one pod has exited 0 and none is
   left running; a Job whose pods failed more than ``backoffLimit`` (6) times fails;
 * optimistic concurrency on every object (`store`).
@@ -67,6 +69,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_GRACE_PERIOD_S = 30.0
 DEFAULT_BACKOFF_LIMIT = 6
+BACKOFF_BASE_S = 10.0
+BACKOFF_MAX_S = 300.0
+BACKOFF_RESET_S = 600.0  # a pod that ran this long before failing starts a new streak
 TRAINING_JOB = "TrainingJob"
 WORKLOAD_KINDS = ("ReplicaSet", "Deployment", "Job")
 PodListener = Callable[[str, PodRecord], None]
@@ -488,6 +493,12 @@ class InProcessCluster:
             return
         want = self._job_want(obj, owner) if kind == "Job" else int(obj["spec"].get("replicas", 1))
         diff = want - owner.active
+        if diff > 0 and owner.backoff_until > self.clock.now():
+            if owner.backoff_timer is None:  # come back when the back-off ends
+                owner.backoff_timer = self.clock.call_at(
+                    owner.backoff_until, self._backoff_over, key
+                )
+            return
         if diff > 0:
             self._refresh_template(obj, owner)
             for _ in range(diff):
@@ -497,6 +508,12 @@ class InProcessCluster:
             active.sort(key=PodRecord.deletion_rank)
             for pod in active[:-diff]:
                 self._delete_pod(pod)
+
+    def _backoff_over(self, key: OwnerKey) -> None:
+        owner = self._owners.get(key)
+        if owner is not None:
+            owner.backoff_timer = None
+            self._mark_dirty(key)
 
     def _job_want(self, job: Manifest, owner: OwnerPods) -> int:
         """How many pods a Job wants active now (Kubernetes' Job controller rules)."""
@@ -686,8 +703,15 @@ class InProcessCluster:
         if not pod.terminating:
             if code == 0:
                 owner.succeeded += 1
+                owner.crash_streak = 0
             else:
                 owner.failed += 1
+                ran = self.clock.now() - pod.running_at if pod.running_at is not None else 0.0
+                owner.crash_streak = 1 if ran >= BACKOFF_RESET_S else owner.crash_streak + 1
+                # As the kubelet's CrashLoopBackOff and the Job controller: 10 s, doubling,
+                # at most 5 min before a failed pod is replaced.
+                delay = min(BACKOFF_BASE_S * 2 ** (owner.crash_streak - 1), BACKOFF_MAX_S)
+                owner.backoff_until = self.clock.now() + delay
         self._mark_dirty(pod.owner)
 
     def _delete_pod(self, pod: PodRecord) -> None:

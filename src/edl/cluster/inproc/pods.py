@@ -101,6 +101,9 @@ class OwnerPods:
     terminating: int = 0
     succeeded: int = 0
     failed: int = 0
+    crash_streak: int = 0  # failures in a row (reset by a success or a long run)
+    backoff_until: float = float("-inf")  # no replacement pod before this time
+    backoff_timer: object = None
     created: int = 0  # pods ever created (names the next one)
     condition: str | None = None  # a Job's final condition: "Complete" or "Failed"
     generation: int = -1  # owner generation the cached template resources belong to
