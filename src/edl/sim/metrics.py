@@ -44,7 +44,7 @@ def _first(flags: Iterable[bool], start: int = 0) -> int | None:
 
 def job_pending_time(times: list[float], series: JobSeries) -> float | None:
     """Seconds from the job's first pod to its first running trainer (None: never submitted)."""
-    appeared = _first(pods > 0 for pods in series.pods)
+    appeared = _first(series.pods_created)
     if appeared is None:
         appeared = _first(series.present)
     if appeared is None:

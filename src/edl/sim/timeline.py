@@ -15,7 +15,7 @@ class JobSeries:
     """One TrainingJob over time; rows before its submission read as absent."""
 
     present: list[bool] = field(default_factory=list)  # submitted and not yet deleted
-    pods: list[int] = field(default_factory=list)  # pods of any role, any phase
+    pods_created: list[bool] = field(default_factory=list)  # any of its pods created by now
     trainers_running: list[int] = field(default_factory=list)  # Running, not terminating
     trainers_desired: list[int] = field(default_factory=list)  # trainer Job parallelism
 

@@ -1,0 +1,276 @@
+"""Run a scenario on virtual time: the real Controller and Autoscaler on the in-process cluster.
+
+The run is an asyncio program on a `VirtualClock` loop, so nothing here (or in
+the Controller/Autoscaler) knows time is virtual. The scenario's schedule becomes
+timers; a sampler records the cluster every ``sample_interval_s`` into a
+`Timeline`, just after every event of that instant has been handled (samples sit
+``SAMPLE_OFFSET_S`` after the grid point), so a change at t = 115 s shows in the
+sample of 115 s. Everything random comes from one seeded `random.Random`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from edl.cluster.inproc.clock import VirtualClock
+from edl.cluster.inproc.plane import ClusterSample, InProcessCluster
+from edl.cluster.inproc.runtime import Fixed, SimulatedPodRuntime, Uniform
+from edl.sim.jobs import training_job_manifest
+from edl.sim.loops import start_loops
+from edl.sim.metrics import Metrics, compute_metrics
+from edl.sim.scenario import JobPlan, Scenario, Workload, expand_jobs
+from edl.sim.timeline import JobSeries, Timeline, WorkloadSeries
+
+SAMPLE_OFFSET_S = 1e-6
+STATIC = "static"
+Progress = Callable[[float], None]
+
+
+@dataclass(frozen=True)
+class RunResult:
+    policy: str
+    timeline: Timeline
+    metrics: Metrics
+
+
+def _pod_template(
+    labels: dict[str, str], name: str, requirements: dict[str, Any], image: str
+) -> dict[str, Any]:
+    return {
+        "metadata": {"labels": labels},
+        "spec": {"containers": [{"name": name, "image": image, "resources": requirements}]},
+    }
+
+
+def deployment_manifest(workload: Workload, replicas: int) -> dict[str, Any]:
+    """The apps/v1 Deployment of another workload at ``replicas``."""
+    labels = {"app": workload.name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": workload.name, "namespace": workload.namespace, "labels": labels},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": _pod_template(
+                labels, workload.name, workload.resources.to_requirements(), workload.name
+            ),
+        },
+    }
+
+
+class _Recorder:
+    """Appends `ClusterSample`s to a `Timeline`, aligning series that appear or vanish."""
+
+    def __init__(self, job_keys: dict[str, str]) -> None:
+        self.timeline = Timeline()
+        self._job_keys = job_keys  # sample key -> job name
+
+    def record(self, when: float, sample: ClusterSample) -> None:
+        timeline = self.timeline
+        rows = len(timeline.times)
+        timeline.times.append(when)
+        timeline.cpu_running_milli.append(sample.running_cpu_request_milli)
+        timeline.cpu_allocatable_milli.append(sample.cpu_total_milli)
+        for key, counts in sample.trainers.items():
+            name = self._job_keys.get(key, key)
+            series = timeline.jobs.get(name)
+            if series is None:
+                series = timeline.jobs[name] = JobSeries(
+                    [False] * rows, [False] * rows, [0] * rows, [0] * rows
+                )
+            series.present.append(True)
+            series.pods_created.append(counts.first_pod_at is not None)
+            series.trainers_running.append(counts.running)
+            series.trainers_desired.append(counts.desired)
+        for series in timeline.jobs.values():
+            if len(series.present) == rows:  # deleted: gone from the sample
+                series.present.append(False)
+                series.pods_created.append(series.pods_created[-1] if rows else False)
+                series.trainers_running.append(0)
+                series.trainers_desired.append(0)
+        for key, replicas in sample.deployments.items():
+            workload = timeline.workloads.get(key)
+            if workload is None:
+                workload = timeline.workloads[key] = WorkloadSeries([0] * rows, [0] * rows)
+            workload.desired.append(replicas.desired)
+            workload.running.append(replicas.running)
+        for workload in timeline.workloads.values():
+            if len(workload.desired) == rows:
+                workload.desired.append(0)
+                workload.running.append(0)
+
+
+class _Run:
+    """One scenario under one policy."""
+
+    def __init__(self, scenario: Scenario, policy: str, seed: int) -> None:
+        self.scenario = scenario
+        self.policy = policy
+        self.elastic = policy != STATIC
+        warmup = scenario.pod_start_latency_s.max + 1.0
+        # Background pods start before t = 0 so they are Running when sampling begins.
+        self.clock = VirtualClock(start=-warmup)
+        latency = scenario.pod_start_latency_s
+        termination = scenario.termination_s
+        runtime = SimulatedPodRuntime(
+            self.clock,
+            random.Random(seed),
+            start_latency=Uniform(latency.min, latency.max),
+            termination={
+                "trainer": Fixed(termination.trainer),
+                "pserver": Fixed(termination.pserver),
+                "master": Fixed(termination.master),
+            },
+            other_termination=Fixed(termination.other),
+        )
+        self.cluster = InProcessCluster(
+            self.clock, runtime, placement=scenario.placement, seed=seed
+        )
+        for group in scenario.cluster.node_groups:
+            allocatable = group.allocatable.to_resource_list()
+            for index in range(group.count):
+                self.cluster.add_node(f"{group.name}-{index}", allocatable)
+        self.plans = expand_jobs(scenario)
+        keys = {
+            plan.name if plan.namespace == "default" else f"{plan.namespace}/{plan.name}": plan.name
+            for plan in self.plans
+        }
+        self.recorder = _Recorder(keys)
+        self._start_trainers = {
+            (plan.namespace, f"{plan.name}-trainer"): plan.start_trainers
+            for plan in self.plans
+            if self.elastic and plan.start_trainers is not None
+        }
+
+    # -- schedule ---------------------------------------------------------------------
+    def _background(self) -> None:
+        names = self.cluster.node_names()
+        for group in self.scenario.cluster.background_pods:
+            requirements = group.resources.to_requirements()
+            count = len(names) if group.per_node else group.count or 0
+            for index in range(count):
+                pod: dict[str, Any] = {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": f"{group.name}-{index}", "namespace": group.namespace},
+                    "spec": {"containers": [
+                        {"name": group.name, "image": group.name, "resources": requirements}
+                    ]},
+                }
+                if group.per_node:
+                    pod["spec"]["nodeName"] = names[index]
+                self.cluster.create_pod(pod)
+
+    def _submit(self, plan: JobPlan) -> None:
+        image = self.scenario.training.image
+        self.cluster.create_training_job(training_job_manifest(plan, image, elastic=self.elastic))
+
+    def _delete(self, plan: JobPlan) -> None:
+        with contextlib.suppress(Exception):
+            self.cluster.delete_training_job(plan.namespace, plan.name)
+
+    def _scale_workload(self, workload: Workload, replicas: int, first: bool) -> None:
+        if first:
+            self.cluster.create_deployment(deployment_manifest(workload, replicas))
+        else:
+            self.cluster.scale_deployment(workload.namespace, workload.name, replicas)
+
+    def _on_job_event(self, event: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        """Start a new trainer Job at the scenario's ``start`` count (user-chosen initial size)."""
+        if event != "ADDED":
+            return
+        metadata = obj["metadata"]
+        start = self._start_trainers.pop((metadata["namespace"], metadata["name"]), None)
+        if start is not None and start != obj["spec"].get("parallelism"):
+            loop = self.clock.loop
+            loop.call_soon(self._set_parallelism, metadata["namespace"], metadata["name"], start)
+
+    def _set_parallelism(self, namespace: str, name: str, count: int) -> None:
+        with contextlib.suppress(Exception):  # the job may be gone already
+            self.cluster.scale("Job", namespace, name, count)
+
+    def _schedule(self) -> None:
+        clock = self.clock
+        for plan in self.plans:
+            clock.call_at(plan.submit_at, self._submit, plan)
+            if plan.delete_at is not None:
+                clock.call_at(plan.delete_at, self._delete, plan)
+        for workload in self.scenario.workloads:
+            for index, step in enumerate(workload.schedule):
+                clock.call_at(step.at, self._scale_workload, workload, step.replicas, index == 0)
+
+    # -- main -------------------------------------------------------------------------
+    async def main(self, progress: Progress | None) -> Timeline:
+        self._background()
+        self.cluster.store.listen("Job", self._on_job_event)
+        stop_loops = await start_loops(
+            self.cluster, self.scenario, self.policy if self.elastic else None
+        )
+        self._schedule()
+        interval = self.scenario.sample_interval_s
+        steps = int(self.scenario.duration_s / interval + 1e-9)
+        try:
+            for step in range(steps + 1):
+                when = step * interval
+                await asyncio.sleep(when + SAMPLE_OFFSET_S - self.clock.now())
+                self.recorder.record(when, self.cluster.sample())
+                if progress is not None:
+                    progress(when)
+        finally:
+            await stop_loops()
+        return self.recorder.timeline
+
+
+def run_policy(
+    scenario: Scenario, policy: str, seed: int | None = None, progress: Progress | None = None
+) -> RunResult:
+    """Run ``scenario`` under one policy (``default``, ``reference`` or ``static``)."""
+    run = _Run(scenario, policy, scenario.seed if seed is None else seed)
+    try:
+        timeline = run.clock.run(run.main(progress))
+    finally:
+        run.clock.close()
+    measure = scenario.measure
+    metrics = compute_metrics(
+        timeline,
+        policy=policy,
+        scenario=scenario.name,
+        utilization_until_s=measure.utilization_until_s,
+        steady_start_s=measure.steady_state.start,
+        steady_end_s=measure.steady_state.end,
+    )
+    return RunResult(policy, timeline, metrics)
+
+
+def simulate(
+    scenario: Scenario, policies: list[str], seed: int | None = None, progress: bool = False
+) -> list[RunResult]:
+    """Run every policy in turn; ``progress`` shows a rich bar over virtual time."""
+    if not progress:
+        return [run_policy(scenario, policy, seed) for policy in policies]
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed:>5.0f}/{task.total:.0f} s virtual"),
+        TimeElapsedColumn(),
+    )
+    results = []
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        for policy in policies:
+            task = bar.add_task(f"{scenario.name} [{policy}]", total=scenario.duration_s)
+            results.append(
+                run_policy(
+                    scenario, policy, seed,
+                    lambda when, task=task: bar.update(task, completed=when),
+                )
+            )
+    return results
