@@ -129,3 +129,16 @@ def test_expand_substitutes_known_and_keeps_unknown(env: dict, refs: list) -> No
 
 def test_expand_escapes_double_dollar() -> None:
     assert expand("$$(A) $(A)", {"A": "x"}) == "$(A) x"
+
+
+def test_relative_workspace_is_next_to_the_job_file_and_defaults_apply() -> None:
+    from dataclasses import replace
+
+    ctx = replace(CTX, workspace_base="/jobs/digits", default_env={"EDL_CHECKPOINT_DIR": "/r/ck"})
+    pod = master_pod()
+    pod["spec"]["containers"][0]["env"].append({"name": "EDL_WORKSPACE", "value": "."})
+    env = process_specs(pod, ctx, {})[0].env
+    assert env["EDL_WORKSPACE"] == "/jobs/digits"
+    assert env["EDL_CHECKPOINT_DIR"] == "/r/ck"
+    pod["spec"]["containers"][0]["env"].append({"name": "EDL_CHECKPOINT_DIR", "value": "/mine"})
+    assert process_specs(pod, ctx, {})[0].env["EDL_CHECKPOINT_DIR"] == "/mine"

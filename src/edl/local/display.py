@@ -6,6 +6,9 @@ one-shot `edl status` look the same and tests can render without a terminal.
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 from rich.console import Group, RenderableType
 from rich.panel import Panel
 from rich.progress_bar import ProgressBar
@@ -117,3 +120,54 @@ def pod_table(s: RunSnapshot) -> Table:
     if hidden > 0:
         table.add_row(f"… {hidden} more", "", "", "")
     return table
+
+
+class LiveDisplay:
+    """The live view of `edl run`: a rich panel on a terminal, summary lines otherwise.
+
+    Off a terminal (CI logs, tests) a line is printed when the figures change,
+    at most every ``line_every_s`` seconds, so logs stay readable.
+    """
+
+    def __init__(self, plain: bool | None = None, line_every_s: float = 5.0) -> None:
+        from rich.console import Console
+
+        self.console = Console()
+        self.plain = (not self.console.is_terminal) if plain is None else plain
+        self.line_every_s = line_every_s
+        self._live: Any = None
+        self._last_line = ""
+        self._last_line_at = 0.0
+
+    def __enter__(self) -> LiveDisplay:
+        if not self.plain:
+            from rich.live import Live
+
+            self._live = Live(console=self.console, refresh_per_second=4, transient=False)
+            self._live.__enter__()
+        return self
+
+    def update(self, snapshot: RunSnapshot) -> None:
+        if self._live is not None:
+            self._live.update(render(snapshot))
+            return
+        line = summary_line(snapshot)
+        now = time.monotonic()
+        changed = _figures(line) != _figures(self._last_line)
+        if changed and (now - self._last_line_at >= self.line_every_s or _final(snapshot)):
+            print(line, flush=True)
+            self._last_line, self._last_line_at = line, now
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            self._live.__exit__(None, None, None)
+            self._live = None
+
+
+def _final(snapshot: RunSnapshot) -> bool:
+    return snapshot.state in ("Succeeded", "Failed", "Stopped")
+
+
+def _figures(line: str) -> str:
+    """A summary line without its elapsed time, to tell real changes from the clock ticking."""
+    return line.rsplit(", ", 1)[0] if line else ""

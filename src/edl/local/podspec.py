@@ -11,7 +11,9 @@ Local-run rules (documented in docs/local.md):
   ``python``/``python3`` to ``sys.executable`` itself;
 - the downward API is resolved (pod name, namespace, uid, IP = 127.0.0.1, node);
 - EDL_ETCD_ENDPOINTS, EDL_POD_IP, EDL_POD_NAME and EDL_PORT are overridden per
-  process, so pods find the embedded etcd and never clash on ports.
+  process, so pods find the embedded etcd and never clash on ports;
+- a relative EDL_WORKSPACE is made absolute against the job file's directory,
+  so ``workspace: .`` means "next to job.yaml" as it would inside an image.
 """
 
 from __future__ import annotations
@@ -55,6 +57,10 @@ class LocalContext:
     etcd_endpoints: str
     node_name: str = "local"
     base_env: Mapping[str, str] = field(default_factory=dict)
+    # Set when the manifest does not set them (e.g. EDL_CHECKPOINT_DIR inside the run dir).
+    default_env: Mapping[str, str] = field(default_factory=dict)
+    # A relative EDL_WORKSPACE is resolved against this directory (the job file's).
+    workspace_base: str | None = None
 
 
 def ports_needed(container: Mapping[str, Any]) -> int:
@@ -136,6 +142,11 @@ def container_env(
             env[name] = value_from(pod, item["valueFrom"], ctx, f"{path}.env[{j}].valueFrom")
         else:
             env[name] = expand(str(item.get("value", "")), env)
+    for name, value in ctx.default_env.items():
+        env.setdefault(name, value)
+    workspace = env.get("EDL_WORKSPACE")
+    if ctx.workspace_base is not None and workspace is not None:
+        env["EDL_WORKSPACE"] = str(Path(ctx.workspace_base, workspace or ".").resolve())
     env["EDL_ETCD_ENDPOINTS"] = ctx.etcd_endpoints
     env["EDL_POD_IP"] = LOCAL_POD_IP
     env["EDL_POD_NAME"] = str((pod.get("metadata") or {}).get("name", ""))
@@ -184,7 +195,11 @@ def expand(text: str, env: Mapping[str, str]) -> str:
 
 
 def default_context(
-    etcd_endpoints: str, node_name: str, base_env: Mapping[str, str]
+    etcd_endpoints: str,
+    node_name: str,
+    base_env: Mapping[str, str],
+    default_env: Mapping[str, str] | None = None,
+    workspace_base: str | None = None,
 ) -> LocalContext:
     """Context for this interpreter: edl and python resolved next to sys.executable."""
     python = sys.executable
@@ -195,4 +210,6 @@ def default_context(
         etcd_endpoints=etcd_endpoints,
         node_name=node_name,
         base_env=dict(base_env),
+        default_env=dict(default_env or {}),
+        workspace_base=workspace_base,
     )

@@ -87,6 +87,7 @@ class ProcessPodRuntime:
         self.cwd = cwd or Path.cwd()
         self.ports = ports or PortAllocator()
         self._pods: dict[str, _Pod] = {}
+        self._closed = False
 
     # -- PodRuntime ------------------------------------------------------
 
@@ -102,6 +103,8 @@ class ProcessPodRuntime:
         role = str((meta.get("labels") or {}).get("edl.dev/role", ""))
         entry = _Pod(name=name, role=role)
         self._pods[name] = entry
+        if self._closed:  # a controller replacing pods while the run shuts down
+            entry.stop_deadline = time.monotonic()
         entry.task = asyncio.get_running_loop().create_task(
             self._supervise(entry, dict(pod), on_running, on_exit), name=f"pod {name}"
         )
@@ -121,7 +124,11 @@ class ProcessPodRuntime:
     # -- run-level operations -------------------------------------------
 
     async def shutdown(self, grace_period_s: float = 5.0) -> None:
-        """Stop every pod and wait until all exited (Ctrl-C, end of run)."""
+        """Stop every pod and wait until all exited (Ctrl-C, end of run).
+
+        From here on, pods started by the control plane fail at once without spawning.
+        """
+        self._closed = True
         for entry in list(self._pods.values()):
             if entry.exit_code is None:
                 self.stop({"metadata": {"name": entry.name}}, grace_period_s)
@@ -130,6 +137,13 @@ class ProcessPodRuntime:
             await asyncio.wait(tasks, timeout=grace_period_s + 10)
         for entry in self._pods.values():  # belt and braces: nothing may survive the run
             self._kill_groups(entry, reap_timeout=2.0)
+
+    def kill_all(self) -> None:
+        """SIGKILL every pod now (a second Ctrl-C): no grace, nothing left behind."""
+        self._closed = True
+        for entry in self._pods.values():
+            entry.stop_deadline = time.monotonic()
+            self._kill_groups(entry)
 
     def records(self) -> list[PodRecord]:
         """Every pod this runtime started, oldest first."""

@@ -58,6 +58,8 @@ class RunSnapshot:
     samples_per_s: float | None = None
     accuracy: float | None = None
     pods: list[PodLine] = field(default_factory=list)
+    # [seconds since start, trainer parallelism] at every change the Autoscaler made
+    desired_history: list[list[float]] = field(default_factory=list)
 
     @property
     def elapsed_s(self) -> float:

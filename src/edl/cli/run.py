@@ -1,0 +1,152 @@
+"""`edl run JOB.yaml`: run a TrainingJob on this machine, elastic, to completion.
+
+Exit status: 0 when the job Succeeded; 1 when it Failed (the reason is the last
+line printed); 2 for a job file that cannot be read or is invalid; 130 when
+stopped with Ctrl-C (a second Ctrl-C kills every pod at once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+EXIT_FAILED, EXIT_BAD_JOB, EXIT_STOPPED = 1, 2, 130
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """`--reserve CPU@START[-END]`: hold CPU cores from START to END seconds into the run."""
+
+    cpu: str
+    start_s: float
+    end_s: float | None
+
+
+def parse_reservation(text: str) -> Reservation:
+    match = re.fullmatch(r"\s*([0-9.]+m?)\s*@\s*([0-9.]+)\s*(?:-\s*([0-9.]+))?\s*", text)
+    if not match:
+        raise click.BadParameter(f"{text!r}: expected CPU@START[-END], e.g. 1.2@20-60")
+    cpu, start, end = match.groups()
+    reservation = Reservation(cpu, float(start), float(end) if end else None)
+    if reservation.end_s is not None and reservation.end_s <= reservation.start_s:
+        raise click.BadParameter(f"{text!r}: END must come after START")
+    return reservation
+
+
+@click.command("run")
+@click.argument("job_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--cpu", help="Virtual CPU allocatable of this machine (e.g. 4); default: its cores.")
+@click.option("--memory", help="Virtual memory allocatable (e.g. 8Gi); default: the machine's.")
+@click.option(
+    "--runs-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs"),
+    show_default=True, help="Where run directories (logs, status.json) are made.",
+)
+@click.option("--policy", default="default", show_default=True, help="Autoscaler policy.")
+@click.option(
+    "--max-load", type=click.FloatRange(0.05, 1.0), default=0.97, show_default=True,
+    help="Fraction of the machine the Autoscaler may fill.",
+)
+@click.option(
+    "--reserve", "reservations", multiple=True, metavar="CPU@START[-END]",
+    help="Hold CPU for another tenant from START to END s (shows elasticity). Repeatable.",
+)
+@click.option("--timeout", type=float, help="Fail the run after this many seconds.")
+@click.option("--max-error-exits", type=int, default=3, show_default=True,
+              help="Fail when this many pods of one role exit with an error (crash loop).")
+@click.option("--plain", is_flag=True, help="Summary lines instead of the live panel.")
+def run(
+    job_file: Path,
+    cpu: str | None,
+    memory: str | None,
+    runs_dir: Path,
+    policy: str,
+    max_load: float,
+    reservations: tuple[str, ...],
+    timeout: float | None,
+    max_error_exits: int,
+    plain: bool,
+) -> None:
+    """Run JOB_FILE locally: embedded etcd, Controller, Autoscaler, pods as processes."""
+    from edl.api.errors import JobValidationError, format_problem
+    from edl.api.trainingjob import JobLoadError, load_trainingjob
+    from edl.local.run import RunOptions
+
+    reserve = [parse_reservation(r) for r in reservations]
+    try:
+        job = load_trainingjob(job_file)
+        options = RunOptions(
+            runs_root=runs_dir, cpu=cpu, memory=memory, policy=policy,
+            max_load_desired=max_load, timeout_s=timeout, max_error_exits=max_error_exits,
+            job_dir=job_file.resolve().parent,
+        )
+        code = asyncio.run(_run(job, options, reserve, plain))
+    except JobLoadError as error:
+        click.echo(f"edl run: {job_file}: {error}", err=True)
+        sys.exit(EXIT_BAD_JOB)
+    except JobValidationError as error:
+        for problem in error.problems:
+            click.echo(f"edl run: {job_file}: {format_problem(problem)}", err=True)
+        sys.exit(EXIT_BAD_JOB)
+    sys.exit(code)
+
+
+async def _run(job: object, options: object, reserve: list[Reservation], plain: bool) -> int:
+    from edl.local.display import LiveDisplay
+    from edl.local.run import SUCCEEDED, LocalRun, RunResult
+
+    display = LiveDisplay(plain=True if plain else None)
+    local = LocalRun(job, options, on_update=display.update)  # type: ignore[arg-type]
+    loop = asyncio.get_running_loop()
+    interrupts = 0
+
+    def on_signal(signum: int) -> None:
+        nonlocal interrupts
+        interrupts += 1
+        if interrupts == 1:
+            local.stop(f"stopped by {signal.Signals(signum).name}")
+        else:
+            local.kill_now()
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        loop.add_signal_handler(sig, on_signal, sig)
+    result: RunResult | None = None
+    holders: list[asyncio.Task[None]] = []
+    with display:
+        try:
+            await local.start()
+            holders = [asyncio.create_task(_hold(local, r, i)) for i, r in enumerate(reserve)]
+            result = await local.wait()
+        except Exception as error:  # etcd or a component failed to start: one line, no traceback
+            result = RunResult("Failed", f"{type(error).__name__}: {error}", local.run_dir,
+                               local.snapshot)
+        finally:
+            for task in holders:
+                task.cancel()
+            await local.close(result)
+    if result.state == SUCCEEDED:
+        accuracy = local.snapshot.accuracy
+        extra = f", accuracy {accuracy:.4f}" if accuracy is not None else ""
+        click.echo(f"edl run: {local.name} Succeeded{extra} — logs in {local.run_dir}")
+        return 0
+    click.echo(f"edl run: {local.name} {result.state}: {result.message}", err=True)
+    click.echo(f"edl run: logs in {local.run_dir}", err=True)
+    return EXIT_STOPPED if result.state == "Stopped" else EXIT_FAILED
+
+
+async def _hold(local: object, reservation: Reservation, index: int) -> None:
+    """Take the reservation at its start time and give it back at its end."""
+    from edl.local.run import LocalRun
+
+    assert isinstance(local, LocalRun)
+    name = f"reserved-{index}"
+    await asyncio.sleep(reservation.start_s)
+    local.reserve(name, reservation.cpu)
+    if reservation.end_s is not None:
+        await asyncio.sleep(reservation.end_s - reservation.start_s)
+        local.release(name)

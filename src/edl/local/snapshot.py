@@ -1,0 +1,99 @@
+"""Assemble a `RunSnapshot` from what the run observes (pure).
+
+Inputs are plain data read elsewhere: the TrainingJob's status, the trainer
+Job's spec, the pod counts, the runtime's pod records and the master's
+progress (JSON published in etcd). Keeping this pure keeps the monitor loop
+thin and lets tests check the figures without a cluster.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from edl.local.status import PodLine, RunSnapshot
+
+
+def pod_lines(records: Iterable[Any], phases: Mapping[str, str]) -> list[PodLine]:
+    """One line per pod the runtime started, with the control plane's phase if known."""
+    lines = []
+    for r in records:
+        if r.exit_code is None:
+            phase = phases.get(r.name, "Running" if r.pids else "Pending")
+        else:
+            phase = "Succeeded" if r.exit_code == 0 else "Failed"
+        lines.append(
+            PodLine(
+                name=r.name,
+                role=r.role,
+                phase=phase,
+                pid=r.pids[0] if r.pids else None,
+                exit_code=r.exit_code,
+                message=r.message.splitlines()[-1] if r.message else "",
+            )
+        )
+    return lines
+
+
+def apply_progress(s: RunSnapshot, progress: Mapping[str, Any] | None) -> RunSnapshot:
+    """Fold the master's progress JSON into the snapshot (fields it lacks stay as they were)."""
+    if not progress:
+        return s
+    metrics = progress.get("metrics") or {}
+    passes = _int(progress.get("passes"))
+    pass_index = _int(progress.get("pass"))
+    if passes is not None and pass_index is not None:
+        pass_index = min(pass_index, max(passes - 1, 0))
+    tasks_done = _int(progress.get("tasks_done"))
+    if progress.get("finished") and progress.get("tasks_total") is not None:
+        tasks_done = _int(progress.get("tasks_total"))
+    return replace(
+        s,
+        pass_index=pass_index if pass_index is not None else s.pass_index,
+        passes=passes if passes is not None else s.passes,
+        tasks_done=tasks_done if tasks_done is not None else s.tasks_done,
+        tasks_total=_int(progress.get("tasks_total"), s.tasks_total),
+        tasks_failed=_int(progress.get("tasks_failed"), s.tasks_failed),
+        redispatched=_int(progress.get("redispatches"), s.redispatched),
+        loss=_float(progress.get("last_loss"), _float(metrics.get("loss"), s.loss)),
+        samples_per_s=_float(progress.get("samples_per_s"), s.samples_per_s),
+        accuracy=_float(metrics.get("accuracy"), s.accuracy),
+    )
+
+
+def apply_trainers(
+    s: RunSnapshot, running: int, desired: int, minimum: int, maximum: int
+) -> RunSnapshot:
+    return replace(
+        s,
+        trainers_running=running,
+        trainers_desired=desired,
+        trainers_min=minimum,
+        trainers_max=maximum,
+    )
+
+
+def touch(s: RunSnapshot, state: str | None = None, message: str | None = None) -> RunSnapshot:
+    """The snapshot as of now, optionally with a new state/message."""
+    return replace(
+        s,
+        updated_at=time.time(),
+        state=state if state is not None else s.state,
+        message=message if message is not None else s.message,
+    )
+
+
+def _int(value: Any, default: int | None = None) -> int | None:
+    try:
+        return int(value) if value is not None else default
+    except (TypeError, ValueError):
+        return default
+
+
+def _float(value: Any, default: float | None = None) -> float | None:
+    try:
+        return float(value) if value is not None else default
+    except (TypeError, ValueError):
+        return default
