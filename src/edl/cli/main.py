@@ -15,6 +15,7 @@ import click
 COMMANDS: dict[str, str] = {
     # name: "module:attribute" (a click.Command)
     "validate": "edl.cli.validate:validate",
+    "plan": "edl.cli.plan:plan",
     "render": "edl.cli.render:render",
     "status": "edl.cli.status:status",
     "run": "edl.cli.run:run",

@@ -1,0 +1,66 @@
+"""`edl plan STATE`: what a scaling policy would do to the jobs in a cluster snapshot."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from edl.policy import POLICIES, get_policy
+from edl.snapshot import SnapshotError, parse_snapshot, plan_inputs
+
+
+def _fail(message: str) -> None:
+    click.echo(f"edl plan: {message}", err=True)
+    sys.exit(1)
+
+
+@click.command("plan")
+@click.option(
+    "--policy",
+    "policy_name",
+    type=click.Choice(sorted(POLICIES)),
+    default="default",
+    show_default=True,
+    help="Scaling policy.",
+)
+@click.option(
+    "--max-load",
+    type=click.FloatRange(0, 1, min_open=True),
+    default=0.97,
+    show_default=True,
+    help="max_load_desired: the share of the cluster's CPU/GPU that requests may reach.",
+)
+@click.argument("state", metavar="STATE")
+def plan(policy_name: str, max_load: float, state: str) -> None:
+    """Plan the elastic TrainingJobs in STATE (`-` for stdin).
+
+    STATE is a JSON or YAML Kubernetes List of Node, Pod, TrainingJob and Job
+    objects, as `kubectl get nodes,pods,trainingjobs,jobs -A -o json` prints.
+    Prints {"policy", "jobs": [{"namespace", "name", "parallelism", "target",
+    "reason"}]}; a job that cannot be planned has null parallelism/target.
+    """
+    try:
+        text = sys.stdin.read() if state == "-" else Path(state).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        _fail(f"cannot read {state}: {getattr(error, 'strerror', None) or error}")
+    try:
+        inputs = plan_inputs(parse_snapshot(text))
+    except SnapshotError as error:
+        _fail(f"{state}: {error}")
+    decisions = get_policy(policy_name).plan(inputs.jobs, inputs.resources, max_load)
+    rows = [decision.to_dict() for decision in decisions]
+    rows += [
+        {
+            "namespace": u.namespace,
+            "name": u.name,
+            "parallelism": None,
+            "target": None,
+            "reason": u.reason,
+        }
+        for u in inputs.unplannable
+    ]
+    rows.sort(key=lambda row: (row["namespace"], row["name"]))
+    click.echo(json.dumps({"policy": policy_name, "jobs": rows}, indent=2))

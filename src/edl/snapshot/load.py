@@ -1,0 +1,233 @@
+"""A cluster snapshot (a Kubernetes `List`) -> the inputs of a scaling policy.
+
+The snapshot is what `kubectl get nodes,pods,trainingjobs,jobs -A -o json`
+prints: Node, Pod, TrainingJob and `batch/v1` Job objects. A trainer Job belongs
+to the TrainingJob whose name it carries with the `-trainer` suffix, in the same
+namespace; a pod belongs to the Job whose `spec.selector` matches its labels or
+that its ownerReferences name. Pure: text in, plain data out.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from edl.accounting import (
+    TERMINAL_PHASES,
+    ClusterResource,
+    PodRequestError,
+    inquire_resource,
+    is_trainer_pod,
+    pod_request,
+)
+from edl.api.errors import JobValidationError, format_problem
+from edl.api.quantity import QuantityError
+from edl.api.trainingjob import TrainingJob
+from edl.policy import JobView
+
+__all__ = [
+    "PlanInputs",
+    "SnapshotError",
+    "Unplannable",
+    "parse_snapshot",
+    "plan_inputs",
+    "selector_matches",
+]
+
+TRAINER_SUFFIX = "-trainer"
+
+
+class SnapshotError(ValueError):
+    """A snapshot that cannot be read; the message is one line naming the problem."""
+
+
+@dataclass(frozen=True, slots=True)
+class Unplannable:
+    """An elastic (or unreadable) TrainingJob the policy cannot plan, and why."""
+
+    namespace: str
+    name: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class PlanInputs:
+    """What `Policy.plan` needs, plus the TrainingJobs left out of the plan."""
+
+    jobs: list[JobView]
+    resources: ClusterResource
+    unplannable: list[Unplannable]
+
+
+def parse_snapshot(text: str) -> list[dict[str, Any]]:
+    """The items of a JSON or YAML `List` (a single object or a YAML stream also work)."""
+    try:
+        documents = [json.loads(text)]
+    except ValueError:
+        try:
+            documents = [d for d in yaml.safe_load_all(text) if d is not None]
+        except yaml.YAMLError as error:
+            mark = getattr(error, "problem_mark", None)
+            where = f" at line {mark.line + 1}" if mark is not None else ""
+            raise SnapshotError(f"not JSON or YAML{where}") from None
+    items: list[Any] = []
+    for document in documents:
+        if isinstance(document, Mapping) and isinstance(document.get("items"), list):
+            items.extend(document["items"])
+        elif isinstance(document, Mapping) and "kind" in document:
+            items.append(document)
+        else:
+            raise SnapshotError("expected a Kubernetes List (an object with `items`)")
+    for index, item in enumerate(items):
+        if not isinstance(item, Mapping) or not isinstance(item.get("kind"), str):
+            raise SnapshotError(f"items[{index}]: not a Kubernetes object (no `kind`)")
+        if not isinstance(item.get("metadata"), Mapping) or not item["metadata"].get("name"):
+            raise SnapshotError(f"items[{index}] ({item['kind']}): metadata.name is missing")
+    return [dict(item) for item in items]
+
+
+def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
+    """A `LabelSelector` (matchLabels and matchExpressions) against a pod's labels.
+
+    An empty or missing selector matches nothing here: a Job always has one.
+    """
+    if not selector:
+        return False
+    match_labels = selector.get("matchLabels") or {}
+    expressions = selector.get("matchExpressions") or []
+    if not match_labels and not expressions:
+        return False
+    if any(labels.get(key) != value for key, value in match_labels.items()):
+        return False
+    for expression in expressions:
+        key, operator = expression.get("key"), expression.get("operator")
+        values = expression.get("values") or []
+        present = key in labels
+        if operator == "In" and not (present and labels[key] in values):
+            return False
+        if operator == "NotIn" and present and labels[key] in values:
+            return False
+        if operator == "Exists" and not present:
+            return False
+        if operator == "DoesNotExist" and present:
+            return False
+    return True
+
+
+def _namespace(obj: Mapping[str, Any]) -> str:
+    return obj["metadata"].get("namespace") or "default"
+
+
+def _owned_by(pod: Mapping[str, Any], job: Mapping[str, Any]) -> bool:
+    references = pod["metadata"].get("ownerReferences") or []
+    name, uid = job["metadata"]["name"], job["metadata"].get("uid")
+    return any(
+        ref.get("kind") == "Job"
+        and ref.get("name") == name
+        and (uid is None or ref.get("uid") in (None, uid))
+        for ref in references
+    )
+
+
+def _job_pods(job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    namespace = _namespace(job)
+    selector = (job.get("spec") or {}).get("selector")
+    return [
+        pod
+        for pod in pods
+        if _namespace(pod) == namespace
+        and (_owned_by(pod, job) or selector_matches(selector, pod["metadata"].get("labels") or {}))
+    ]
+
+
+def plan_inputs(items: list[dict[str, Any]]) -> PlanInputs:
+    """Policy inputs from snapshot items; raises SnapshotError for unreadable nodes or pods.
+
+    A TrainingJob that does not parse, or whose trainer Job is missing, is listed in
+    `unplannable` instead of failing the whole plan.
+    """
+    nodes = [item for item in items if item["kind"] == "Node"]
+    pods = [item for item in items if item["kind"] == "Pod"]
+    trainer_jobs = {
+        (_namespace(item), item["metadata"]["name"]): item
+        for item in items
+        if item["kind"] == "Job"
+    }
+    views: list[JobView] = []
+    unplannable: list[Unplannable] = []
+    trainer_pod_ids: set[int] = set()
+    for item in items:
+        if item["kind"] != "TrainingJob":
+            continue
+        namespace, name = _namespace(item), item["metadata"]["name"]
+        try:
+            job = TrainingJob.from_dict(item)
+            resources = job.spec.trainer.resources.model_dump(by_alias=True, exclude_none=True)
+            per_pod = pod_request(
+                {"spec": {"containers": [{"name": "trainer", "resources": resources}]}}
+            )
+        except JobValidationError as error:
+            problems = "; ".join(format_problem(p) for p in error.problems)
+            unplannable.append(Unplannable(namespace, name, f"invalid TrainingJob: {problems}"))
+            continue
+        except (PodRequestError, QuantityError) as error:
+            unplannable.append(
+                Unplannable(namespace, name, f"invalid TrainingJob: spec.trainer.{error}")
+            )
+            continue
+        if not job.elastic():
+            continue
+        trainer = trainer_jobs.get((namespace, name + TRAINER_SUFFIX))
+        if trainer is None:
+            unplannable.append(
+                Unplannable(namespace, name, f"no trainer Job {name}{TRAINER_SUFFIX} yet")
+            )
+            continue
+        mine = [
+            p
+            for p in _job_pods(trainer, pods)
+            if (p.get("status") or {}).get("phase") not in TERMINAL_PHASES
+        ]
+        trainer_pod_ids.update(id(p) for p in mine)
+        phases = [(p.get("status") or {}).get("phase") for p in mine]
+        pending = [p for p, phase in zip(mine, phases, strict=True) if phase == "Pending"]
+        parallelism = (trainer.get("spec") or {}).get("parallelism", 1)
+        if not isinstance(parallelism, int) or isinstance(parallelism, bool):
+            unplannable.append(
+                Unplannable(
+                    namespace,
+                    name,
+                    f"trainer Job spec.parallelism is not an integer: {parallelism!r}",
+                )
+            )
+            continue
+        views.append(
+            JobView(
+                namespace=namespace,
+                name=name,
+                min_instance=int(job.spec.trainer.min_instance or 0),
+                max_instance=int(job.spec.trainer.max_instance or 0),
+                parallelism=parallelism,
+                cpu_request_milli=per_pod.cpu_request_milli,
+                cpu_limit_milli=per_pod.cpu_limit_milli,
+                memory_request_mega=per_pod.memory_request_mega,
+                memory_limit_mega=per_pod.memory_limit_mega,
+                gpu_request=per_pod.gpu_request,
+                gpu_limit=per_pod.gpu_limit,
+                total=len(mine),
+                running=phases.count("Running"),
+                pending=len(pending),
+                unscheduled=sum(1 for p in pending if not (p.get("spec") or {}).get("nodeName")),
+            )
+        )
+    try:
+        resources = inquire_resource(
+            nodes, pods, is_trainer=lambda pod: id(pod) in trainer_pod_ids or is_trainer_pod(pod)
+        )
+    except (PodRequestError, QuantityError) as error:
+        raise SnapshotError(str(error)) from None
+    return PlanInputs(views, resources, unplannable)

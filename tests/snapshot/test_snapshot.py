@@ -1,0 +1,210 @@
+"""Snapshot loading and `edl plan`: a Kubernetes List in, one plan line per elastic job out."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from edl.cli.main import cli
+from edl.snapshot import SnapshotError, parse_snapshot, plan_inputs, selector_matches
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "snapshots"
+
+
+def _node(name: str, cpu: str = "8") -> dict:
+    return {
+        "kind": "Node",
+        "metadata": {"name": name},
+        "status": {"allocatable": {"cpu": cpu, "memory": "32Gi"}},
+    }
+
+
+def _training_job(name: str, lo: int = 1, hi: int = 4, cpu: str = "1") -> dict:
+    return {
+        "apiVersion": "edl.dev/v1",
+        "kind": "TrainingJob",
+        "metadata": {"name": name, "namespace": "ns"},
+        "spec": {
+            "trainer": {
+                "entrypoint": "python train.py",
+                "min-instance": lo,
+                "max-instance": hi,
+                "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}},
+            }
+        },
+    }
+
+
+def _job(name: str, parallelism: int, selector: dict | None = None, namespace: str = "ns") -> dict:
+    spec: dict = {"parallelism": parallelism}
+    if selector is not None:
+        spec["selector"] = selector
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}"},
+        "spec": spec,
+    }
+
+
+def _pod(
+    name: str, labels: dict, phase: str = "Running", node: str | None = "n1", owner=None
+) -> dict:
+    metadata: dict = {"name": name, "namespace": "ns", "labels": labels}
+    if owner:
+        metadata["ownerReferences"] = [{"kind": "Job", "name": owner, "uid": f"uid-{owner}"}]
+    spec: dict = {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}
+    if node:
+        spec["nodeName"] = node
+    return {"kind": "Pod", "metadata": metadata, "spec": spec, "status": {"phase": phase}}
+
+
+def _list(*items: dict) -> str:
+    return json.dumps({"apiVersion": "v1", "kind": "List", "items": list(items)})
+
+
+def test_pods_belong_by_selector_or_owner_and_are_counted_by_phase() -> None:
+    selector = {"matchLabels": {"edl.dev/job": "a", "edl.dev/role": "trainer"}}
+    items = parse_snapshot(
+        _list(
+            _node("n1"),
+            _training_job("a"),
+            _job("a-trainer", 3, selector),
+            _pod("a-0", {"edl.dev/job": "a", "edl.dev/role": "trainer"}),
+            _pod("a-1", {}, owner="a-trainer", phase="Pending", node="n1"),
+            _pod("a-2", {"edl.dev/job": "a", "edl.dev/role": "trainer"}, "Pending", None),
+            _pod("a-done", {"edl.dev/job": "a", "edl.dev/role": "trainer"}, "Succeeded"),
+            _pod("other", {"edl.dev/job": "b"}, "Pending", None),
+        )
+    )
+    inputs = plan_inputs(items)
+    (view,) = inputs.jobs
+    assert (view.parallelism, view.total, view.running, view.pending, view.unscheduled) == (
+        3, 3, 1, 2, 1,
+    )  # fmt: skip
+    assert (view.min_instance, view.max_instance, view.cpu_request_milli) == (1, 4, 1000)
+    # the owner-referenced pod is a trainer although unlabelled; "other" is a pending non-trainer
+    assert len(inputs.resources.pending) == 1
+    assert inputs.resources.cpu_request_milli == 4000
+
+
+def test_trainer_job_is_found_by_suffix_in_the_same_namespace_only() -> None:
+    inputs = plan_inputs(
+        parse_snapshot(
+            _list(_node("n1"), _training_job("a"), _job("a-trainer", 1, namespace="other"))
+        )
+    )
+    assert inputs.jobs == []
+    assert [u.reason for u in inputs.unplannable] == ["no trainer Job a-trainer yet"]
+
+
+def test_a_bad_training_job_is_reported_not_fatal() -> None:
+    bad = _training_job("bad", cpu="lots")
+    unknown_field = _training_job("typo")
+    unknown_field["spec"]["trainr"] = {}
+    inputs = plan_inputs(parse_snapshot(_list(_node("n1"), bad, unknown_field)))
+    reasons = {u.name: u.reason for u in inputs.unplannable}
+    assert "spec.trainer.resources.requests.cpu" in reasons["bad"]
+    assert "spec.trainr" in reasons["typo"]
+
+
+def test_selector_expressions() -> None:
+    labels = {"app": "x", "tier": "web"}
+    assert selector_matches(
+        {"matchExpressions": [{"key": "app", "operator": "In", "values": ["x"]}]}, labels
+    )
+    assert not selector_matches(
+        {"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["web"]}]}, labels
+    )
+    assert selector_matches(
+        {"matchExpressions": [{"key": "gone", "operator": "DoesNotExist"}]}, labels
+    )
+    assert not selector_matches(
+        {"matchExpressions": [{"key": "gone", "operator": "Exists"}]}, labels
+    )
+    assert not selector_matches({}, labels)  # an empty selector claims no pods
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{not json: [", "not JSON or YAML"),
+        ("[1, 2]", "expected a Kubernetes List"),
+        (
+            '{"kind": "List", "items": [{"metadata": {"name": "x"}}]}',
+            "items[0]: not a Kubernetes object",
+        ),
+        (
+            '{"kind": "List", "items": [{"kind": "Pod", "metadata": {}}]}',
+            "items[0] (Pod): metadata.name",
+        ),
+    ],
+)
+def test_bad_snapshots_are_one_line_errors(text: str, message: str) -> None:
+    with pytest.raises(SnapshotError, match=re.escape(message)):
+        parse_snapshot(text)
+
+
+def test_cli_plans_the_example_with_both_policies() -> None:
+    runner = CliRunner()
+    for policy in ("default", "reference"):
+        for name in ("training-and-service.json", "training-and-service.yaml"):
+            result = runner.invoke(cli, ["plan", "--policy", policy, str(EXAMPLES / name)])
+            assert result.exit_code == 0, result.output
+            output = json.loads(result.output)
+            assert output["policy"] == policy
+            jobs = {job["name"]: job for job in output["jobs"]}
+            assert set(jobs) == {"broken", "early", "just-submitted", "late-a", "late-b"}
+            assert jobs["broken"]["target"] is None and "invalid" in jobs["broken"]["reason"]
+            assert all(
+                set(job) == {"namespace", "name", "parallelism", "target", "reason"}
+                for job in jobs.values()
+            )
+    default = json.loads(
+        runner.invoke(cli, ["plan", str(EXAMPLES / "training-and-service.json")]).output
+    )
+    early = next(job for job in default["jobs"] if job["name"] == "early")
+    assert early["target"] < early["parallelism"]  # the early job gives room back
+
+
+def test_cli_bad_state_exits_1_with_one_line(tmp_path: Path) -> None:
+    state = tmp_path / "state.json"
+    state.write_text('{"kind": "List", "items": [{"kind": "Node", "metadata": {"name": "n"}, '
+                     '"status": {"allocatable": {"cpu": "many"}}}]}')  # fmt: skip
+    for args in (
+        ["plan", str(state)],
+        ["plan", str(tmp_path / "missing.json")],
+        ["plan", "--max-load", "2", str(state)],
+    ):
+        result = subprocess.run(
+            [sys.executable, "-m", "edl.cli.main", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode != 0
+        assert "Traceback" not in result.stderr
+    result = subprocess.run(
+        [sys.executable, "-m", "edl.cli.main", "plan", str(state)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip().count("\n") == 0
+    assert "node n: status.allocatable.cpu" in result.stderr
+
+
+def test_generator_reproduces_the_example(tmp_path: Path) -> None:
+    spec = __import__("importlib.util").util.spec_from_file_location(
+        "gen", EXAMPLES / "generate.py"
+    )
+    module = __import__("importlib.util").util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert json.loads((EXAMPLES / "training-and-service.json").read_text()) == module.build()
