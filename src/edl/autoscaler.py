@@ -169,6 +169,9 @@ class Autoscaler:
             if (trainer.get("status") or {}).get("conditions"):
                 continue  # finished (Complete or Failed): nothing to scale
             pods = await self.cluster.job_pods(job)
+            # JobView counts as Kubernetes reports phases: terminating pods are still
+            # Running and hold their room, so the policy can credit room on its way.
+            leaving = pods.terminating or 0
             per_pod = self._trainer_resources[key]
             views.append(
                 JobView(
@@ -183,8 +186,8 @@ class Autoscaler:
                     memory_limit_mega=per_pod.memory_limit_mega,
                     gpu_request=per_pod.gpu_request,
                     gpu_limit=per_pod.gpu_limit,
-                    total=pods.total,
-                    running=pods.running,
+                    total=pods.total + leaving,
+                    running=pods.running + leaving,
                     pending=pods.pending,
                     unscheduled=pods.unscheduled,
                 )

@@ -136,10 +136,13 @@ def test_job_scale_down_deletes_unscheduled_then_pending_then_newest_running(
         await asyncio.sleep(1)  # -00002 bound and starting
         await scale(5)  # -00003 fits (8 CPU), -00004 does not
         await asyncio.sleep(0.5)
-        assert (await cluster.job_pods({"metadata": {"name": "j"}})) == (5, 2, 3, 1)
+        assert (await cluster.job_pods({"metadata": {"name": "j"}})) == (5, 2, 3, 1, 0)
         await scale(4)
         await scale(2)
         await scale(1)
+        await asyncio.sleep(0.5)  # -00001 is terminating (1 s), still Running on its node
+        leaving = await cluster.job_pods({"metadata": {"name": "j"}})
+        assert (leaving.total, leaving.running, leaving.terminating) == (1, 1, 1)
         await asyncio.sleep(5)
 
     clock.run(scenario())

@@ -69,14 +69,23 @@ class JobPods(NamedTuple):
     """Trainer pods of one TrainingJob, as the seed's ``JobPods`` counted them.
 
     Pods that are being deleted (``metadata.deletionTimestamp`` set) or have
-    finished (Succeeded/Failed) are not counted: they are leaving and the
-    Autoscaler must not plan with them.
+    finished (Succeeded/Failed) are not in total/running/pending: they are
+    leaving and the Autoscaler must not plan with them as members.
+
+    ``unscheduled`` lets a policy tell pods that already hold node room from
+    pods that still need it; ``terminating`` counts the pods being deleted, which
+    Kubernetes still reports as Running and which hold their node room until
+    they exit. The Autoscaler adds them back into `edl.policy.JobView`
+    ``total``/``running`` (the original's counting), so a policy can credit
+    room already on its way. An adapter that cannot tell leaves either None.
+    Read the fields by name: the tuple may grow.
     """
 
     total: int  # running + pending
     running: int  # phase Running
     pending: int  # phase Pending (unscheduled, or bound and still starting)
     unscheduled: int | None = None  # pending ones not yet bound to a node; None = unknown
+    terminating: int | None = None  # being deleted, still holding node room; None = unknown
 
 
 class TrainingJobHandler(Protocol):

@@ -270,8 +270,10 @@ class InProcessCluster:
         namespace, name = _job_ref(job)
         owner = self._owners.get(("Job", namespace, f"{name}-trainer"))
         if owner is None:
-            return JobPods(0, 0, 0, 0)
-        return JobPods(owner.active, owner.running, owner.pending, owner.unbound)
+            return JobPods(0, 0, 0, 0, 0)
+        return JobPods(
+            owner.active, owner.running, owner.pending, owner.unbound, owner.terminating
+        )
 
     async def inquiry_resource(self) -> ClusterResource:
         return self.ledger.snapshot()
