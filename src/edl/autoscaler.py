@@ -70,6 +70,7 @@ class Autoscaler:
         self._jobs: dict[tuple[str, str], TrainingJob] = {}
         self._trainer_resources: dict[tuple[str, str], Any] = {}
         self._wake: asyncio.Event | None = None
+        self._kicked = True  # the first run() iteration ticks at once
         self.ticks = 0
         self.last_decisions: list[Decision] = []
 
@@ -95,11 +96,16 @@ class Autoscaler:
         """Ask `run()` for a tick as soon as possible (cheap; safe to call often)."""
         if self._wake is not None:
             self._wake.set()
+        else:
+            self._kicked = True  # remembered until run() starts
 
     # -- the loop ---------------------------------------------------------------------------------
     async def run(self) -> None:
         """Tick every ``interval`` seconds and on every kick, forever."""
         self._wake = asyncio.Event()
+        if self._kicked:
+            self._wake.set()
+            self._kicked = False
         unsubscribe = self.cluster.watch_unschedulable(self.kick)
         loop = asyncio.get_running_loop()
         last_event_tick = float("-inf")
@@ -120,6 +126,8 @@ class Autoscaler:
                     await self.tick()
                 except ClusterError as error:  # keep going: the next tick re-reads everything
                     log.warning("autoscaler tick failed: %s", error)
+                except Exception:  # a bug in one tick must not stop autoscaling for good
+                    log.exception("autoscaler tick failed")
         finally:
             unsubscribe()
             self._wake = None

@@ -128,6 +128,8 @@ class Controller:
                 await self._refresh_status(key)
             except ClusterError as error:
                 log.warning("status of %s/%s not refreshed: %s", *key, error)
+            except Exception:  # one job's odd state must not stop the others' status
+                log.exception("status of %s/%s not refreshed", *key)
 
     # -- internals -------------------------------------------------------------------------------
     async def _reconcile(self, obj: Manifest) -> None:
@@ -136,7 +138,7 @@ class Controller:
         previous = self._known.get((namespace, name))
         try:
             job = self.parser.validate(_without_status(obj))
-        except JobValidationError as error:
+        except (JobValidationError, ValueError) as error:
             log.info("TrainingJob %s/%s is invalid: %s", namespace, name, error)
             if previous is not None and previous.job is not None and self.autoscaler is not None:
                 self.autoscaler.on_del(previous.job)
@@ -149,7 +151,7 @@ class Controller:
         self._known[(namespace, name)] = known
         try:
             await self._create_children(job)
-        except ClusterError as error:
+        except (ClusterError, ValueError) as error:
             log.warning("children of %s/%s not created: %s", namespace, name, error)
             await self._write_status(
                 namespace, name, known, {"state": FAILED, "message": f"creating children: {error}"}

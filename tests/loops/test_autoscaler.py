@@ -175,3 +175,67 @@ def test_same_seed_same_run_different_seed_different_run(manifests):
     assert first != other
     final = dict(first[-1][1][i][:2] for i in range(5))
     assert all(running >= 2 for running in final.values())  # every job got trainers
+
+
+def test_a_failing_tick_does_not_stop_the_loop(clock, cluster_factory, manifests):
+    from edl.policy import get_policy
+
+    class FlakyPolicy:
+        """Raises on its first plan, then plans as the default policy."""
+
+        name = "flaky"
+
+        def __init__(self):
+            self.calls = 0
+            self.inner = get_policy("default")
+
+        def plan(self, jobs, resources, max_load_desired):
+            self.calls += 1
+            if self.calls == 1:
+                raise RuntimeError("boom")
+            return self.inner.plan(jobs, resources, max_load_desired)
+
+    cluster = cluster_factory(nodes=2, cpu="16")
+    policy = FlakyPolicy()
+    autoscaler = Autoscaler(cluster, policy=policy, interval=5.0)  # type: ignore[arg-type]
+    controller = Controller(cluster, autoscaler)
+
+    async def scenario():
+        tasks = [asyncio.create_task(controller.run()), asyncio.create_task(autoscaler.run())]
+        await asyncio.sleep(0)
+        cluster.create_training_job(manifests.training_job("j", 2, 8, cpu="2"))
+        await asyncio.sleep(30)
+        for task in tasks:
+            task.cancel()
+
+    clock.run(scenario())
+    assert policy.calls > 2
+    assert cluster.trainer_counts("default", "j").running == 8
+
+
+def test_scale_down_takes_effect_in_the_same_instant(clock, cluster_factory, manifests):
+    cluster = cluster_factory(nodes=1, cpu="16", termination=4.0)
+    autoscaler = Autoscaler(cluster, interval=NEVER)
+    controller = Controller(cluster, autoscaler)
+
+    async def scenario():
+        stored = cluster.create_training_job(manifests.training_job("j", 2, 6, cpu="2"))
+        await controller.on_add(stored)
+        await autoscaler.tick()
+        await asyncio.sleep(10)
+        assert cluster.trainer_counts("default", "j").running == 6
+        cluster.create_deployment(
+            {
+                "metadata": {"name": "svc"},
+                "spec": {"replicas": 2, "template": manifests.pod_template("3", "1Gi")},
+            }
+        )
+        await asyncio.sleep(0)  # the pods are created and fail to fit
+        await autoscaler.tick()
+        await asyncio.sleep(0)  # the Job controller acts on the new parallelism
+        return cluster.trainer_counts("default", "j"), clock.now()
+
+    counts, when = clock.run(scenario())
+    assert when == 10.0
+    assert counts.desired < 6
+    assert counts.terminating == 6 - counts.desired
