@@ -23,7 +23,7 @@ TIMES = [0.0, 10.0, 20.0, 30.0, 40.0, 50.0]
 def job(present: str, pods: list[int], running: list[int]) -> JobSeries:
     return JobSeries(
         present=[flag == "1" for flag in present],
-        pods=pods,
+        pods_created=[count > 0 for count in pods],
         trainers_running=running,
         trainers_desired=[max(r, 1) for r in running],
     )

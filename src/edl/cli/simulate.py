@@ -61,7 +61,7 @@ def simulate_command(
     except ScenarioError as error:
         _fail(str(error))
     try:
-        runs = simulate(loaded, policies, seed=seed, progress=True)
+        runs = simulate(loaded, policies, seed=seed, progress=sys.stderr.isatty())
     except Exception as error:  # one line, no traceback: the CLI contract
         _fail(f"{loaded.name}: run failed: {type(error).__name__}: {error}")
     results = [run.metrics for run in runs]

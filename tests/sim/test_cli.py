@@ -1,0 +1,60 @@
+"""`edl simulate`: output layout, --json, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from edl.cli.simulate import simulate_command
+from edl.sim.metrics import METRIC_KEYS
+
+TINY = str(Path(__file__).parent / "data" / "tiny.yaml")
+
+
+def test_out_layout_with_several_policies(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        simulate_command,
+        [TINY, "--policy", "static,default", "--policy", "reference", "--out", str(tmp_path)],
+    )
+    assert result.exit_code == 0, result.output
+    for policy in ("static", "default", "reference"):
+        data = json.loads((tmp_path / policy / "metrics.json").read_text())
+        assert tuple(sorted(data)) == tuple(sorted(METRIC_KEYS))
+        assert data["policy"] == policy and data["scenario"] == "tiny"
+    for name in ("utilization.png", "trainers.png", "pending_jobs.png", "services.png"):
+        assert (tmp_path / name).read_bytes().startswith(b"\x89PNG")
+    table = (tmp_path / "table.md").read_text()
+    assert table.count("| tiny |") == 3
+    assert "| tiny | static |" in result.output
+
+
+def test_one_policy_json_and_flat_layout(tmp_path: Path) -> None:
+    result = CliRunner().invoke(simulate_command, [TINY, "--json", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    printed = json.loads(result.output)
+    assert printed["policy"] == "default"
+    assert (tmp_path / "metrics.json").read_text() == result.output
+
+
+def test_errors_are_one_line_and_exit_1(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nduration_s: -1\ncluster: {node_groups: []}\nmeasure: {}\n")
+    for args in ([str(bad)], ["no-such-scenario"], [TINY, "--policy", "greedy"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "edl.cli.main", "simulate", *args],
+            capture_output=True, text=True, timeout=120,
+        )
+        assert done.returncode == 1
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("edl simulate: "), done.stderr
+        assert "Traceback" not in done.stderr
+    done = subprocess.run(
+        [sys.executable, "-m", "edl.cli.main", "simulate", str(bad)],
+        capture_output=True, text=True, timeout=120,
+    )
+    for path in ("duration_s", "cluster.node_groups", "measure.steady_state"):
+        assert path in done.stderr
