@@ -4,3 +4,36 @@ Modules: ``embedded`` (a real etcd server process), ``endpoints`` (parsing),
 ``client`` (``EtcdClient``: leases, registration, keys), ``discovery`` (pserver list
 and watch), ``election`` (leader lock and fenced writes).
 """
+
+from edl.coord.client import EtcdClient
+from edl.coord.election import Election, FencedStore, leader_address, watch_leader
+from edl.coord.embedded import EmbeddedEtcd
+from edl.coord.errors import (
+    CoordError,
+    EndpointError,
+    EtcdConfigError,
+    EtcdRequestError,
+    EtcdUnavailableError,
+    IndexUnavailableError,
+    LeaseLostError,
+    NotLeaderError,
+)
+from edl.coord.keys import job_prefix
+
+__all__ = [
+    "CoordError",
+    "Election",
+    "EmbeddedEtcd",
+    "EndpointError",
+    "EtcdClient",
+    "EtcdConfigError",
+    "EtcdRequestError",
+    "EtcdUnavailableError",
+    "FencedStore",
+    "IndexUnavailableError",
+    "LeaseLostError",
+    "NotLeaderError",
+    "job_prefix",
+    "leader_address",
+    "watch_leader",
+]
