@@ -400,23 +400,33 @@ class DefaultPolicy:
         ]
         heapq.heapify(heap)
         while heap:
-            _, _, _, index = heapq.heappop(heap)
+            _, namespace, name, index = heapq.heappop(heap)
             plan = plans[index]
             cpu, memory, gpu = plan.shape
             gpu_limit = plan.view.gpu_limit
-            if not budget.fits(cpu, memory, gpu_limit):
-                plan.blocked = -1  # marks "stopped by max load" for the reason
-                continue
-            node = room.take(cpu, memory, gpu)
-            if node < 0:
-                plan.blocked = plan.share - plan.target
-                continue
-            plan.planned_nodes.append(node)
-            plan.target += 1
-            plan.grown = True
-            budget.add(cpu, memory, gpu_limit, 1)
-            if plan.target < plan.share:
-                heapq.heappush(heap, (plan.fulfillment(), *plan.view.key, index))
+            low = plan.view.min_instance
+            span = plan.view.max_instance - low
+            # Give this job units until it passes the next least fulfilled job (one heap
+            # operation per batch instead of per trainer; same result as one at a time).
+            rival = heap[0] if heap else None
+            while True:
+                if not budget.fits(cpu, memory, gpu_limit):
+                    plan.blocked = -1  # marks "stopped by max load" for the reason
+                    break
+                node = room.take(cpu, memory, gpu)
+                if node < 0:
+                    plan.blocked = plan.share - plan.target
+                    break
+                plan.planned_nodes.append(node)
+                plan.target += 1
+                plan.grown = True
+                budget.add(cpu, memory, gpu_limit, 1)
+                if plan.target >= plan.share:
+                    break
+                level = (plan.target - low) / span
+                if rival is not None and (level, namespace, name) > rival[:3]:
+                    heapq.heappush(heap, (level, namespace, name, index))
+                    break
 
     def _rebalance(self, plans: list[_Job], budget: _Budget, room: _Room) -> None:
         """Step 8: jobs above their share give trainers to jobs stuck below theirs."""

@@ -54,13 +54,16 @@ def fair_shares(jobs: Sequence[Demand], cpu: int, memory: int, gpu: int) -> list
     left = np.array([cpu, memory, gpu], dtype=np.int64) - cost @ lows
     active = ranges > 0
     safe_ranges = np.where(ranges > 0, ranges, 1)
+    # Distinct levels k/r differ by at least 1/max_range^2: bisect no finer than that.
+    span = int(ranges.max())
+    bisections = min(_BISECTIONS, 2 * span.bit_length() + 4)
 
     for _ in range(len(jobs) + 2):
         if not active.any():
             break
         # bisection: the highest level at which every active job's additions fit together
         low, high = 0.0, 1.0
-        for _ in range(_BISECTIONS):
+        for _ in range(bisections):
             mid = (low + high) / 2
             extra = np.maximum(
                 lows + np.floor(mid * ranges + _EPSILON).astype(np.int64) - shares, 0
