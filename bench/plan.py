@@ -112,8 +112,10 @@ def main() -> None:
             default = median_seconds("default", views, resources, repeats)
             reference = median_seconds("reference", views, resources, repeats)
             trainers = sum(v.parallelism for v in views)
-            plan = get_policy("default").plan(views, resources, MAX_LOAD)
-            changed = sum(1 for d in plan if d.target != d.parallelism)
+            changed = tuple(
+                sum(1 for d in get_policy(name).plan(views, resources, MAX_LOAD) if d.diff)
+                for name in ("default", "reference")
+            )
             rows.append((nodes, jobs, trainers, changed, default, reference))
             progress.advance(task)
 
@@ -122,25 +124,27 @@ def main() -> None:
         "nodes",
         "jobs",
         "trainers",
-        "jobs changed (default)",
+        "jobs changed (default / reference)",
         "default",
         "reference",
         "default / reference",
     ):
         table.add_column(column, justify="right")
     markdown = [
-        "| nodes | jobs | trainers | jobs changed by default | default (ms) | reference (ms) "
+        "| nodes | jobs | trainers | jobs changed (default / reference) | default (ms) "
+        "| reference (ms) "
         "| default / reference |",
         "|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for nodes, jobs, trainers, changed, default, reference in rows:
         ratio = default / reference if reference else float("inf")
         table.add_row(
-            f"{nodes:,}", f"{jobs:,}", f"{trainers:,}", f"{changed:,}",
+            f"{nodes:,}", f"{jobs:,}", f"{trainers:,}", f"{changed[0]:,} / {changed[1]:,}",
             f"{default * 1000:.1f} ms", f"{reference * 1000:.1f} ms", f"{ratio:.2f}",
         )  # fmt: skip
         markdown.append(
-            f"| {nodes:,} | {jobs:,} | {trainers:,} | {changed:,} | {default * 1000:.1f} "
+            f"| {nodes:,} | {jobs:,} | {trainers:,} | {changed[0]:,} / {changed[1]:,} "
+            f"| {default * 1000:.1f} "
             f"| {reference * 1000:.1f} | {ratio:.2f} |"
         )
     console.print(table)
