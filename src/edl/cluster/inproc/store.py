@@ -13,6 +13,7 @@ and the sampling hooks read in O(1) (see `plane`).
 from __future__ import annotations
 
 import itertools
+import marshal
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -22,6 +23,23 @@ Key = tuple[str, str]  # (namespace, name)
 EventKind = str  # "ADDED" | "MODIFIED" | "DELETED"
 Listener = Callable[[EventKind, Manifest, Manifest | None], None]
 """Called synchronously with (event, stored object, previous object or None). Do not mutate."""
+
+
+def freeze(obj: Any) -> bytes | None:
+    """A compact serialised snapshot that `thaw` turns into a fresh deep copy.
+
+    `marshal` (in-process only: never written out or read from elsewhere) thaws
+    2-3x faster than a Python-level copy, and objects are read far more often
+    than written. None when ``obj`` holds types marshal does not know.
+    """
+    try:
+        return marshal.dumps(obj)
+    except ValueError:
+        return None
+
+
+def thaw(blob: bytes) -> Any:
+    return marshal.loads(blob)
 
 
 def copy_manifest(obj: Any) -> Any:
@@ -49,6 +67,7 @@ class ObjectStore:
     def __init__(self, now: Callable[[], float]) -> None:
         self._now = now
         self._objects: dict[str, dict[Key, Manifest]] = {}
+        self._frozen: dict[tuple[str, Key], bytes | None] = {}  # copies to hand out
         self._listeners: dict[str, list[Listener]] = {}
         self._versions = itertools.count(1)
         self._uids = itertools.count(1)
@@ -63,7 +82,17 @@ class ObjectStore:
         obj = self.peek(kind, namespace, name)
         if obj is None:
             raise NotFoundError(kind, namespace, name)
-        return copy_manifest(obj)
+        return self._copy(kind, (namespace, name), obj)
+
+    def _copy(self, kind: str, key: Key, obj: Manifest) -> Manifest:
+        blob = self._frozen.get((kind, key))
+        return thaw(blob) if blob is not None else copy_manifest(obj)
+
+    def _put(self, kind: str, key: Key, obj: Manifest) -> Manifest:
+        """Store ``obj`` (never mutated afterwards) and return a copy for the caller."""
+        self._objects.setdefault(kind, {})[key] = obj
+        blob = self._frozen[(kind, key)] = freeze(obj)
+        return thaw(blob) if blob is not None else copy_manifest(obj)
 
     def items(self, kind: str) -> Iterator[Manifest]:
         """Stored objects of a kind (no copies), in creation order."""
@@ -87,9 +116,9 @@ class ObjectStore:
         metadata["generation"] = 1
         metadata["creationTimestamp"] = self._now()
         metadata.pop("deletionTimestamp", None)
-        table[(namespace, name)] = stored
+        copy = self._put(kind, (namespace, name), stored)
         self._emit(kind, "ADDED", stored, None)
-        return copy_manifest(stored)
+        return copy
 
     def replace(self, kind: str, obj: Mapping[str, Any]) -> Manifest:
         """Replace spec/metadata of a stored object if ``obj``'s resourceVersion is current.
@@ -122,9 +151,9 @@ class ObjectStore:
         else:
             stored.pop("status", None)
         new_metadata["resourceVersion"] = str(next(self._versions))
-        self._objects[kind][(namespace, name)] = stored
+        copy = self._put(kind, (namespace, name), stored)
         self._emit(kind, "MODIFIED", stored, current)
-        return copy_manifest(stored)
+        return copy
 
     def update_status(
         self, kind: str, namespace: str, name: str, status: Mapping[str, Any]
@@ -137,9 +166,9 @@ class ObjectStore:
         stored["metadata"] = dict(current["metadata"])
         stored["status"] = copy_manifest(dict(status))
         stored["metadata"]["resourceVersion"] = str(next(self._versions))
-        self._objects[kind][(namespace, name)] = stored
+        copy = self._put(kind, (namespace, name), stored)
         self._emit(kind, "MODIFIED", stored, current)
-        return copy_manifest(stored)
+        return copy
 
     def delete(self, kind: str, namespace: str, name: str) -> Manifest:
         """Remove an object; returns it (with deletionTimestamp). `NotFoundError` if absent."""
@@ -147,6 +176,7 @@ class ObjectStore:
         current = table.pop((namespace, name), None)
         if current is None:
             raise NotFoundError(kind, namespace, name)
+        self._frozen.pop((kind, (namespace, name)), None)
         gone = dict(current)
         gone["metadata"] = dict(current["metadata"], deletionTimestamp=self._now())
         self._emit(kind, "DELETED", gone, current)
