@@ -143,3 +143,29 @@ def test_status_writes_do_not_loop_back(clock, cluster_factory, manifests):
 
     clock.run(scenario())
     assert listener.events == [("add", "quiet")]
+
+
+def test_a_restarted_controller_adopts_existing_children(clock, cluster_factory, manifests):
+    cluster = cluster_factory(nodes=2, cpu="16")
+
+    async def scenario():
+        first = Controller(cluster, status_interval=1.0)
+        task = asyncio.create_task(first.run())
+        await asyncio.sleep(0)
+        cluster.create_training_job(manifests.training_job("kept", 2, 6))
+        await asyncio.sleep(10)
+        task.cancel()
+        before = children(cluster, "kept")
+        pods_before = {pod.name for pod in cluster.pod_records()}
+        listener = RecordingAutoscaler()
+        second = Controller(cluster, listener, status_interval=1.0)  # a new process, same cluster
+        task = asyncio.create_task(second.run())
+        await asyncio.sleep(10)
+        task.cancel()
+        return before, pods_before, listener.events
+
+    before, pods_before, events = clock.run(scenario())
+    assert children(cluster, "kept") == before  # nothing re-created or rewritten
+    assert {pod.name for pod in cluster.pod_records()} == pods_before
+    assert events == [("add", "kept")]  # the new autoscaler still learns about the job
+    assert cluster.get_training_job("default", "kept")["status"]["state"] == "Running"
