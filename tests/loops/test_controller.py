@@ -169,3 +169,19 @@ def test_a_restarted_controller_adopts_existing_children(clock, cluster_factory,
     assert {pod.name for pod in cluster.pod_records()} == pods_before
     assert events == [("add", "kept")]  # the new autoscaler still learns about the job
     assert cluster.get_training_job("default", "kept")["status"]["state"] == "Running"
+
+
+def test_children_go_with_their_job_even_without_a_controller(clock, cluster_factory, manifests):
+    cluster = cluster_factory(nodes=2, cpu="16", termination=1.0)
+    controller = Controller(cluster)
+    stored = cluster.create_training_job(manifests.training_job("orphan", 2, 6))
+
+    async def scenario():
+        await controller.on_add(stored)  # children carry ownerReferences to the job
+        await asyncio.sleep(5)
+        cluster.delete_training_job("default", "orphan")  # no controller hears of it
+        await asyncio.sleep(5)
+
+    clock.run(scenario())
+    assert children(cluster, "orphan") == {}
+    assert list(cluster.pod_records()) == []

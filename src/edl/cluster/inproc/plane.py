@@ -190,8 +190,13 @@ class InProcessCluster:
         self._running_pods = 0
         self._cpu_total_milli = 0
         self._requested_cpu_milli = 0  # Σ CPU requests of live pods
+        # owner uid -> objects naming it in ownerReferences (garbage collection)
+        self._dependents: dict[str, dict[tuple[str, str, str], None]] = {}
         for kind in WORKLOAD_KINDS:
             self.store.listen(kind, functools.partial(self._workload_event, kind))
+        for kind in (*WORKLOAD_KINDS, "Service"):
+            self.store.listen(kind, functools.partial(self._track_owner, kind))
+        self.store.listen(TRAINING_JOB, self._collect_garbage)
 
     # ================================================================ nodes
     def add_node(
@@ -462,6 +467,35 @@ class InProcessCluster:
             owner.condition = None
             owner.generation = -1
         self._mark_dirty(key)
+
+    def _track_owner(self, kind: str, event: str, obj: Manifest, old: Manifest | None) -> None:
+        if event == "MODIFIED":
+            return
+        namespace, name = object_key(obj)
+        for reference in (obj.get("metadata") or {}).get("ownerReferences") or ():
+            uid = reference.get("uid")
+            if not uid:
+                continue
+            dependents = self._dependents.setdefault(uid, {})
+            if event == "ADDED":
+                dependents[(kind, namespace, name)] = None
+            else:
+                dependents.pop((kind, namespace, name), None)
+                if not dependents:
+                    del self._dependents[uid]
+
+    def _collect_garbage(self, event: str, obj: Manifest, old: Manifest | None) -> None:
+        """A deleted TrainingJob takes its children along, as Kubernetes' garbage collector.
+
+        Children name the job in ``ownerReferences`` (the JobParser sets them), so
+        they go even if no Controller hears of the deletion.
+        """
+        if event != "DELETED":
+            return
+        uid = (obj.get("metadata") or {}).get("uid")
+        for kind, namespace, name in list(self._dependents.get(uid, {})):
+            with contextlib.suppress(NotFoundError):
+                self.store.delete(kind, namespace, name)
 
     def _mark_dirty(self, key: OwnerKey) -> None:
         self._dirty[key] = None
