@@ -49,8 +49,11 @@ def test_stale_finish_after_timeout_is_ignored() -> None:
     again = None
     for _ in range(5):
         d = q.dispatch("b", 7.0)
-        if d.task and d.task.id == first.id:
+        assert d.task is not None
+        if d.task.id == first.id:
             again = d.task
+            break
+        q.finish(d.task.id, d.task.epoch, "b", 7.0)
     assert again is not None and again.epoch == epoch1 + 1
     assert not q.finish(first.id, epoch1, "a", 8.0)  # late report of the old dispatch
     assert q.finish(first.id, again.epoch, "b", 8.0)
@@ -184,3 +187,28 @@ def test_every_task_finishes_at_most_once_per_pass(script: list, passes: int) ->
             q.beat("finisher", now)
             q.reap(now)
     assert q.finished
+
+
+def test_progress_reports_trainers_and_departures() -> None:
+    q = make(trainer_ttl=2.0)
+    t = q.dispatch("a", 0.0).task
+    assert t is not None
+    q.finish(t.id, t.epoch, "a", 1.0, samples=20, loss=0.5)
+    q.beat("b", 1.0)
+    q.beat("a", 4.0)
+    q.reap(4.0)  # b silent for 3 s > ttl
+    p = q.progress(4.0)
+    assert p["tasks_done"] == 1 and p["tasks_total"] == 5 and p["last_loss"] == 0.5
+    assert p["trainers"]["a"]["alive"] and not p["trainers"]["b"]["alive"]
+    assert p["trainers_alive"] == 1
+
+
+def test_asking_again_releases_a_task_whose_reply_was_lost() -> None:
+    q = make(samples=40)  # two tasks
+    lost_reply = q.dispatch("a", 0.0).task  # persisted, but the reply never arrived
+    assert lost_reply is not None
+    lost_id, lost_epoch = lost_reply.id, lost_reply.epoch
+    again = q.dispatch("a", 0.5).task
+    assert again is not None and again.id == lost_id and again.epoch == lost_epoch + 1
+    other = q.dispatch("b", 0.6).task
+    assert other is not None and other.id != lost_id

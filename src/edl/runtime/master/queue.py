@@ -104,6 +104,7 @@ class TrainerStats:
     """Per-trainer liveness and throughput, kept in memory only."""
 
     last_seen: float
+    gone: bool = False
     samples: int = 0
     tasks: int = 0
     recent: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=20))
@@ -186,6 +187,10 @@ class TaskQueue:
             return Dispatch(Kind.NO_DATASET)
         if self.finished:
             return Dispatch(Kind.DONE, current_pass=self.meta.current_pass)
+        # A trainer holds one task at a time: asking again means it never got, or
+        # gave up, what it held (e.g. the reply was lost in a master failover).
+        for held in [t for t in self.tasks.values() if t.state == PENDING and t.trainer == trainer]:
+            self._requeue(held, front=True)
         if not self.todo:
             return Dispatch(Kind.WAIT, current_pass=self.meta.current_pass)
         task = self.tasks[self.todo.popleft()]
@@ -250,7 +255,8 @@ class TaskQueue:
 
     def forget_trainer(self, trainer: str, now: float) -> list[int]:
         """Return a lost trainer's tasks to todo at once (no failure counted)."""
-        self.trainers.pop(trainer, None)
+        if trainer in self.trainers:
+            self.trainers[trainer].gone = True
         returned = [
             t.id for t in self.tasks.values() if t.state == PENDING and t.trainer == trainer
         ]
@@ -310,12 +316,16 @@ class TaskQueue:
                 name: {
                     "samples": s.samples,
                     "tasks": s.tasks,
+                    "alive": not s.gone,
                     "samples_per_s": round(s.throughput(), 2),
                     "seen_s_ago": round(now - s.last_seen, 2),
                 }
                 for name, s in sorted(self.trainers.items())
             },
-            "samples_per_s": round(sum(s.throughput() for s in self.trainers.values()), 2),
+            "trainers_alive": sum(not s.gone for s in self.trainers.values()),
+            "samples_per_s": round(
+                sum(s.throughput() for s in self.trainers.values() if not s.gone), 2
+            ),
         }
 
     # ---- internals ----
@@ -327,6 +337,7 @@ class TaskQueue:
             self.trainers[trainer] = TrainerStats(last_seen=now)
         else:
             stats.last_seen = max(stats.last_seen, now)
+            stats.gone = False
 
     def _current(self, task_id: int, epoch: int) -> TaskRecord | None:
         task = self.tasks.get(task_id)

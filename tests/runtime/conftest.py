@@ -1,0 +1,205 @@
+"""Real processes on a real etcd: `edl master`, `edl pserver`, `edl trainer`.
+
+`JobProcesses` starts each role as the local runtime would (EDL_* env only),
+logs to files under tmp_path, and kills every process it started at teardown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import types
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from edl.coord.embedded import EmbeddedEtcd
+from edl.runtime.config import RuntimeConfig
+from edl.runtime.coordination import Coord
+
+EDL = [sys.executable, "-m", "edl.cli.main"]
+REPO = Path(__file__).resolve().parents[2]
+DIGITS = REPO / "examples" / "digits"
+E2E_PASSES = 40
+
+
+@pytest.fixture
+def etcd() -> Iterator[EmbeddedEtcd]:
+    with EmbeddedEtcd() as server:
+        yield server
+
+
+class JobProcesses:
+    def __init__(self, etcd: EmbeddedEtcd, tmp: Path, job: str = "digits", **env: str) -> None:
+        self.etcd = etcd
+        self.tmp = tmp
+        self.job = job
+        self.env = {
+            **os.environ,
+            "EDL_ETCD_ENDPOINTS": etcd.endpoints,
+            "EDL_JOB_NAME": job,
+            "EDL_PSERVERS": "2",
+            "EDL_PASSES": "15",
+            "EDL_POD_IP": "127.0.0.1",
+            "EDL_PORT": "0",
+            "EDL_CHECKPOINT_DIR": str(tmp / "checkpoints"),
+            "EDL_CHECKPOINT_INTERVAL": "1",
+            "EDL_ENTRYPOINT": "python train.py",
+            "EDL_WORKSPACE": str(DIGITS),
+            "EDL_LEASE_TTL": "3",
+            "EDL_TRAINER_TTL": "3",
+            "EDL_TASK_TIMEOUT": "30",
+            **env,
+        }
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.counter = 0
+
+    def start(self, role: str, name: str | None = None, **env: str) -> str:
+        self.counter += 1
+        name = name or f"{role}-{self.counter}"
+        log = (self.tmp / f"{name}.log").open("ab")
+        self.procs[name] = subprocess.Popen(
+            [*EDL, role],
+            env={**self.env, "EDL_POD_NAME": name, **env},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=self.tmp,
+        )
+        log.close()
+        return name
+
+    def signal(self, name: str, sig: int = signal.SIGKILL) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.procs[name].pid, sig)
+
+    def wait(self, name: str, timeout: float) -> int:
+        return self.procs[name].wait(timeout)
+
+    def log(self, name: str) -> str:
+        return (self.tmp / f"{name}.log").read_text(errors="replace")
+
+    def alive(self, role: str) -> list[str]:
+        return [n for n, p in self.procs.items() if n.startswith(role) and p.poll() is None]
+
+    def leader(self) -> str:
+        """The live master process whose log says it leads."""
+        leaders = [n for n in self.alive("master") if "leading (" in self.log(n)]
+        assert len(leaders) == 1, leaders
+        return leaders[0]
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.terminate()
+        deadline = time.monotonic() + 10
+        for proc in self.procs.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+    # ---- reading the job's state from etcd, as `edl status` would ----
+    def state(self) -> tuple[dict, dict[int, dict]]:
+        """(progress, task records by id)."""
+
+        async def read() -> tuple[dict, dict[int, dict]]:
+            config = RuntimeConfig(job_name=self.job, etcd_endpoints=self.etcd.endpoints)
+            coord = await Coord.connect(config)
+            try:
+                raw = await coord.get_prefix("master/")
+            finally:
+                await coord.close()
+            progress = json.loads(raw.get("master/progress", b"{}"))
+            tasks = {
+                int(k.rsplit("/", 1)[1]): json.loads(v)
+                for k, v in raw.items()
+                if k.startswith("master/tasks/")
+            }
+            return progress, tasks
+
+        return asyncio.run(read())
+
+    def wait_for(self, what: Callable[[dict], bool], timeout: float, label: str) -> dict:
+        deadline = time.monotonic() + timeout
+        progress: dict = {}
+        while time.monotonic() < deadline:
+            progress, _ = self.state()
+            if progress and what(progress):
+                return progress
+            time.sleep(0.3)
+        raise AssertionError(f"timed out waiting for {label}; last progress {progress}")
+
+
+@pytest.fixture
+def job(etcd: EmbeddedEtcd, tmp_path: Path) -> Iterator[JobProcesses]:
+    procs = JobProcesses(etcd, tmp_path)
+    try:
+        yield procs
+    finally:
+        procs.stop_all()
+
+
+def assert_every_task_once_per_pass(tasks: dict[int, dict], passes: int) -> None:
+    """The master's accounting: each task finished exactly once in every pass."""
+    assert tasks, "no task records in etcd"
+    for task_id, record in tasks.items():
+        assert record["state"] == "done", (task_id, record)
+        assert record["finished_passes"] == list(range(passes)), (task_id, record)
+
+
+@pytest.fixture
+def harness() -> types.SimpleNamespace:
+    """Helpers for test modules (importlib mode: tests cannot import conftest)."""
+    return types.SimpleNamespace(
+        JobProcesses=JobProcesses, once_per_pass=assert_every_task_once_per_pass
+    )
+
+
+@pytest.fixture(scope="module")
+def fault_free(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """One elastic fault-free run, shared by the tests that compare against it."""
+    with EmbeddedEtcd() as etcd:
+        job = JobProcesses(etcd, tmp_path_factory.mktemp("fault-free"), EDL_PASSES=str(E2E_PASSES))
+        try:
+            yield run_elastic(job)
+        finally:
+            job.stop_all()
+
+
+def run_elastic(job) -> dict:
+    job.start("master", "master-0")
+    job.start("pserver", "pserver-0")
+    job.start("pserver", "pserver-1")
+    job.start("trainer", "trainer-a")
+    job.start("trainer", "trainer-b")
+    job.wait_for(lambda p: p["tasks_done"] > 0, 120, "the first finished task")
+    job.start("trainer", "trainer-c")  # grow towards max while it trains
+    job.wait_for(
+        lambda p: all(
+            p["trainers"].get(t, {}).get("tasks", 0) > 0 for t in ("trainer-b", "trainer-c")
+        ),
+        120,
+        "trainer-b and trainer-c to finish tasks",
+    )
+    before = job.state()[0]["pass"]
+    sent = time.monotonic()
+    job.signal("trainer-b", signal.SIGTERM)  # shrink: scale-down
+    code = job.wait("trainer-b", 30)
+    exit_seconds = time.monotonic() - sent
+    progress = job.wait_for(
+        lambda p: p["finished"] and "accuracy" in p["metrics"], 240, "the job to finish"
+    )
+    codes = {name: job.wait(name, 60) for name in ("trainer-a", "trainer-c")}
+    _, tasks = job.state()
+    return {
+        "progress": progress, "tasks": tasks, "sigterm_code": code, "exit_seconds": exit_seconds,
+        "pass_at_sigterm": before, "codes": codes, "log_b": job.log("trainer-b"),
+    }  # fmt: skip

@@ -1,0 +1,86 @@
+"""End to end on real processes and a real etcd: the digits example, elastic and under chaos.
+
+The fault-free run grows from 2 to 3 trainers and shrinks back by SIGTERM
+while it trains; the chaos run SIGKILLs trainers repeatedly, one pserver once
+and the master once. Both must finish with every task of every pass finished
+exactly once in the master's accounting, and the chaos run's accuracy must be
+within 2 points of the fault-free run's.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from edl.coord.embedded import EmbeddedEtcd
+
+PASSES = 40  # keep equal to conftest.E2E_PASSES
+pytestmark = pytest.mark.slow
+
+
+def test_elastic_job_finishes_digits_with_accuracy(fault_free: dict, harness) -> None:
+    progress = fault_free["progress"]
+    assert fault_free["codes"] == {"trainer-a": 0, "trainer-c": 0}
+    assert progress["metrics"]["accuracy"] >= 0.95
+    assert progress["pass"] == PASSES
+    harness.once_per_pass(fault_free["tasks"], PASSES)
+    # all three trainers did work; the scaled-down one handed its task back and left fast
+    assert fault_free["pass_at_sigterm"] < PASSES, "the shrink must happen while training"
+    assert set(progress["trainers"]) >= {"trainer-a", "trainer-b", "trainer-c"}
+    assert fault_free["sigterm_code"] == 128 + signal.SIGTERM
+    assert fault_free["exit_seconds"] < 5.0, fault_free["exit_seconds"]  # 2 s target, loaded box
+    assert "SIGTERM, task handed back" in fault_free["log_b"]
+
+
+def test_chaos_kills_lose_no_task(fault_free: dict, tmp_path: Path, harness) -> None:
+    rng = random.Random(7)
+    with EmbeddedEtcd() as etcd:
+        job = harness.JobProcesses(etcd, tmp_path, EDL_PASSES=str(PASSES))
+        try:
+            job.start("master", "master-0")
+            job.start("master", "master-standby")
+            job.start("pserver", "pserver-0")
+            job.start("pserver", "pserver-1")
+            for _ in range(3):
+                job.start("trainer")
+            job.wait_for(lambda p: p["tasks_done"] > 0, 120, "the first finished task")
+            killed_pserver, killed_master = False, ""
+            trainer_kills = 0
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline:
+                progress, _ = job.state()
+                if progress.get("finished"):
+                    break
+                time.sleep(rng.uniform(1.0, 2.5))
+                victims = job.alive("trainer")
+                if victims:
+                    job.signal(rng.choice(victims))  # SIGKILL
+                    trainer_kills += 1
+                    job.start("trainer")  # the Job controller replaces it
+                current = progress.get("pass", 0)
+                if not killed_pserver and current >= PASSES // 5:
+                    job.signal(rng.choice(job.alive("pserver")))
+                    job.start("pserver")  # the ReplicaSet replaces it
+                    killed_pserver = True
+                if not killed_master and current >= PASSES // 2:
+                    killed_master = job.leader()
+                    job.signal(killed_master)  # the standby takes over
+                    job.start("master")
+            progress = job.wait_for(
+                lambda p: p["finished"] and "accuracy" in p["metrics"], 240, "the job to finish"
+            )
+            _, tasks = job.state()
+            successor = job.leader()
+            resumed = job.log(successor)
+        finally:
+            job.stop_all()
+    assert killed_pserver and killed_master and trainer_kills >= 3
+    assert successor != killed_master and "tasks restored" in resumed
+    assert "(pass 0, 0 tasks restored)" not in resumed  # it resumed the job's state
+    harness.once_per_pass(tasks, PASSES)
+    baseline = fault_free["progress"]["metrics"]["accuracy"]
+    assert progress["metrics"]["accuracy"] >= baseline - 0.02, (progress, baseline)
