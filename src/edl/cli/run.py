@@ -8,6 +8,7 @@ stopped with Ctrl-C (a second Ctrl-C kills every pod at once).
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import signal
 import sys
@@ -102,6 +103,7 @@ async def _run(job: object, options: object, reserve: list[Reservation], plain: 
 
     display = LiveDisplay(plain=True if plain else None)
     local = LocalRun(job, options, on_update=display.update)  # type: ignore[arg-type]
+    _log_to(local.run_dir / "edl-run.log")
     loop = asyncio.get_running_loop()
     interrupts = 0
 
@@ -137,6 +139,15 @@ async def _run(job: object, options: object, reserve: list[Reservation], plain: 
     click.echo(f"edl run: {local.name} {result.state}: {result.message}", err=True)
     click.echo(f"edl run: logs in {local.run_dir}", err=True)
     return EXIT_STOPPED if result.state == "Stopped" else EXIT_FAILED
+
+
+def _log_to(path: Path) -> None:
+    """Controller, Autoscaler and run messages go to the run directory, not over the display."""
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
 
 
 async def _hold(local: object, reservation: Reservation, index: int) -> None:

@@ -1,0 +1,86 @@
+"""Helpers for local-run tests: job files, process scans, `edl run` as a subprocess."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+DIGITS = REPO / "examples" / "digits"
+EDL = str(Path(sys.executable).with_name("edl"))
+
+
+def digits_job(tmp_path: Path, name: str = "digits", **spec: Any) -> Path:
+    """The digits example with spec overrides, workspace pinned to the example's directory."""
+    job = yaml.safe_load((DIGITS / "job.yaml").read_text())
+    job["metadata"]["name"] = name
+    job["spec"]["trainer"]["workspace"] = str(DIGITS)
+    job["spec"].update(spec)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(job))
+    return path
+
+
+def start_edl_run(tmp_path: Path, job_file: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [EDL, "run", str(job_file), "--plain", "--runs-dir", str(tmp_path / "runs"), *args],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # our SIGINT goes to edl run alone, as a terminal's would
+    )
+
+
+def run_dir_of(tmp_path: Path) -> Path | None:
+    runs = sorted((tmp_path / "runs").glob("*/status.json")) if (tmp_path / "runs").exists() else []
+    return runs[-1].parent if runs else None
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str, poll: float = 0.25) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(poll)
+
+
+def descendants(root: int) -> set[int]:
+    """Every live process below root, from /proc (ppid links), without psutil."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry.name}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found: set[int] = set()
+    stack = [root]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            if child not in found:
+                found.add(child)
+                stack.append(child)
+    return found
+
+
+def alive(pid: int) -> bool:
+    """True if pid exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2 :].split()[0] != "Z"

@@ -1,0 +1,115 @@
+"""`edl run` end to end: real etcd, real Controller/Autoscaler, pods as real processes."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from edl.local import procs
+from edl.local.runtime import RUN_MARKER_ENV
+from edl.local.status import read_snapshot
+
+from .conftest import (
+    DIGITS,
+    EDL,
+    alive,
+    descendants,
+    digits_job,
+    run_dir_of,
+    start_edl_run,
+    wait_for,
+)
+
+pytestmark = pytest.mark.slow
+
+
+def test_digits_example_runs_to_completion_with_accuracy(tmp_path: Path) -> None:
+    proc = start_edl_run(tmp_path, DIGITS / "job.yaml")
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, f"stdout:\n{out}\nstderr:\n{err}"
+    final = out.strip().splitlines()[-1]
+    match = re.search(r"digits Succeeded, accuracy ([0-9.]+)", final)
+    assert match, final
+    assert float(match.group(1)) >= 0.95
+    run_dir = run_dir_of(tmp_path)
+    assert run_dir is not None
+    snapshot = read_snapshot(run_dir)
+    assert snapshot.state == "Succeeded"
+    assert snapshot.passes == 15 and snapshot.pass_index == 14
+    assert snapshot.tasks_done == snapshot.tasks_total and snapshot.tasks_failed == 0
+    assert snapshot.accuracy is not None and snapshot.accuracy >= 0.95
+    logs = sorted(p.name for p in run_dir.glob("*.log"))
+    assert any(n.startswith("digits-master-") for n in logs)
+    assert sum(n.startswith("digits-pserver-") for n in logs) >= 2
+    assert any(n.startswith("digits-trainer-") for n in logs)
+    assert procs.pids_with_env(RUN_MARKER_ENV, str(run_dir)) == []
+
+
+def test_ctrl_c_stops_everything_and_leaves_no_process(tmp_path: Path) -> None:
+    job = digits_job(tmp_path, passes=10_000)
+    proc = start_edl_run(tmp_path, job)
+    try:
+        run_dir = wait_for(lambda: run_dir_of(tmp_path), 60, "the run directory")
+        wait_for(
+            lambda: read_snapshot(run_dir).trainers_running >= 1
+            and (read_snapshot(run_dir).tasks_done or 0) > 0,
+            120,
+            "trainers at work",
+        )
+        below = descendants(proc.pid)
+        assert len(below) >= 5, "etcd, master, 2 pservers and trainers should be running"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, f"stdout:\n{out}\nstderr:\n{err}"
+    assert "stopped by SIGINT" in err
+    wait_for(lambda: not [p for p in below if alive(p)], 10, "every child to be gone")
+    assert procs.pids_with_env(RUN_MARKER_ENV, str(run_dir)) == []
+    assert read_snapshot(run_dir).state == "Stopped"
+
+
+def test_script_that_crashes_at_once_fails_the_job_with_its_error(tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "crash.py").write_text("print('loading data')\nratio = 1 / 0\n")
+    job = tmp_path / "crash.yaml"
+    job.write_text(
+        "apiVersion: edl.dev/v1\nkind: TrainingJob\nmetadata: {name: crash}\n"
+        "spec:\n  trainer:\n    entrypoint: python crash.py\n    workspace: ws\n"
+        "    min-instance: 1\n    max-instance: 1\n"
+        "    resources: {requests: {cpu: 100m, memory: 64Mi}}\n"
+        "  pserver:\n    min-instance: 1\n    max-instance: 1\n"
+        "    resources: {requests: {cpu: 100m, memory: 64Mi}}\n"
+    )
+    proc = start_edl_run(tmp_path, job, "--max-error-exits", "2")
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 1, f"stdout:\n{out}\nstderr:\n{err}"
+    assert "crash Failed" in err and "ZeroDivisionError: division by zero" in err
+    run_dir = run_dir_of(tmp_path)
+    assert run_dir is not None
+    snapshot = read_snapshot(run_dir)
+    assert snapshot.state == "Failed"
+    assert "ZeroDivisionError" in snapshot.message
+    assert "2 trainer pods exited with an error" in snapshot.message
+    assert procs.pids_with_env(RUN_MARKER_ENV, str(run_dir)) == []
+
+
+def test_invalid_job_file_names_every_bad_field(tmp_path: Path) -> None:
+    job = tmp_path / "bad.yaml"
+    job.write_text(
+        "apiVersion: edl.dev/v1\nkind: TrainingJob\nmetadata: {name: bad}\n"
+        "spec:\n  trainer:\n    min-instance: 3\n    max-instance: 1\n"
+    )
+    result = subprocess.run([EDL, "run", str(job)], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert "spec.trainer" in result.stderr
+    assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").iterdir())
