@@ -14,7 +14,10 @@ One plan, in order (every step pure arithmetic on copies of the inputs):
 4. While CPU requests or GPU limits exceed max_load_desired of the total (pending
    pods included, as in the original), the most fulfilled jobs above min shrink.
 5. For the deficit and the starving jobs, the most fulfilled jobs above min
-   shrink until the trainers they give up cover the missing CPU, memory and GPUs.
+   shrink until the trainers they give up make room for them: a removed trainer
+   frees room for as many waiting pods as fit in its own requests, counting
+   only the resources some node lacks (Kubernetes picks which pod goes, so its
+   node is unknown); trainers already terminating count first.
 6. Fair shares: the CPU/GPU budget left under max_load_desired (and the memory
    total) is water-filled over all jobs by fulfillment (`fairshare.py`).
 7. Growth: jobs below their fair share that were not shrunk and have no blocked
@@ -46,7 +49,7 @@ __all__ = ["DefaultPolicy"]
 class _Room:
     """Per-node room as parallel lists, with a first-fit cursor per trainer shape."""
 
-    __slots__ = ("count", "cpu", "cursor", "gpu", "memory", "names", "shortfalls")
+    __slots__ = ("count", "cpu", "cursor", "gpu", "memory", "names")
 
     def __init__(self, nodes: Nodes) -> None:
         self.names = names = list(nodes.cpu_idle_milli)
@@ -57,7 +60,6 @@ class _Room:
         # Room only shrinks between two `give` calls, so a node too small for a shape
         # stays too small and each shape's cursor only moves forward.
         self.cursor: dict[tuple[int, int, int], int] = {}
-        self.shortfalls: dict[tuple[int, int, int], tuple[int, int, int]] = {}
 
     def take(self, cpu: int, memory: int, gpu: int) -> int:
         """Take room for one pod on the first node where it fits; its index, or -1."""
@@ -75,32 +77,12 @@ class _Room:
         self.cursor[shape] = count
         return -1
 
-    def shortfall(self, cpu: int, memory: int, gpu: int) -> tuple[int, int, int]:
-        """What the node closest to fitting a pod lacks for it (cached per shape)."""
-        shape = (cpu, memory, gpu)
-        cached = self.shortfalls.get(shape)
-        if cached is not None:
-            return cached
-        best, best_score = (cpu, memory, gpu), 4.0
-        for index in range(self.count):
-            lack = (
-                max(0, cpu - self.cpu[index]),
-                max(0, memory - self.memory[index]),
-                max(0, gpu - self.gpu[index]),
-            )
-            score = sum(lack[d] / shape[d] for d in range(3) if shape[d])
-            if score < best_score:
-                best, best_score = lack, score
-        self.shortfalls[shape] = best
-        return best
-
     def give(self, index: int, cpu: int, memory: int, gpu: int) -> None:
         """Return room taken by `take` (a planned trainer that is dropped again)."""
         self.cpu[index] += cpu
         self.memory[index] += memory
         self.gpu[index] += gpu
         self.cursor.clear()
-        self.shortfalls.clear()
 
 
 @dataclass(slots=True)
@@ -165,6 +147,62 @@ def _most_fulfilled(jobs: Sequence[_Job]) -> list[tuple[float, str, str, int]]:
     return heap
 
 
+class _Waiting:
+    """Pods (or starving trainers) waiting for room, and how removed trainers serve them."""
+
+    __slots__ = ("items", "least", "pool")
+
+    def __init__(self, shapes: list[tuple[int, int, int]], least: tuple[int, int, int]) -> None:
+        self.items: list[list] = []  # [needed part of the shape, count], in order of arrival
+        self.pool = [0, 0, 0]  # room from trainers smaller than the first pod
+        self.least = least  # every node has at least this much room left
+        for shape in shapes:
+            self.add(shape, 1)
+
+    def add(self, shape: tuple[int, int, int], count: int) -> None:
+        """Wait for `count` pods of `shape`; only resources some node lacks are counted."""
+        if count <= 0:
+            return
+        shape = tuple(amount if amount > self.least[d] else 0 for d, amount in enumerate(shape))
+        if shape == (0, 0, 0):
+            return  # fits on every node: nothing to make room for
+        if self.items and self.items[-1][0] == shape:
+            self.items[-1][1] += count
+        else:
+            self.items.append([shape, count])
+
+    def __bool__(self) -> bool:
+        return bool(self.items)
+
+    def helped_by(self, trainer: tuple[int, int, int]) -> bool:
+        """A trainer helps the first waiting pod if it holds every resource the pod needs."""
+        pod = self.items[0][0]
+        return all(trainer[d] > 0 for d in range(3) if pod[d] > 0)
+
+    def drop_first(self) -> None:
+        """Give up on the first waiting pod (no trainer can make room for it)."""
+        self.items.pop(0)
+        self.pool = [0, 0, 0]
+
+    def credit(self, trainer: tuple[int, int, int]) -> None:
+        """Count the room one removed trainer makes against the waiting pods."""
+        if not self.items:
+            return
+        pod, count = self.items[0]
+        slots = min((trainer[d] // pod[d] for d in range(3) if pod[d] > 0), default=count)
+        if slots >= 1:
+            self.items[0][1] -= slots
+        else:
+            for d in range(3):
+                self.pool[d] += trainer[d]
+            if all(self.pool[d] >= pod[d] for d in range(3)):
+                self.pool = [self.pool[d] - pod[d] for d in range(3)]
+                self.items[0][1] -= 1
+        if self.items[0][1] <= 0:
+            self.items.pop(0)
+            self.pool = [0, 0, 0]
+
+
 class DefaultPolicy:
     """edl's policy (see the module doc for the steps and their guarantees)."""
 
@@ -210,8 +248,8 @@ class DefaultPolicy:
 
         deficit = self._place_pending_pods(resources, room)
         self._place_unscheduled_trainers(plans, room)
-        freed = self._shrink_over_max_load(plans, budget, room, max_load_desired)
-        self._make_room(plans, budget, room, deficit, freed)
+        vacated = self._shrink_over_max_load(plans, budget, room, max_load_desired)
+        self._make_room(plans, budget, room, deficit, vacated)
         self._fair_shares(plans, budget)
         self._grow(plans, budget, room)
         self._rebalance(plans, budget, room)
@@ -286,14 +324,14 @@ class DefaultPolicy:
 
     def _shrink_over_max_load(
         self, plans: list[_Job], budget: _Budget, room: _Room, max_load: float
-    ) -> list[int]:
+    ) -> list[tuple[int, int, int]]:
         """Step 4: shrink the most fulfilled jobs while requests exceed max load."""
-        freed = [0, 0, 0]
+        vacated: list[tuple[int, int, int]] = []
         heap = _most_fulfilled(plans)
         while heap and (budget.cpu > budget.cpu_cap or budget.gpu > budget.gpu_cap):
             _, _, _, index = heapq.heappop(heap)
             plan = plans[index]
-            cpu, memory, gpu = plan.shape
+            cpu = plan.view.cpu_request_milli
             if not (
                 (budget.cpu > budget.cpu_cap and cpu > 0)
                 or (budget.gpu > budget.gpu_cap and plan.view.gpu_limit > 0)
@@ -302,12 +340,10 @@ class DefaultPolicy:
             what = "CPU requests" if budget.cpu > budget.cpu_cap else "GPU limits"
             cause = f"{what} above {max_load:.0%} of the cluster"
             if self._shrink_one(plan, budget, room, cause):
-                freed[0] += cpu
-                freed[1] += memory
-                freed[2] += gpu
+                vacated.append(plan.shape)
             if plan.target > plan.view.min_instance:
                 heapq.heappush(heap, (-plan.fulfillment(), *plan.view.key, index))
-        return freed
+        return vacated
 
     def _make_room(
         self,
@@ -315,33 +351,31 @@ class DefaultPolicy:
         budget: _Budget,
         room: _Room,
         deficit: list[tuple[int, int, int]],
-        freed: list[int],
+        vacated: list[tuple[int, int, int]],
     ) -> None:
         """Step 5: shrink the most fulfilled jobs for pending pods and starving jobs.
 
-        What is missing is measured against the node closest to fitting each pod,
-        and trainers already on their way out (bound pods beyond parallelism, which
-        are terminating) count as room being freed, so a plan does not shed again
-        what the previous plan already shed.
+        Which node a removed trainer frees is Kubernetes' choice, so room is counted
+        in *slots*: a removed trainer at least makes room on its node for as many
+        waiting pods as fit in the trainer's own requests (trainers smaller than the
+        pod add up instead). Trainers already on their way out (removed by step 4, or
+        bound beyond parallelism, i.e. terminating) count first, so a plan does not
+        shed again what the previous plan already shed.
         """
         starving = [p for p in plans if p.holding() < p.view.min_instance]
         if not starving and not deficit:
             return
-        need = [0, 0, 0]
-        for pod in deficit:
-            for d, amount in enumerate(room.shortfall(*pod)):
-                need[d] += amount
+        # a resource every node has enough of for a pod is not what it waits for
+        least = (min(room.cpu, default=0), min(room.memory, default=0), min(room.gpu, default=0))
+        waiting = _Waiting(deficit, least)
         for plan in starving:
-            shape = plan.shape
-            missing = plan.view.min_instance - plan.holding()
-            first = room.shortfall(*shape)
-            for d in range(3):
-                need[d] += first[d] + shape[d] * (missing - 1)
+            waiting.add(plan.shape, plan.view.min_instance - plan.holding())
+        for shape in vacated:
+            waiting.credit(shape)
         for plan in plans:
             view = plan.view
-            leaving = max(0, (view.total - view.unbound) - view.parallelism)
-            for d, amount in enumerate(plan.shape):
-                freed[d] += amount * leaving
+            for _ in range(max(0, (view.total - view.unbound) - view.parallelism)):
+                waiting.credit(plan.shape)
         parts = []
         if deficit:
             parts.append(f"{len(deficit)} pending pods that are not trainers")
@@ -353,17 +387,28 @@ class DefaultPolicy:
         starving_keys = {p.view.key for p in starving}
         heap = [entry for entry in _most_fulfilled(plans) if entry[1:3] not in starving_keys]
         heapq.heapify(heap)
-        while heap and any(freed[d] < need[d] for d in range(3)):
-            _, _, _, index = heapq.heappop(heap)
-            plan = plans[index]
-            shape = plan.shape
-            if not any(shape[d] > 0 and freed[d] < need[d] for d in range(3)):
-                continue  # this job's trainers do not hold what is missing
+        useless: list[tuple[float, str, str, int]] = []  # cannot help the first waiting pod
+        while waiting and (heap or useless):
+            if not heap:  # nobody can help the first waiting pod: leave it, go on
+                waiting.drop_first()
+                for entry in useless:
+                    heapq.heappush(heap, entry)
+                useless.clear()
+                continue
+            entry = heapq.heappop(heap)
+            plan = plans[entry[3]]
+            if not waiting.helped_by(plan.shape):
+                useless.append(entry)
+                continue
+            waiting_before = len(waiting.items)
             if self._shrink_one(plan, budget, room, cause):
-                for d in range(3):
-                    freed[d] += shape[d]
+                waiting.credit(plan.shape)
             if plan.target > plan.view.min_instance:
-                heapq.heappush(heap, (-plan.fulfillment(), *plan.view.key, index))
+                heapq.heappush(heap, (-plan.fulfillment(), *plan.view.key, entry[3]))
+            if len(waiting.items) != waiting_before:  # a new first waiting pod
+                for entry in useless:
+                    heapq.heappush(heap, entry)
+                useless.clear()
 
     @staticmethod
     def _fair_shares(plans: list[_Job], budget: _Budget) -> None:
