@@ -2,14 +2,20 @@
 
 Prints each figure with its target and the ratio (wall / target; below 1 is good).
 Run: .venv/bin/python bench/simulate.py
+
+``--experiment [SEEDS]`` instead reproduces the 2017 experiment as the original ran it:
+case1 and case2, every policy, SEEDS runs each (default 10), under both scheduler
+placements; prints a markdown table of the means (min-max in brackets).
 """
 
 from __future__ import annotations
 
+import statistics
+import sys
 import time
 from typing import Any
 
-from edl.sim.runner import simulate
+from edl.sim.runner import run_policy, simulate
 from edl.sim.scenario import Scenario, load_scenario, parse_scenario
 
 CASE1_TARGET_S = 5.0
@@ -71,7 +77,53 @@ def measure(scenario: Scenario, policy: str) -> tuple[float, dict[str, object]]:
     return time.perf_counter() - started, run.metrics.as_json()
 
 
+EXPERIMENT_KEYS = (
+    ("avg_pending_s", "pending (s)"),
+    ("utilization_pct", "util ≤ 550 s (%)"),
+    ("steady_utilization_pct", "steady util (%)"),
+    ("jain_fairness", "Jain"),
+    ("jobs_never_started", "never started"),
+    ("service_max_lag_s", "service lag (s)"),
+)
+
+
+def _cell(values: list[Any]) -> str:
+    numbers = [value for value in values if value is not None]
+    if not numbers:
+        return "n/a"
+    middle = statistics.fmean(numbers)
+    low, high = min(numbers), max(numbers)
+    if low == high:
+        return f"{middle:.3g}" if middle < 10 else f"{middle:.1f}"
+    return f"{middle:.3g} [{low:.3g}–{high:.3g}]" if middle < 10 else (
+        f"{middle:.1f} [{low:.1f}–{high:.1f}]"
+    )
+
+
+def experiment(seeds: int) -> None:
+    """The original ran each case 10 times ON and OFF; so do we, for every policy."""
+    labels = [label for _, label in EXPERIMENT_KEYS]
+    header = ["case", "placement", "policy", *labels, "service targets reached"]
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for name in ("case1", "case2"):
+        base = load_scenario(name)
+        for placement in ("spread", "binpack"):
+            scenario = base.model_copy(update={"placement": placement})
+            for policy in ("static", "reference", "default"):
+                runs = [
+                    run_policy(scenario, policy, seed).metrics.as_json() for seed in range(seeds)
+                ]
+                cells = [_cell([run[key] for run in runs]) for key, _ in EXPERIMENT_KEYS]
+                reached = [run["service_targets_reached"] for run in runs]
+                hits = "n/a" if reached[0] is None else f"{sum(bool(r) for r in reached)}/{seeds}"
+                print(f"| {name} | {placement} | {policy} | " + " | ".join(cells) + f" | {hits} |")
+
+
 def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--experiment":
+        experiment(int(sys.argv[2]) if len(sys.argv) > 2 else 10)
+        return
     for label, scenario, target in (
         ("case1", load_scenario("case1"), CASE1_TARGET_S),
         ("1000 nodes, 200 jobs, 1 h", large_scenario(), LARGE_TARGET_S),

@@ -42,10 +42,14 @@ def _fail(message: str) -> None:
     "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
     help="Write metrics.json, PNG plots and table.md here.",
 )
+@click.option(
+    "--placement", type=click.Choice(["spread", "binpack"]), default=None,
+    help="Override the scenario's scheduler placement.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
 def simulate_command(
     scenario: str, policy_values: tuple[str, ...], seed: int | None, out_dir: Path | None,
-    as_json: bool,
+    placement: str | None, as_json: bool,
 ) -> None:
     """Run SCENARIO (a file, or a shipped name such as case1) on virtual time."""
     from edl.sim.report import markdown_table, metrics_json, write_metrics, write_table
@@ -60,6 +64,8 @@ def simulate_command(
         loaded = load_scenario(scenario)
     except ScenarioError as error:
         _fail(str(error))
+    if placement is not None:
+        loaded = loaded.model_copy(update={"placement": placement})
     try:
         runs = simulate(loaded, policies, seed=seed, progress=sys.stderr.isatty())
     except Exception as error:  # one line, no traceback: the CLI contract
