@@ -37,7 +37,6 @@ import itertools
 import logging
 import random
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from edl.accounting import ClusterResource, NodeCapacity, ResourceLedger, pod_request
@@ -52,8 +51,16 @@ from edl.cluster.inproc.pods import (
     PodRecord,
 )
 from edl.cluster.inproc.runtime import SimulatedPodRuntime
+from edl.cluster.inproc.sampling import ClusterSample, ReplicaCounts, TrainerCounts
 from edl.cluster.inproc.scheduler import Node, NodeIndex, Placement, Scheduler
 from edl.cluster.inproc.store import ObjectStore, copy_manifest, object_key
+from edl.cluster.inproc.workloads import (
+    BACKOFF_RESET_S,
+    crash_backoff_s,
+    owner_status,
+    pod_from_template,
+    wanted_pods,
+)
 from edl.cluster.port import (
     AlreadyExistsError,
     Clock,
@@ -68,10 +75,6 @@ from edl.cluster.port import (
 log = logging.getLogger(__name__)
 
 DEFAULT_GRACE_PERIOD_S = 30.0
-DEFAULT_BACKOFF_LIMIT = 6
-BACKOFF_BASE_S = 10.0
-BACKOFF_MAX_S = 300.0
-BACKOFF_RESET_S = 600.0  # a pod that ran this long before failing starts a new streak
 TRAINING_JOB = "TrainingJob"
 WORKLOAD_KINDS = ("ReplicaSet", "Deployment", "Job")
 PodListener = Callable[[str, PodRecord], None]
@@ -88,63 +91,6 @@ def _job_ref(job: Any) -> tuple[str, str]:
         return object_key(job)
     metadata = job.metadata
     return metadata.namespace or "default", metadata.name or ""
-
-
-def _base36(number: int) -> str:
-    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
-    text = ""
-    while True:
-        number, rest = divmod(number, 36)
-        text = digits[rest] + text
-        if not number:
-            return text.rjust(5, "0")
-
-
-@dataclass(frozen=True, slots=True)
-class TrainerCounts:
-    """A TrainingJob's trainers at one instant (terminating ones apart)."""
-
-    desired: int  # the trainer Job's spec.parallelism
-    running: int
-    pending: int
-    terminating: int
-    first_pod_at: float | None  # when the job's first pod of any role was created
-    first_running_at: float | None  # when one of its trainers first reached Running
-
-
-@dataclass(frozen=True, slots=True)
-class ReplicaCounts:
-    """A Deployment's or ReplicaSet's replicas at one instant."""
-
-    desired: int
-    running: int
-    pending: int
-    terminating: int
-
-
-@dataclass(frozen=True, slots=True)
-class ClusterSample:
-    """What the simulator records at one instant; O(jobs + workloads) to build.
-
-    Keys are object names (``namespace/name`` outside the default namespace).
-    """
-
-    time: float
-    cpu_total_milli: int
-    running_cpu_request_milli: int  # Σ CPU requests of pods in phase Running (terminating too)
-    requested_cpu_milli: int  # Σ CPU requests of every non-terminal pod
-    running_pods: int
-    pending_pods: int
-    unbound_pods: int
-    trainers: dict[str, TrainerCounts]
-    deployments: dict[str, ReplicaCounts]
-
-    @property
-    def utilization(self) -> float:
-        """Running CPU requests / allocatable CPU, as the original measured it (0..1)."""
-        if not self.cpu_total_milli:
-            return 0.0
-        return self.running_cpu_request_milli / self.cpu_total_milli
 
 
 class InProcessCluster:
@@ -527,7 +473,7 @@ class InProcessCluster:
             if not owner.pods:
                 del self._owners[key]
             return
-        want = self._job_want(obj, owner) if kind == "Job" else int(obj["spec"].get("replicas", 1))
+        want, owner.condition = wanted_pods(kind, obj["spec"], owner)
         diff = want - owner.active
         if diff > 0 and owner.backoff_until > self.clock.now():
             if owner.backoff_timer is None:  # come back when the back-off ends
@@ -551,28 +497,6 @@ class InProcessCluster:
             owner.backoff_timer = None
             self._mark_dirty(key)
 
-    def _job_want(self, job: Manifest, owner: OwnerPods) -> int:
-        """How many pods a Job wants active now (Kubernetes' Job controller rules)."""
-        spec = job["spec"]
-        parallelism = int(spec.get("parallelism", 1))
-        completions = spec.get("completions")
-        backoff_limit = int(spec.get("backoffLimit", DEFAULT_BACKOFF_LIMIT))
-        if owner.condition is None and owner.failed > backoff_limit:
-            owner.condition = "Failed"
-        if owner.condition is not None:
-            return 0
-        if completions is None:
-            if owner.succeeded > 0:  # work queue done: create no more, let the rest finish
-                if owner.active == 0:
-                    owner.condition = "Complete"
-                return min(parallelism, owner.active)
-            return parallelism
-        remaining = int(completions) - owner.succeeded
-        if remaining <= 0:
-            owner.condition = "Complete"
-            return 0
-        return min(parallelism, remaining)
-
     def _refresh_template(self, obj: Manifest, owner: OwnerPods) -> None:
         generation = obj["metadata"]["generation"]
         if owner.generation != generation:
@@ -581,53 +505,14 @@ class InProcessCluster:
             owner.generation = generation
 
     def _create_owned_pod(self, key: OwnerKey, obj: Manifest, owner: OwnerPods) -> None:
-        kind, namespace, owner_name = key
-        template = obj["spec"].get("template") or {}
-        template_meta = template.get("metadata") or {}
-        name = f"{owner_name}-{_base36(owner.created)}"
+        manifest = pod_from_template(key, obj, owner.created)
         owner.created += 1
-        manifest: Manifest = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": name,
-                "namespace": namespace,
-                "labels": dict(template_meta.get("labels") or {}),
-                "annotations": dict(template_meta.get("annotations") or {}),
-                "ownerReferences": [
-                    {
-                        "apiVersion": obj.get("apiVersion", ""),
-                        "kind": kind,
-                        "name": owner_name,
-                        "uid": obj["metadata"]["uid"],
-                        "controller": True,
-                    }
-                ],
-            },
-            # Shallow copy: the containers are shared with the stored template and read-only.
-            "spec": dict(template.get("spec") or {}),
-        }
         self._new_pod(manifest, owner.resources, key)
 
     def _with_status(self, kind: str, obj: Manifest) -> Manifest:
         """Fill ``status`` from the live counters (the controllers' status writes)."""
         namespace, name = object_key(obj)
-        owner = self._owners.get((kind, namespace, name)) or OwnerPods()
-        if kind == "Job":
-            status: dict[str, Any] = {
-                "active": owner.active,
-                "succeeded": owner.succeeded,
-                "failed": owner.failed,
-            }
-            if owner.condition is not None:
-                status["conditions"] = [{"type": owner.condition, "status": "True"}]
-        else:
-            status = {
-                "replicas": owner.active,
-                "readyReplicas": owner.running,
-                "availableReplicas": owner.running,
-            }
-        obj["status"] = status
+        obj["status"] = owner_status(kind, self._owners.get((kind, namespace, name)) or OwnerPods())
         return obj
 
     # ================================================================ pod lifecycle
@@ -744,10 +629,7 @@ class InProcessCluster:
                 owner.failed += 1
                 ran = self.clock.now() - pod.running_at if pod.running_at is not None else 0.0
                 owner.crash_streak = 1 if ran >= BACKOFF_RESET_S else owner.crash_streak + 1
-                # As the kubelet's CrashLoopBackOff and the Job controller: 10 s, doubling,
-                # at most 5 min before a failed pod is replaced.
-                delay = min(BACKOFF_BASE_S * 2 ** (owner.crash_streak - 1), BACKOFF_MAX_S)
-                owner.backoff_until = self.clock.now() + delay
+                owner.backoff_until = self.clock.now() + crash_backoff_s(owner.crash_streak)
         self._mark_dirty(pod.owner)
 
     def _delete_pod(self, pod: PodRecord) -> None:

@@ -1,0 +1,114 @@
+"""The rules of Kubernetes' ReplicaSet, Deployment and Job controllers, as pure functions.
+
+The plane (`plane.InProcessCluster`) applies them: it asks how many pods an
+owner wants, builds pods from its template, and writes its status. Keeping the
+rules here, free of the event loop, makes them easy to read against the
+Kubernetes documentation and to test on plain data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from edl.cluster.inproc.pods import OwnerKey, OwnerPods
+from edl.cluster.port import Manifest
+
+DEFAULT_BACKOFF_LIMIT = 6
+BACKOFF_BASE_S = 10.0
+BACKOFF_MAX_S = 300.0
+BACKOFF_RESET_S = 600.0  # a pod that ran this long before failing starts a new streak
+COMPLETE = "Complete"
+FAILED = "Failed"
+
+
+def wanted_pods(kind: str, spec: Mapping[str, Any], owner: OwnerPods) -> tuple[int, str | None]:
+    """(active pods the owner wants now, its final condition or None).
+
+    ReplicaSet/Deployment: ``spec.replicas`` (default 1). Job: ``parallelism``
+    (default 1), except that a Job that failed more than ``backoffLimit`` times
+    is Failed; one without ``completions`` (a work queue) creates no pod once
+    one has succeeded and is Complete when none is left; one with
+    ``completions`` runs at most the completions still missing.
+    """
+    if kind != "Job":
+        return int(spec.get("replicas", 1)), None
+    if owner.condition is not None:
+        return 0, owner.condition
+    parallelism = int(spec.get("parallelism", 1))
+    if owner.failed > int(spec.get("backoffLimit", DEFAULT_BACKOFF_LIMIT)):
+        return 0, FAILED
+    completions = spec.get("completions")
+    if completions is None:
+        if owner.succeeded > 0:  # the work is done: let the others finish, create none
+            return min(parallelism, owner.active), COMPLETE if owner.active == 0 else None
+        return parallelism, None
+    remaining = int(completions) - owner.succeeded
+    if remaining <= 0:
+        return 0, COMPLETE
+    return min(parallelism, remaining), None
+
+
+def crash_backoff_s(streak: int) -> float:
+    """Delay before replacing a failed pod, as CrashLoopBackOff: 10 s, doubling, at most 5 min."""
+    return min(BACKOFF_BASE_S * 2 ** (max(streak, 1) - 1), BACKOFF_MAX_S)
+
+
+def pod_name(owner_name: str, index: int) -> str:
+    """``<owner>-<5 base-36 digits>``, like the random suffix Kubernetes adds, but counted."""
+    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+    text = ""
+    while True:
+        index, rest = divmod(index, 36)
+        text = digits[rest] + text
+        if not index:
+            return f"{owner_name}-{text.rjust(5, '0')}"
+
+
+def pod_from_template(key: OwnerKey, owner_obj: Manifest, index: int) -> Manifest:
+    """A new pod manifest from an owner's ``spec.template``, with its ownerReference.
+
+    The pod's ``spec`` is a shallow copy: containers are shared with the stored
+    template, which is never mutated, so pods must treat them as read-only.
+    """
+    kind, namespace, owner_name = key
+    template = owner_obj["spec"].get("template") or {}
+    template_meta = template.get("metadata") or {}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": pod_name(owner_name, index),
+            "namespace": namespace,
+            "labels": dict(template_meta.get("labels") or {}),
+            "annotations": dict(template_meta.get("annotations") or {}),
+            "ownerReferences": [
+                {
+                    "apiVersion": owner_obj.get("apiVersion", ""),
+                    "kind": kind,
+                    "name": owner_name,
+                    "uid": owner_obj["metadata"]["uid"],
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": dict(template.get("spec") or {}),
+    }
+
+
+def owner_status(kind: str, owner: OwnerPods) -> dict[str, Any]:
+    """The ``status`` an owner's controller would write, from its pod counts."""
+    if kind == "Job":
+        status: dict[str, Any] = {
+            "active": owner.active,
+            "succeeded": owner.succeeded,
+            "failed": owner.failed,
+        }
+        if owner.condition is not None:
+            status["conditions"] = [{"type": owner.condition, "status": "True"}]
+        return status
+    return {
+        "replicas": owner.active,
+        "readyReplicas": owner.running,
+        "availableReplicas": owner.running,
+    }
