@@ -181,3 +181,20 @@ def test_gpu_trainers_only_go_where_gpus_are_free() -> None:
     decisions, placement = DEFAULT.plan_with_placement(c.views(), c.resources(), 0.97)
     assert decisions[0].target == 3  # GPU limits within 97% of 4
     assert placement[("ns", "g")] == ["gpu", "gpu"]
+
+
+def test_makes_room_in_slots_not_in_aggregate_cores() -> None:
+    # Nodes of 17 cores hold three 5-core trainers each and keep 2 cores idle.
+    c = uniform(6, cpu=17_000)
+    c.add_job(Job("ns", "a", 1, 18, 9, cpu=5000))
+    c.add_job(Job("ns", "b", 1, 18, 9, cpu=5000))
+    c.schedule()
+    assert set(c.resources().nodes.cpu_idle_milli.values()) == {2000}
+    for _ in range(4):  # 4 service pods of 3 cores: none fits
+        c.add_pod(SERVICE)
+    c.schedule()
+    decisions = tick(c)
+    shed = sum(d.parallelism - d.target for d in decisions.values())
+    # a removed trainer leaves 5 + 2 = 7 cores on its node: two service pods each
+    assert shed == 2
+    assert all(p.node for p in c.pods if p.job is None)

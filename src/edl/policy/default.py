@@ -189,7 +189,12 @@ class _Waiting:
         if not self.items:
             return
         pod, count = self.items[0]
-        slots = min((trainer[d] // pod[d] for d in range(3) if pod[d] > 0), default=count)
+        # the trainer's node has at least `least` room besides what the trainer frees
+        least = self.least
+        slots = min(
+            ((trainer[d] + max(0, least[d])) // pod[d] for d in range(3) if pod[d] > 0),
+            default=count,
+        )
         if slots >= 1:
             self.items[0][1] -= slots
         else:
