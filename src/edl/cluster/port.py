@@ -190,7 +190,11 @@ class Cluster(Protocol):
         """Call ``callback()`` (synchronously, keep it cheap) when pods fail to schedule.
 
         Lets the Autoscaler free room for a waiting service at once instead of
-        on its next periodic tick. Called at most once per scheduling pass.
+        on its next periodic tick. Fire it when a pod first fails to fit and
+        when a pod that is not a trainer still fails after room was freed (the
+        freed room was not enough or not where it was needed); trainers that
+        keep waiting are the Autoscaler's own plan and need no alarm. The
+        in-process cluster calls it at most once per scheduling pass.
         """
         ...
 
