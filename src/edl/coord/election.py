@@ -78,6 +78,7 @@ class Election:
                 log.info("campaign for %s: %s; retrying", self.key.decode(), error)
                 await asyncio.sleep(0.2)
             if deadline is not None and time.monotonic() >= deadline:
+                await self.resign()  # do not keep a lease alive for nothing
                 raise TimeoutError(f"not elected leader of {self.key.decode()} within {timeout} s")
 
     async def _try_acquire(self) -> bool:

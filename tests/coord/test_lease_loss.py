@@ -1,0 +1,112 @@
+"""Lease loss: frozen processes, revoked leases and etcd restarts are noticed and healed."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections.abc import Callable
+
+from edl.coord import EtcdClient
+from edl.coord.embedded import EmbeddedEtcd
+
+TTL = 2
+PREFIX = "/edl/test/loss"
+
+
+def client(etcd: EmbeddedEtcd, desired: int) -> EtcdClient:
+    return EtcdClient(etcd.endpoints, desired, 5.0, TTL, prefix=PREFIX)
+
+
+async def until(check: Callable[[], object], within: float, what: str) -> None:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        result = check()
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{what} not true within {within} s")
+
+
+async def test_sigstopped_pserver_notices_lost_lease_before_serving(
+    etcd: EmbeddedEtcd, spawn: Callable
+) -> None:
+    """Frozen longer than the TTL, its index is taken; on resume it refuses before anything."""
+    replacement = client(etcd, 1)
+    frozen = spawn("pserver", etcd.endpoints, PREFIX, "7100", str(TTL))
+    try:
+        await asyncio.to_thread(frozen.wait_for, "REGISTERED")
+        await asyncio.to_thread(frozen.wait_for, "SERVE")
+        frozen.signal(signal.SIGSTOP)
+        stopped_at = time.monotonic()  # after this, the child prints nothing until SIGCONT
+        # the replacement gets index 0 once the frozen process's lease expires in etcd
+        assert await replacement.register(7200, timeout=TTL + 15) == 0
+        assert time.monotonic() - stopped_at >= TTL - 0.5
+        frozen.signal(signal.SIGCONT)
+        lost_at, reason = await asyncio.to_thread(frozen.wait_for, "LOST", 15, stopped_at)
+        assert "TTL" in reason or "expired" in reason
+        await asyncio.to_thread(frozen.wait_for, "REFUSE", 15, stopped_at)
+        after_resume = [(w, s) for w, s, _ in frozen.lines if s > stopped_at]
+        # nothing was served after the freeze: the first word after resume is LOST or REFUSE
+        assert after_resume and all(word != "SERVE" for word, _ in after_resume), after_resume
+        assert await replacement.list_pservers() == {0: "127.0.0.1:7200"}
+        assert lost_at > stopped_at
+    finally:
+        frozen.signal(signal.SIGCONT)
+        await replacement.shutdown()
+
+
+async def test_lease_revoked_in_etcd_is_signalled(etcd: EmbeddedEtcd) -> None:
+    victim, admin = client(etcd, 1), client(etcd, 1)
+    reasons: list[str] = []
+    victim.on_lease_lost(reasons.append)
+    try:
+        await victim.register(7001)
+        lease_id = victim._lease.id  # type: ignore[union-attr]
+        await admin.transport.revoke(lease_id, 5.0)  # etcd drops it (as on expiry)
+        await asyncio.wait_for(victim.wait_lease_lost(), TTL + 5)
+        assert not victim.lease_valid() and victim.index is None
+        assert reasons and "etcd says" in reasons[0]
+        assert await victim.register(7001, timeout=10) == 0  # may register again
+        assert victim.lease_valid()
+    finally:
+        await victim.shutdown()
+        await admin.shutdown()
+
+
+async def test_etcd_restart_short_and_long_without_duplicate_index(etcd: EmbeddedEtcd) -> None:
+    """Short restart: the lease survives.  Long outage: loss, then re-registration
+    (keep=True) on the same index, never two keys for one process."""
+    a, b = client(etcd, 2), client(etcd, 2)
+    registered: list[int] = []
+    a.on_registered(registered.append)
+    try:
+        assert await a.register(7001, keep=True) == 0
+        assert await b.register(7002, keep=True) == 1
+        await etcd.arestart()
+        await until(a.list_pservers, 10, "etcd back")
+        expected = {0: "127.0.0.1:7001", 1: "127.0.0.1:7002"}
+        assert await a.list_pservers() == expected
+
+        # a long outage: both leases are declared lost locally while etcd is down
+        await asyncio.to_thread(etcd._terminate)
+        await asyncio.wait_for(a.wait_lease_lost(), TTL + 5)
+        assert not a.lease_valid()
+        await asyncio.sleep(1.0)
+        etcd._spawn()
+        await asyncio.to_thread(etcd._wait_healthy)
+        # etcd revives old leases on restart; keep=True revokes them and registers anew
+        await until(lambda: a.lease_valid() and b.lease_valid(), 20, "both re-registered")
+        await until(lambda: len(registered) == 2, 5, "on_registered fired")
+        listing = await a.list_pservers()
+        assert sorted(listing) == [0, 1]
+        assert sorted(listing.values()) == ["127.0.0.1:7001", "127.0.0.1:7002"]
+        assert {a.index, b.index} == {0, 1}
+        # the revived old leases are gone, not lingering as a second claim
+        await asyncio.sleep(TTL + 1)
+        assert await a.list_pservers() == listing
+    finally:
+        await a.shutdown()
+        await b.shutdown()

@@ -1,0 +1,126 @@
+"""Pserver registration against a real etcd: distinct indices, TTL expiry, shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections.abc import Callable
+
+from edl.coord import EtcdClient
+from edl.coord.embedded import EmbeddedEtcd
+
+TTL = 2
+PREFIX = "/edl/test/job"
+
+
+def client(etcd: EmbeddedEtcd, desired: int, **kw: object) -> EtcdClient:
+    return EtcdClient(etcd.endpoints, desired, 5.0, TTL, prefix=PREFIX, **kw)  # type: ignore[arg-type]
+
+
+async def eventually(check: Callable[[], object], within: float, what: str) -> float:
+    """Poll an async/sync predicate until true; returns seconds taken."""
+    start = time.monotonic()
+    while time.monotonic() - start < within:
+        result = check()
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return time.monotonic() - start
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{what} not true within {within} s")
+
+
+async def test_concurrent_registration_gets_distinct_indices(etcd: EmbeddedEtcd) -> None:
+    n = 6
+    clients = [client(etcd, n) for _ in range(n)]
+    try:
+        indices = await asyncio.gather(*(c.register(7000 + i) for i, c in enumerate(clients)))
+        assert sorted(indices) == list(range(n))
+        listing = await clients[0].list_pservers()
+        assert listing == {index: f"127.0.0.1:{7000 + i}" for i, index in enumerate(indices)}
+        assert await clients[0].desired_pservers() == n
+        assert all(c.lease_valid() for c in clients)
+        # registering again while registered is idempotent
+        assert await clients[0].register(7000) == indices[0]
+    finally:
+        await asyncio.gather(*(c.shutdown() for c in clients))
+
+
+async def test_shutdown_frees_index_at_once_and_twice_is_harmless(etcd: EmbeddedEtcd) -> None:
+    first, second, newcomer = client(etcd, 2), client(etcd, 2), client(etcd, 2)
+    try:
+        assert await first.register(7001) == 0
+        assert await second.register(7002) == 1
+        await first.put_key("checkpoints/0", b"meta", with_lease=True)
+        await first.shutdown()
+        await first.shutdown()
+        # no waiting for a TTL: the lease was revoked, so the index is free now
+        assert await newcomer.list_pservers() == {1: "127.0.0.1:7002"}
+        assert await newcomer.get_key("checkpoints/0") == b""
+        assert await newcomer.register(7003, timeout=1.0) == 0
+    finally:
+        for c in (first, second, newcomer):
+            await c.shutdown()
+
+
+async def test_keys_and_desired_count_have_no_lease(etcd: EmbeddedEtcd) -> None:
+    pserver, reader = client(etcd, 3), client(etcd, 5)
+    try:
+        assert await reader.get_key("absent") == b""
+        await pserver.register(7001)
+        await pserver.put_key("config/x", b"1")  # without lease: configuration
+        await pserver.shutdown()
+        assert await reader.get_key("config/x") == b"1"
+        # the desired count survives the pserver that published it (hole 6)
+        assert await reader.desired_pservers() == 3
+    finally:
+        await reader.shutdown()
+
+
+async def test_sigkilled_pserver_key_expires_and_newcomer_takes_its_index(
+    etcd: EmbeddedEtcd, spawn: Callable
+) -> None:
+    watcher, newcomer = client(etcd, 2), client(etcd, 2)
+    keeper = client(etcd, 2)
+    try:
+        assert await keeper.register(7000) == 0
+        victim = spawn("pserver", etcd.endpoints, PREFIX, "7100", str(TTL))
+        _, index = await asyncio.to_thread(victim.wait_for, "REGISTERED")
+        assert index == "1"
+        snapshots: list[dict[int, str]] = []
+
+        async def watch() -> None:
+            async for snapshot in watcher.watch_pservers():
+                snapshots.append(snapshot)
+
+        watching = asyncio.create_task(watch())
+        await eventually(lambda: snapshots, 10, "first snapshot")
+        assert snapshots[0] == {0: "127.0.0.1:7000", 1: "127.0.0.1:7100"}
+        victim.signal(signal.SIGKILL)
+        killed = time.monotonic()
+        await eventually(
+            lambda: snapshots[-1] == {0: "127.0.0.1:7000"}, TTL + 10, "watch reports the loss"
+        )
+        # the key lived on for about the TTL (not removed early by anything else)
+        assert time.monotonic() - killed >= TTL - 0.5
+        assert await newcomer.register(7200, timeout=10) == 1
+        await eventually(lambda: snapshots[-1].get(1) == "127.0.0.1:7200", 10, "newcomer seen")
+        watching.cancel()
+    finally:
+        for c in (watcher, newcomer, keeper):
+            await c.shutdown()
+
+
+async def test_register_waits_for_a_free_index(etcd: EmbeddedEtcd) -> None:
+    holder, waiter = client(etcd, 1), client(etcd, 1)
+    try:
+        await holder.register(7001)
+        waiting = asyncio.create_task(waiter.register(7002, timeout=30))
+        await asyncio.sleep(0.5)
+        assert not waiting.done()
+        await holder.shutdown()
+        assert await asyncio.wait_for(waiting, 30) == 0
+    finally:
+        await holder.shutdown()
+        await waiter.shutdown()
