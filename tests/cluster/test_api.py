@@ -119,7 +119,8 @@ operations = st.lists(
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(operations, st.sampled_from(["spread", "binpack"]))
 def test_incremental_accounting_matches_inquire_resource(ops, placement):
-    """The plane's O(1) ClusterResource equals accounting over a full listing, always."""
+    """The plane's O(1) ClusterResource equals accounting over a full listing, no node is
+    over-committed, and once settled no waiting pod would fit anywhere."""
     clock = VirtualClock()
     try:
         runtime = SimulatedPodRuntime(
@@ -203,6 +204,14 @@ def test_incremental_accounting_matches_inquire_resource(ops, placement):
                 )
                 for node in cluster.nodes.nodes:
                     assert node.free_cpu_milli >= 0
+                for _ in range(3):  # let the controllers and the scheduler settle
+                    await asyncio.sleep(0)
+                for pod in cluster.pod_records():  # work-conserving: no waiting pod fits
+                    if pod.node is None:
+                        res = pod.resources
+                        assert cluster.nodes.find(
+                            res.cpu_request_milli, res.memory_request_mega, res.gpu_request
+                        ) is None
 
         clock.run(scenario())
     finally:
