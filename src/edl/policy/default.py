@@ -117,7 +117,8 @@ class _Job:
     target: int
     placed: int = 0  # trainers already holding node room that the target keeps
     planned_nodes: list[int] = field(default_factory=list)  # room taken in this plan
-    blocked: int = 0  # trainers wanted but fitting no node
+    blocked: int = 0  # unscheduled trainers that fit no node
+    stopped: str = ""  # why growth stopped below the fair share: "room" or "load"
     share: int = 0
     shrunk: bool = False
     grown: bool = False
@@ -461,11 +462,11 @@ class DefaultPolicy:
             rival = heap[0] if heap else None
             while True:
                 if not budget.fits(cpu, memory, gpu_limit):
-                    plan.blocked = -1  # marks "stopped by max load" for the reason
+                    plan.stopped = "load"
                     break
                 node = room.take(cpu, memory, gpu)
                 if node < 0:
-                    plan.blocked = plan.share - plan.target
+                    plan.stopped = "room"
                     break
                 plan.planned_nodes.append(node)
                 plan.target += 1
@@ -526,21 +527,26 @@ class DefaultPolicy:
                     return text + "up to min-instance; waiting for room on a node"
                 return text + "up to min-instance"
             text += f"placed on nodes with free room (fair share {plan.share})"
-            if plan.blocked > 0 and after < plan.share:
+            if plan.stopped == "room":
                 text += "; no node has room for more"
-            elif plan.blocked < 0 and after < plan.share:
+            elif plan.stopped == "load":
                 text += "; CPU/GPU requests reached max load"
             return text
         if plan.holding() < view.min_instance:
-            return f"keep {after}: below min-instance in room; waiting for room to be freed"
-        if plan.blocked > 0 and after > plan.share:
-            return f"keep {after}: {plan.blocked} trainers fit no node"
+            return (
+                f"keep {after}: only {plan.holding()} of min-instance {view.min_instance} "
+                "trainers fit; waiting for room to be freed"
+            )
         if after >= view.max_instance:
             return f"keep {after}: at max-instance"
         if plan.blocked > 0:
+            return f"keep {after}: {plan.blocked} pending trainers fit no node yet"
+        if plan.stopped == "room":
             return f"keep {after}: no node has room for another trainer (fair share {plan.share})"
-        if plan.blocked < 0:
+        if plan.stopped == "load":
             return f"keep {after}: CPU/GPU requests at max load (fair share {plan.share})"
-        if after >= plan.share:
+        if after > plan.share:
+            return f"keep {after}: above its fair share ({plan.share}); no job waits for the room"
+        if after == plan.share:
             return f"keep {after}: at its fair share ({plan.share})"
         return f"keep {after}: waiting for room (fair share {plan.share})"
