@@ -46,6 +46,10 @@ APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 RESOURCES: dict[str, kmock.ResourceInfo] = {
     "v1/pods": kmock.ResourceInfo(kind="Pod", namespaced=True),
     "v1/nodes": kmock.ResourceInfo(kind="Node", namespaced=False),
+    # kopf waits until discovery shows namespaces and CRDs, as a real API server does.
+    "v1/namespaces": kmock.ResourceInfo(kind="Namespace", namespaced=False),
+    "apiextensions.k8s.io/v1/customresourcedefinitions": kmock.ResourceInfo(
+        kind="CustomResourceDefinition", namespaced=False),
     "v1/services": kmock.ResourceInfo(kind="Service", namespaced=True),
     "v1/events": kmock.ResourceInfo(kind="Event", namespaced=True),
     "batch/v1/jobs": kmock.ResourceInfo(kind="Job", namespaced=True, subresources={"status"}),
@@ -114,8 +118,20 @@ class EdlEmulator(kmock.KubernetesEmulator):
             if conflict is not None:
                 return conflict
             if self._is_apply(request) and self._missing(request):
-                request = attrs.evolve(request, action=enums.action.CREATE)
+                return await self._apply_create(request)
         return await super()._handle(request)
+
+    async def _apply_create(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+        """Server-side apply of an object that does not exist yet creates it."""
+        key = (request.resource, request.namespace, request.name)
+        async with self._lock:
+            if key in self._objects:
+                self._objects[key].create(request.data)  # it was deleted before
+            else:
+                self._objects[key] = request.data
+            raw = self._objects[key].last.raw
+            await self._buses[request.resource].put({"type": "ADDED", "object": raw})
+        return aiohttp.web.json_response(raw, status=201, content_type="application/json")
 
     @staticmethod
     def _is_apply(request: rendering.Request) -> bool:

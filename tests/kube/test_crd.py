@@ -138,8 +138,10 @@ def test_schema_is_structural() -> None:
 def test_cel_rule_min_le_max_is_present() -> None:
     trainer = openapi_schema()["properties"]["spec"]["properties"]["trainer"]
     rules = [r["rule"] for r in trainer["x-kubernetes-validations"]]
-    assert rules == ["self.min__dash__instance <= self.max__dash__instance"]
-    assert trainer["required"] == ["entrypoint", "min-instance", "max-instance"]
+    assert rules == [
+        "!has(self.max__dash__instance) || self.min__dash__instance <= self.max__dash__instance"
+    ]
+    assert trainer["required"] == ["entrypoint", "min-instance"]
 
 
 @pytest.mark.parametrize("path", [
@@ -162,6 +164,26 @@ def test_min_greater_than_max_is_rejected_by_the_cel_rule() -> None:
     ]
 
 
+def test_fixed_size_unless_fault_tolerant() -> None:
+    job = _job(**{"min-instance": 2, "max-instance": 4})
+    job["spec"]["fault_tolerant"] = False
+    assert admit(job) == [
+        ".spec: spec.trainer.max-instance must equal min-instance"
+        " unless spec.fault_tolerant is true"
+    ]
+    job["spec"]["trainer"]["max-instance"] = 2
+    assert admit(job) == []
+
+
+@pytest.mark.parametrize("name, ok", [
+    ("mnist", True), ("a" * 55, True), ("a" * 56, False), ("Bad_Name", False), ("1job", False),
+])
+def test_job_names_must_leave_room_for_child_names(name: str, ok: bool) -> None:
+    job = _job()
+    job["metadata"]["name"] = name
+    assert (admit(job) == []) is ok
+
+
 def test_scale_above_max_is_rejected_and_within_range_admitted() -> None:
     # `kubectl scale --replicas=N` writes spec.trainer.min-instance (the scale subresource).
     assert admit(_job(**{"min-instance": 6})) == []
@@ -179,9 +201,11 @@ def test_scale_above_max_is_rejected_and_within_range_admitted() -> None:
      "spec.trainer.resources.limits.cpu"),
     (lambda j: j["spec"]["trainer"]["resources"]["limits"].update(cpu=-2),
      "spec.trainer.resources.limits.cpu"),
-    (lambda j: j["spec"]["trainer"].pop("max-instance"), "spec.trainer"),
+    (lambda j: j["spec"]["trainer"].pop("min-instance"), "spec.trainer"),
     (lambda j: j["spec"]["trainer"].update({"min-instance": "two"}), "spec.trainer.min-instance"),
-    (lambda j: j["spec"].pop("image"), "spec"),
+    (lambda j: j["spec"]["trainer"].pop("entrypoint"), "spec.trainer"),
+    (lambda j: j["spec"]["trainer"].update(entrypoint=" "), "spec.trainer.entrypoint"),
+    (lambda j: j["spec"]["pserver"].update({"min-instance": 0}), "spec.pserver.min-instance"),
 ])
 def test_bad_jobs_are_rejected_naming_the_field(mutate: Any, where: str) -> None:
     job = load("deploy/example-trainingjob.yaml")

@@ -20,6 +20,14 @@ import copy
 from typing import Any
 
 from edl.api.trainingjob import TrainingJob
+from edl.jobparser import (
+    DEFAULT_IMAGE,
+    DEFAULT_PASSES,
+    DEFAULT_PORT,
+    DEFAULT_PORTS_NUM,
+    DEFAULT_PORTS_NUM_FOR_SPARSE,
+)
+from edl.jobparser.validation import DEFAULT_PSERVERS, MAX_NAME_LENGTH, ROLE_SUFFIXES
 
 GROUP = "edl.dev"
 VERSION = "v1"
@@ -42,40 +50,64 @@ def _cel(field: str) -> str:
     return field.replace("_", "__underscores__").replace("-", "__dash__")
 
 
-TRAINER_MIN_MAX_RULE = {
-    "rule": f"self.{_cel('min-instance')} <= self.{_cel('max-instance')}",
-    "message": "spec.trainer.min-instance must be <= spec.trainer.max-instance",
-    "fieldPath": ".min-instance",
-}
-PSERVER_MIN_MAX_RULE = {
-    "rule": f"self.{_cel('min-instance')} <= self.{_cel('max-instance')}",
-    "message": "spec.pserver.min-instance must be <= spec.pserver.max-instance",
-    "fieldPath": ".min-instance",
-}
+MIN = _cel("min-instance")
+MAX = _cel("max-instance")
+
+
+def _min_max_rule(role: str) -> dict[str, str]:
+    return {
+        "rule": f"!has(self.{MAX}) || self.{MIN} <= self.{MAX}",
+        "message": f"spec.{role}.min-instance must be <= spec.{role}.max-instance",
+        "fieldPath": ".max-instance",
+    }
+
+
+# The same rules JobParser.validate applies, in the form the API server can enforce.
+TRAINER_RULES = [_min_max_rule("trainer")]
+PSERVER_RULES = [_min_max_rule("pserver")]
+SPEC_RULES = [{
+    "rule": (f"self.fault_tolerant || !has(self.trainer.{MAX}) "
+             f"|| self.trainer.{MAX} == self.trainer.{MIN}"),
+    "message": ("spec.trainer.max-instance must equal min-instance "
+                "unless spec.fault_tolerant is true"),
+    "fieldPath": ".trainer.max-instance",
+}]
+_NAME_LIMIT = MAX_NAME_LENGTH - max(len(s) for s in ROLE_SUFFIXES)
+ROOT_RULES = [{
+    "rule": (f"self.metadata.name.size() <= {_NAME_LIMIT} && "
+             "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')"),
+    "message": (f"metadata.name must be a DNS-1035 label of at most {_NAME_LIMIT} characters "
+                "(lowercase letters, digits and '-', starting with a letter), so that the "
+                "children's names fit"),
+}]
 
 # Constraints and defaults per field path (dot-joined, original spellings). The
-# structure comes from the model; these are the rules JobParser.validate applies.
+# structure comes from the model; the values from edl.jobparser's validation.
 FIELD_RULES: dict[str, dict[str, Any]] = {
-    "spec.image": {"minLength": 1},
-    "spec.port": {"minimum": 1, "maximum": 65535, "default": 7164},
-    "spec.ports_num": {"minimum": 1, "default": 1},
-    "spec.ports_num_for_sparse": {"minimum": 0, "default": 1},
-    "spec.passes": {"minimum": 1, "default": 1},
+    "spec.image": {"minLength": 1, "default": DEFAULT_IMAGE},
+    "spec.port": {"minimum": 1, "maximum": 65535, "default": DEFAULT_PORT},
+    "spec.ports_num": {"minimum": 1, "default": DEFAULT_PORTS_NUM},
+    "spec.ports_num_for_sparse": {"minimum": 0, "default": DEFAULT_PORTS_NUM_FOR_SPARSE},
+    "spec.passes": {"minimum": 1, "default": DEFAULT_PASSES},
     "spec.fault_tolerant": {"default": False},
-    "spec.trainer.entrypoint": {"minLength": 1},
+    "spec.hostNetwork": {"default": False},
+    "spec.trainer.entrypoint": {"minLength": 1, "pattern": r"\S"},
+    "spec.trainer.workspace": {"default": ""},
     "spec.trainer.min-instance": {"minimum": 1},
     "spec.trainer.max-instance": {"minimum": 1},
-    "spec.pserver.min-instance": {"minimum": 0, "default": 1},
-    "spec.pserver.max-instance": {"minimum": 0, "default": 1},
+    "spec.pserver.min-instance": {"minimum": 1, "default": DEFAULT_PSERVERS},
+    "spec.pserver.max-instance": {"minimum": 1},
 }
 REQUIRED: dict[str, list[str]] = {
     "": ["spec"],
-    "spec": ["image", "trainer"],
-    "spec.trainer": ["entrypoint", "min-instance", "max-instance"],
+    "spec": ["trainer"],
+    "spec.trainer": ["entrypoint", "min-instance"],
 }
 VALIDATIONS: dict[str, list[dict[str, str]]] = {
-    "spec.trainer": [TRAINER_MIN_MAX_RULE],
-    "spec.pserver": [PSERVER_MIN_MAX_RULE],
+    "": ROOT_RULES,
+    "spec": SPEC_RULES,
+    "spec.trainer": TRAINER_RULES,
+    "spec.pserver": PSERVER_RULES,
 }
 
 
@@ -212,6 +244,7 @@ def openapi_schema() -> dict[str, Any]:
             "status": status_schema(),
         },
         "required": REQUIRED[""],
+        "x-kubernetes-validations": copy.deepcopy(VALIDATIONS[""]),
     }
     return schema
 

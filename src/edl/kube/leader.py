@@ -186,11 +186,11 @@ class LeaderElector:
             return
         self.is_leader = False
         with contextlib.suppress(Exception):
-            await self.client.patch(
+            await asyncio.wait_for(self.client.patch(
                 Lease, self.name,
                 {"spec": {"holderIdentity": None, "leaseDurationSeconds": 1}},
                 namespace=self.namespace, patch_type=PatchType.MERGE,
-            )
+            ), self.retry_period * 2)
 
     async def run_as_leader(self, body: Callable[[], Awaitable[None]]) -> None:
         """Acquire, then run `body` while renewing; if renewal fails, cancel body and raise."""

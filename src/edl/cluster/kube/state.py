@@ -10,7 +10,7 @@ listing and summing 150,000 pods.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +57,8 @@ class ClusterState:
         self._trainers: dict[JobKey, dict[PodKey, TrainerPod]] = {}
         self._trainer_of: dict[PodKey, JobKey] = {}
         self.bad_pods = 0
+        self._unschedulable: set[PodKey] = set()
+        self._unschedulable_callbacks: list[Callable[[], None]] = []
 
     # -- pods ------------------------------------------------------------------------
 
@@ -75,12 +77,38 @@ class ClusterState:
         else:
             self._pods.add(key)
         self._index_trainer(key, pod, phase)
+        self._note_scheduling(key, pod, phase)
 
     def remove_pod(self, namespace: str, name: str) -> None:
         key = (namespace, name)
         self.ledger.remove_pod(namespace, name)
         self._pods.discard(key)
         self._unindex_trainer(key)
+        self._unschedulable.discard(key)
+
+    def watch_unschedulable(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call `callback()` whenever a pod newly reports PodScheduled=False/Unschedulable."""
+        self._unschedulable_callbacks.append(callback)
+
+        def unsubscribe() -> None:
+            if callback in self._unschedulable_callbacks:
+                self._unschedulable_callbacks.remove(callback)
+
+        return unsubscribe
+
+    def _note_scheduling(self, key: PodKey, pod: Mapping[str, Any], phase: str) -> None:
+        conditions = (pod.get("status") or {}).get("conditions") or ()
+        stuck = phase == "Pending" and any(
+            c.get("type") == "PodScheduled" and c.get("status") == "False"
+            and c.get("reason") == "Unschedulable" for c in conditions)
+        if not stuck:
+            self._unschedulable.discard(key)
+            return
+        if key in self._unschedulable:
+            return
+        self._unschedulable.add(key)
+        for callback in list(self._unschedulable_callbacks):
+            callback()
 
     def _index_trainer(self, key: PodKey, pod: Mapping[str, Any], phase: str) -> None:
         job = _trainer_job(pod)

@@ -1,0 +1,76 @@
+"""`edl controller`: run the TrainingJob controller and autoscaler on Kubernetes."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+
+import click
+
+
+def _listen(value: str) -> tuple[str, int]:
+    host, _, port = value.rpartition(":")
+    if not host or not port.isdigit():
+        raise click.BadParameter(f"expected HOST:PORT, got {value!r}")
+    return host, int(port)
+
+
+@click.command("controller")
+@click.option("--server", default=None, metavar="URL",
+              help="API server URL (default: in-cluster config, $KUBECONFIG, ~/.kube/config).")
+@click.option("--namespace", default=None, help="Watch one namespace (default: all).")
+@click.option("--policy", default="default", show_default=True, help="Scaling policy.")
+@click.option("--max-load-desired", type=click.FloatRange(0.0, 1.0, min_open=True),
+              default=0.97, show_default=True, help="Fraction of the cluster to fill.")
+@click.option("--interval", type=click.FloatRange(0.1), default=5.0, show_default=True,
+              help="Seconds between autoscaler ticks.")
+@click.option("--status-interval", type=click.FloatRange(0.1), default=5.0, show_default=True,
+              help="Seconds between TrainingJob status refreshes.")
+@click.option("--listen", default="127.0.0.1:8080", show_default=True, metavar="HOST:PORT",
+              help="Where to serve /metrics, /healthz and /readyz.")
+@click.option("--lease-namespace", default="default", show_default=True,
+              help="Namespace of the leader-election Lease.")
+@click.option("--lease-name", default="edl-controller", show_default=True)
+@click.option("--identity", default="", help="Leader-election identity (default: pod name).")
+@click.option("--lease-duration", type=click.FloatRange(1.0), default=15.0, show_default=True)
+@click.option("--renew-deadline", type=click.FloatRange(0.5), default=10.0, show_default=True)
+@click.option("--retry-period", type=click.FloatRange(0.1), default=2.0, show_default=True)
+@click.option("-v", "--verbose", is_flag=True, help="Log at debug level.")
+def controller(server: str | None, namespace: str | None, policy: str, max_load_desired: float,
+               interval: float, status_interval: float, listen: str, lease_namespace: str,
+               lease_name: str, identity: str, lease_duration: float, renew_deadline: float,
+               retry_period: float, verbose: bool) -> None:
+    """Watch TrainingJobs, create their children, and scale trainers to fit the cluster."""
+    from edl.kube.leader import LeadershipLost
+    from edl.kube.runner import ControllerOptions, ControllerProcess
+    from edl.policy import get_policy
+
+    host, port = _listen(listen)
+    if not retry_period < renew_deadline < lease_duration:
+        raise click.UsageError("need --retry-period < --renew-deadline < --lease-duration")
+    try:
+        get_policy(policy)
+    except ValueError as error:
+        raise click.UsageError(str(error)) from None
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    options = ControllerOptions(
+        server=server, namespace=namespace, policy=policy, max_load_desired=max_load_desired,
+        interval=interval, status_interval=status_interval, host=host, port=port,
+        lease_namespace=lease_namespace, lease_name=lease_name, identity=identity,
+        lease_duration=lease_duration, renew_deadline=renew_deadline, retry_period=retry_period,
+    )
+    async def main() -> None:
+        process = ControllerProcess(options)
+        process.stop_on_signals()
+        await process.run()
+
+    try:
+        asyncio.run(main())
+    except LeadershipLost as error:
+        click.echo(f"edl controller: {error}; exiting so a fresh replica can stand by", err=True)
+        sys.exit(1)
+    except OSError as error:
+        click.echo(f"edl controller: {error}", err=True)
+        sys.exit(1)

@@ -1,0 +1,336 @@
+"""`KubeCluster`: the `Cluster` port on a Kubernetes API server (lightkube).
+
+The same Controller and Autoscaler that run in simulation drive this class.
+What it does that the in-process cluster does not need to:
+
+* children are written with **server-side apply** under the field manager
+  `edl-controller` and carry an **ownerReference** to their TrainingJob, so
+  deleting the TrainingJob garbage-collects them even if the controller is down.
+  Applying is idempotent, so `create_*` on an existing child updates it: an
+  edited TrainingJob's ReplicaSets and Service follow. A batch/v1 Job's pod
+  template is immutable, so an existing trainer Job only gets its labels and
+  its parallelism clamped into the new [min, max];
+* nodes and pods come from list+watch caches (`reflector`, `state`), so
+  `inquiry_resource` and `job_pods` never list pods;
+* every call is retried on 5xx/429 and dropped connections; a stale
+  `update_trainer_job` raises `ConflictError` (409) for the caller to re-read;
+* TrainingJob events come from kopf (`edl.kube.operator`), which calls
+  `dispatch_add/update/del`; status writes get Kubernetes bookkeeping
+  (`edl.kube.status`) and failures become Warning Events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from lightkube import AsyncClient
+from lightkube.generic_resource import create_namespaced_resource
+from lightkube.resources.apps_v1 import ReplicaSet
+from lightkube.resources.batch_v1 import Job
+from lightkube.resources.core_v1 import Node, Pod, Service
+from lightkube.types import CascadeType, PatchType
+
+from edl.cluster.kube.reflector import Reflector
+from edl.cluster.kube.state import ClusterState, NodeStore, PodStore
+from edl.cluster.port import (
+    ClusterError,
+    ConflictError,
+    JobPods,
+    Manifest,
+    NotFoundError,
+    TrainingJobHandler,
+    Unsubscribe,
+)
+from edl.kube.client import FIELD_MANAGER
+from edl.kube.crd import GROUP, KIND, PLURAL, VERSION
+from edl.kube.events import EventRecorder, make_event
+from edl.kube.retry import http_status, is_conflict, is_not_found, retry_call
+from edl.kube.status import failure_reason, kube_status, status_patch
+
+if TYPE_CHECKING:
+    from edl.accounting import ClusterResource
+    from edl.api.trainingjob import TrainingJob
+
+log = logging.getLogger(__name__)
+
+TrainingJobResource = create_namespaced_resource(GROUP, VERSION, KIND, PLURAL)
+TrainingJobStatus = TrainingJobResource.Status
+
+KINDS: dict[str, type] = {"Job": Job, "ReplicaSet": ReplicaSet, "Service": Service}
+JobKey = tuple[str, str]
+
+
+def _meta(obj: Mapping[str, Any]) -> dict[str, Any]:
+    return dict(obj.get("metadata") or {})
+
+
+def _key(obj: Mapping[str, Any]) -> JobKey:
+    meta = _meta(obj)
+    return meta.get("namespace") or "default", meta.get("name") or ""
+
+
+def _to_dict(obj: Any) -> dict[str, Any]:
+    return obj.to_dict() if hasattr(obj, "to_dict") else dict(obj)
+
+
+class KubeCluster:
+    """`edl.cluster.port.Cluster` over lightkube; start() before use, stop() after."""
+
+    def __init__(self, client: AsyncClient, *, namespace: str | None = None,
+                 events: EventRecorder | None = None,
+                 watch_client: AsyncClient | None = None) -> None:
+        self.client = client
+        # Watch streams get their own connection pool: cancelling a stream must never
+        # leave the pool that serves ordinary requests (status, scaling, leases) stuck.
+        watch_client = watch_client or client
+        self.namespace = namespace  # None: every namespace
+        self.state = ClusterState()
+        self.events = events or EventRecorder(client)
+        scope = namespace or "*"
+        self.pod_reflector = Reflector(watch_client, Pod, PodStore(self.state), namespace=scope)
+        self.node_reflector = Reflector(watch_client, Node, NodeStore(self.state), namespace=None)
+        self._tasks: list[asyncio.Task[None]] = []
+        self._handlers: list[TrainingJobHandler] = []
+        self._jobs: dict[JobKey, dict[str, Any]] = {}  # latest TrainingJob bodies seen
+        self._dispatch_lock = asyncio.Lock()
+        self.last_resources: ClusterResource | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def start(self, timeout: float = 60.0) -> None:
+        """Start the node and pod caches and wait until both have listed once."""
+        for reflector in (self.node_reflector, self.pod_reflector):
+            self._tasks.append(asyncio.create_task(reflector.run(), name=f"watch-{reflector.kind}"))
+        await asyncio.wait_for(
+            asyncio.gather(self.node_reflector.synced.wait(), self.pod_reflector.synced.wait()),
+            timeout,
+        )
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+
+    # -- helpers -----------------------------------------------------------------------
+
+    def _error(self, exc: Exception, kind: str, namespace: str, name: str) -> Exception:
+        """Translate an API failure into the port's errors."""
+        if is_not_found(exc):
+            return NotFoundError(kind, namespace, name)
+        if is_conflict(exc):
+            return ConflictError(kind, namespace, name, "resourceVersion is stale")
+        return ClusterError(kind, namespace, name, f"HTTP {http_status(exc)}: {exc}")
+
+    async def _call(self, what: str, call: Callable[[], Any], kind: str, namespace: str,
+                    name: str) -> Any:
+        try:
+            return await retry_call(call, what=what, retry_conflicts=False)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if http_status(exc) is None and not is_not_found(exc):
+                raise
+            raise self._error(exc, kind, namespace, name) from exc
+
+    async def _training_job_uid(self, namespace: str, name: str) -> str | None:
+        body = self._jobs.get((namespace, name))
+        uid = _meta(body).get("uid") if body else None
+        if uid:
+            return str(uid)
+        try:
+            obj = await self.client.get(TrainingJobResource, name, namespace=namespace)
+        except Exception as exc:
+            if is_not_found(exc):
+                return None
+            raise
+        return _meta(_to_dict(obj)).get("uid")
+
+    async def _owned(self, manifest: Manifest) -> Manifest:
+        """The manifest with an ownerReference to its TrainingJob (label edl.dev/job)."""
+        manifest = copy.deepcopy(manifest)
+        meta = manifest.setdefault("metadata", {})
+        namespace = meta.get("namespace") or "default"
+        job = (meta.get("labels") or {}).get("edl.dev/job")
+        if not job:
+            return manifest
+        uid = await self._training_job_uid(namespace, job)
+        if uid:
+            meta["ownerReferences"] = [{
+                "apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "name": job, "uid": uid,
+                "controller": True, "blockOwnerDeletion": True,
+            }]
+        return manifest
+
+    async def _apply(self, manifest: Manifest) -> Manifest:
+        kind = manifest["kind"]
+        resource = KINDS[kind]
+        namespace, name = _key(manifest)
+        owned = await self._owned(manifest)
+        stored = await self._call(
+            f"apply {kind} {namespace}/{name}",
+            lambda: self.client.patch(resource, name, owned, namespace=namespace,
+                                      patch_type=PatchType.APPLY, field_manager=FIELD_MANAGER,
+                                      force=True),
+            kind, namespace, name)
+        return _to_dict(stored)
+
+    async def _get(self, resource: type, kind: str, namespace: str, name: str) -> Manifest:
+        obj = await self._call(f"get {kind} {namespace}/{name}",
+                               lambda: self.client.get(resource, name, namespace=namespace),
+                               kind, namespace, name)
+        return _to_dict(obj)
+
+    async def _delete(self, resource: type, kind: str, namespace: str, name: str) -> None:
+        await self._call(f"delete {kind} {namespace}/{name}",
+                         lambda: self.client.delete(resource, name, namespace=namespace,
+                                                    cascade=CascadeType.BACKGROUND),
+                         kind, namespace, name)
+
+    # -- children ----------------------------------------------------------------------
+
+    async def create_job(self, job: Manifest) -> Manifest:
+        namespace, name = _key(job)
+        try:
+            current = await self._get(Job, "Job", namespace, name)
+        except NotFoundError:
+            return await self._apply(job)
+        return await self._follow_trainer_job(job, current)
+
+    async def _follow_trainer_job(self, wanted: Manifest, current: Manifest) -> Manifest:
+        """An existing trainer Job: keep its template (immutable), clamp parallelism."""
+        namespace, name = _key(current)
+        low, high = self._trainer_range(_meta(wanted).get("labels", {}).get("edl.dev/job"),
+                                        namespace)
+        parallelism = int((current.get("spec") or {}).get("parallelism") or 0)
+        clamped = min(max(parallelism, low), high) if high >= low > 0 else parallelism
+        owned = await self._owned(wanted)
+        patch: dict[str, Any] = {"metadata": {
+            "labels": _meta(owned).get("labels") or {},
+            "ownerReferences": _meta(owned).get("ownerReferences"),
+        }}
+        if clamped != parallelism:
+            patch["spec"] = {"parallelism": clamped}
+        stored = await self._call(
+            f"patch Job {namespace}/{name}",
+            lambda: self.client.patch(Job, name, patch, namespace=namespace,
+                                      patch_type=PatchType.MERGE),
+            "Job", namespace, name)
+        return _to_dict(stored)
+
+    def _trainer_range(self, job: str | None, namespace: str) -> tuple[int, int]:
+        body = self._jobs.get((namespace, job or ""))
+        trainer = ((body or {}).get("spec") or {}).get("trainer") or {}
+        low = int(trainer.get("min-instance") or 0)
+        high = int(trainer.get("max-instance") or low)
+        return low, high
+
+    async def create_replica_set(self, replica_set: Manifest) -> Manifest:
+        return await self._apply(replica_set)
+
+    async def create_service(self, service: Manifest) -> Manifest:
+        return await self._apply(service)
+
+    async def get_replica_set(self, namespace: str, name: str) -> Manifest:
+        return await self._get(ReplicaSet, "ReplicaSet", namespace, name)
+
+    async def delete_replica_set(self, namespace: str, name: str) -> None:
+        await self._delete(ReplicaSet, "ReplicaSet", namespace, name)
+
+    async def delete_service(self, namespace: str, name: str) -> None:
+        await self._delete(Service, "Service", namespace, name)
+
+    async def get_trainer_job(self, job: TrainingJob) -> Manifest:
+        namespace = job.metadata.namespace or "default"
+        return await self.get_trainer_job_by_name(namespace, f"{job.metadata.name}-trainer")
+
+    async def get_trainer_job_by_name(self, namespace: str, name: str) -> Manifest:
+        return await self._get(Job, "Job", namespace, name)
+
+    async def update_trainer_job(self, job: Manifest) -> Manifest:
+        """Patch spec.parallelism, guarded by the caller's resourceVersion (409: ConflictError)."""
+        namespace, name = _key(job)
+        patch: dict[str, Any] = {"spec": {"parallelism": int(job["spec"]["parallelism"])}}
+        version = _meta(job).get("resourceVersion")
+        if version:
+            patch["metadata"] = {"resourceVersion": version}
+        stored = await self._call(
+            f"scale Job {namespace}/{name}",
+            lambda: self.client.patch(Job, name, patch, namespace=namespace,
+                                      patch_type=PatchType.MERGE),
+            "Job", namespace, name)
+        return _to_dict(stored)
+
+    async def delete_trainer_job(self, namespace: str, name: str) -> None:
+        await self._delete(Job, "Job", namespace, name)
+
+    # -- observation -------------------------------------------------------------------
+
+    async def job_pods(self, job: TrainingJob) -> JobPods:
+        return self.state.job_pods(job.metadata.namespace or "default", job.metadata.name or "")
+
+    async def inquiry_resource(self) -> ClusterResource:
+        self.last_resources = self.state.resources()
+        return self.last_resources
+
+    def watch_unschedulable(self, callback: Callable[[], None]) -> Unsubscribe:
+        return self.state.watch_unschedulable(callback)
+
+    # -- TrainingJobs --------------------------------------------------------------------
+
+    def watch_training_jobs(self, handler: TrainingJobHandler) -> Unsubscribe:
+        """Register a handler; kopf (edl.kube.operator) delivers events through dispatch_*."""
+        self._handlers.append(handler)
+
+        def unsubscribe() -> None:
+            if handler in self._handlers:
+                self._handlers.remove(handler)
+
+        return unsubscribe
+
+    def training_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._jobs.get((namespace, name))
+
+    async def dispatch_add(self, body: Mapping[str, Any]) -> None:
+        await self._dispatch("on_add", body)
+
+    async def dispatch_update(self, body: Mapping[str, Any]) -> None:
+        await self._dispatch("on_update", body)
+
+    async def dispatch_del(self, body: Mapping[str, Any]) -> None:
+        await self._dispatch("on_del", body)
+
+    async def _dispatch(self, method: str, body: Mapping[str, Any]) -> None:
+        obj = copy.deepcopy(dict(body))
+        key = _key(obj)
+        async with self._dispatch_lock:  # one event at a time, in order (the port's promise)
+            if method == "on_del":
+                self._jobs.pop(key, None)
+            else:
+                self._jobs[key] = obj
+            for handler in list(self._handlers):
+                await getattr(handler, method)(copy.deepcopy(obj))
+
+    async def update_training_job_status(
+        self, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> None:
+        body = self._jobs.get((namespace, name)) or {}
+        previous = body.get("status") or {}
+        generation = _meta(body).get("generation")
+        full = kube_status(status, previous, generation)
+        await self._call(
+            f"status of TrainingJob {namespace}/{name}",
+            lambda: self.client.patch(TrainingJobStatus, name, status_patch(full),
+                                      namespace=namespace, patch_type=PatchType.MERGE),
+            KIND, namespace, name)
+        if body:
+            body["status"] = full
+        if full["state"] == "Failed" and previous.get("state") != "Failed":
+            uid = _meta(body).get("uid")
+            await self.events.post(make_event(
+                namespace, name, uid, reason=failure_reason(full["message"]),
+                message=full["message"], type_="Warning"))

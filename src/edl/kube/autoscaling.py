@@ -1,0 +1,58 @@
+"""The Autoscaler as it runs on Kubernetes: the same loop plus Events and metrics.
+
+`edl.autoscaler.Autoscaler.tick` decides and scales; this subclass only
+reports: a Kubernetes Event per applied decision (before -> after, reason,
+cluster load vs max_load_desired), the decision counter and the plan-duration
+histogram. No scaling logic lives here.
+"""
+
+from __future__ import annotations
+
+import time
+
+from edl.autoscaler import Autoscaler
+from edl.cluster.kube.adapter import KubeCluster
+from edl.kube.events import EventRecorder, scale_event
+from edl.kube.metrics import ControllerMetrics
+from edl.policy import Decision, Policy
+
+
+class KubeAutoscaler(Autoscaler):
+    """Autoscaler that explains every decision in an Event and in Prometheus metrics."""
+
+    def __init__(
+        self,
+        cluster: KubeCluster,
+        *,
+        metrics: ControllerMetrics,
+        events: EventRecorder,
+        policy: Policy | str = "default",
+        max_load_desired: float = 0.97,
+        interval: float = 5.0,
+        min_event_gap: float = 1.0,
+    ) -> None:
+        super().__init__(cluster, policy=policy, max_load_desired=max_load_desired,
+                         interval=interval, min_event_gap=min_event_gap)
+        self.kube = cluster
+        self.metrics = metrics
+        self.events = events
+
+    async def tick(self) -> list[Decision]:
+        started = time.perf_counter()
+        decisions = await super().tick()
+        self.metrics.plan_duration.observe(time.perf_counter() - started)
+        resources = self.kube.last_resources
+        if resources is not None:
+            self.metrics.observe_resources(resources)
+        for decision in decisions:
+            if decision.target == decision.parallelism:
+                continue
+            self.metrics.observe_decision(decision.reason, decision.parallelism, decision.target)
+            body = self.kube.training_job(decision.namespace, decision.name) or {}
+            uid = (body.get("metadata") or {}).get("uid")
+            await self.events.post(scale_event(
+                decision.namespace, decision.name, uid,
+                before=decision.parallelism, after=decision.target, reason=decision.reason,
+                resources=resources, max_load_desired=self.max_load_desired,
+            ))
+        return decisions

@@ -1,0 +1,158 @@
+"""`edl controller` assembled: metrics/health server, Lease election, caches, kopf, loops.
+
+Standby replicas serve /healthz and /readyz and wait for the Lease. The leader
+starts the node/pod caches, then the Controller, the Autoscaler and kopf
+(in that order, so no TrainingJob event arrives before the Controller listens).
+If the leader cannot renew its Lease it stops everything and `run_controller`
+raises `LeadershipLost`; the process exits and Kubernetes restarts it as a standby.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+from dataclasses import dataclass
+
+from edl.cluster.kube.adapter import KubeCluster
+from edl.controller import Controller
+from edl.kube.autoscaling import KubeAutoscaler
+from edl.kube.client import make_client
+from edl.kube.events import EventRecorder
+from edl.kube.leader import LeaderElector
+from edl.kube.metrics import ControllerMetrics, HealthState, bound_port, make_app, serve
+from edl.kube.operator import OperatorThread
+
+log = logging.getLogger(__name__)
+
+
+def default_identity() -> str:
+    return os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+
+
+@dataclass
+class ControllerOptions:
+    """Everything `edl controller` can be told (see its --help)."""
+
+    server: str | None = None
+    namespace: str | None = None
+    policy: str = "default"
+    max_load_desired: float = 0.97
+    interval: float = 5.0
+    status_interval: float = 5.0
+    host: str = "127.0.0.1"
+    port: int = 8080
+    lease_namespace: str = "default"
+    lease_name: str = "edl-controller"
+    identity: str = ""
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+
+
+class ControllerProcess:
+    """One controller replica; `run()` until `stop` is set or leadership is lost."""
+
+    def __init__(self, options: ControllerOptions) -> None:
+        self.options = options
+        self.metrics = ControllerMetrics()
+        self.health = HealthState()
+        self.client = make_client(options.server)
+        self.watch_client = make_client(options.server)
+        self.events = EventRecorder(self.client)
+        self.elector = LeaderElector(
+            self.client, namespace=options.lease_namespace, name=options.lease_name,
+            identity=options.identity or default_identity(),
+            lease_duration=options.lease_duration, renew_deadline=options.renew_deadline,
+            retry_period=options.retry_period,
+        )
+        self.stop = asyncio.Event()
+        self.cluster: KubeCluster | None = None
+        self.controller: Controller | None = None
+        self.autoscaler: KubeAutoscaler | None = None
+        self.http_port: int | None = None
+
+    def stop_on_signals(self) -> None:
+        """SIGTERM/SIGINT stop the controller cleanly (kopf's own handlers are not used)."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stop.set)
+
+    async def run(self) -> None:
+        runner = await serve(make_app(self.metrics, self.health), self.options.host,
+                             self.options.port)
+        self.http_port = bound_port(runner)
+        beat = asyncio.create_task(self._heartbeat(), name="heartbeat")
+        leading = asyncio.create_task(self.elector.run_as_leader(self._lead), name="leader")
+        stopping = asyncio.create_task(self.stop.wait(), name="stop")
+        try:
+            done, _ = await asyncio.wait({leading, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if leading in done:
+                leading.result()  # LeadershipLost or a crash of the leader's work
+        finally:
+            self.stop.set()
+            for task in (leading, stopping, beat):
+                task.cancel()
+            await asyncio.gather(leading, stopping, beat, return_exceptions=True)
+            await runner.cleanup()
+            await self.client.close()
+            await self.watch_client.close()
+
+    async def _heartbeat(self) -> None:
+        while True:
+            self.health.beat()
+            self.health.leader = self.elector.is_leader
+            self.metrics.leader.set(1 if self.elector.is_leader else 0)
+            cluster = self.cluster
+            if cluster is not None:
+                for reflector in (cluster.pod_reflector, cluster.node_reflector):
+                    self.metrics.watch_restarts.labels(reflector.kind).set(
+                        reflector.watch_restarts)
+                self._observe_jobs(cluster)
+            await asyncio.sleep(1.0)
+
+    def _observe_jobs(self, cluster: KubeCluster) -> None:
+        for (namespace, name), body in list(cluster._jobs.items()):
+            trainers = (body.get("status") or {}).get("trainers") or {}
+            if trainers:
+                self.metrics.observe_job(namespace, name, int(trainers.get("desired", 0)),
+                                         int(trainers.get("running", 0)))
+
+    async def _lead(self) -> None:
+        options = self.options
+        log.info("%s leads: starting caches, controller, autoscaler and kopf",
+                 self.elector.identity)
+        self.health.leader = True
+        cluster = KubeCluster(self.client, namespace=options.namespace, events=self.events,
+                              watch_client=self.watch_client)
+        self.cluster = cluster
+        await cluster.start()
+        self.health.synced = True
+        self.autoscaler = KubeAutoscaler(
+            cluster, metrics=self.metrics, events=self.events, policy=options.policy,
+            max_load_desired=options.max_load_desired, interval=options.interval)
+        self.controller = Controller(cluster, self.autoscaler,
+                                     status_interval=options.status_interval)
+        kopf = OperatorThread(cluster, server=options.server, namespace=options.namespace)
+        tasks = [
+            asyncio.create_task(self.controller.run(), name="controller"),
+            asyncio.create_task(self.autoscaler.run(), name="autoscaler"),
+        ]
+        await asyncio.sleep(0)  # let the Controller subscribe before kopf delivers jobs
+        kopf.start()
+        tasks.append(asyncio.create_task(kopf.wait(), name="kopf"))
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()
+            raise RuntimeError("a controller loop ended unexpectedly")
+        finally:
+            await kopf.stop()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await cluster.stop()
+            self.health.synced = False
+            self.health.leader = False

@@ -1,0 +1,93 @@
+"""TrainingJob status for Kubernetes: conditions, observedGeneration, scale replicas (pure).
+
+The Controller decides a job's state and message; Kubernetes users and tools
+expect more: `observedGeneration` (has the controller seen my edit?),
+`conditions` (Ready / Scaling / Failed with reasons) and `status.replicas` for
+the scale subresource. This module derives those from the Controller's status
+and the previous one, keeping `lastTransitionTime` when a condition's status
+does not change.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from typing import Any
+
+STATUS_KEYS = ("state", "message", "trainers", "replicas", "observedGeneration", "conditions")
+
+
+def now_rfc3339() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def failure_reason(message: str) -> str:
+    """Why a job failed, from the Controller's message (it has one message per cause)."""
+    if message.startswith("creating children"):
+        return "ChildrenNotCreated"
+    if message.startswith("the trainer Job failed"):
+        return "TrainerJobFailed"
+    return "InvalidSpec"
+
+
+def _condition(kind: str, true: bool, reason: str, message: str, generation: int | None,
+               previous: Mapping[str, Mapping[str, Any]], now: str) -> dict[str, Any]:
+    status = "True" if true else "False"
+    before = previous.get(kind) or {}
+    since = before.get("lastTransitionTime") if before.get("status") == status else None
+    condition: dict[str, Any] = {
+        "type": kind, "status": status, "reason": reason, "message": message,
+        "lastTransitionTime": since or now,
+    }
+    if generation is not None:
+        condition["observedGeneration"] = generation
+    return condition
+
+
+def kube_status(
+    status: Mapping[str, Any],
+    previous: Mapping[str, Any] | None,
+    generation: int | None,
+    now: str | None = None,
+) -> dict[str, Any]:
+    """The full status to store: the Controller's fields plus Kubernetes bookkeeping."""
+    now = now or now_rfc3339()
+    state = status.get("state") or "Created"
+    message = status.get("message") or ""
+    trainers = status.get("trainers") or None
+    old_conditions = {c.get("type"): c for c in (previous or {}).get("conditions") or ()}
+    failed = state == "Failed"
+    out: dict[str, Any] = {"state": state, "message": message}
+    if trainers is not None:
+        out["trainers"] = dict(trainers)
+        out["replicas"] = int(trainers.get("desired", 0))
+    if generation is not None:
+        out["observedGeneration"] = generation
+    desired = int((trainers or {}).get("desired", 0))
+    running = int((trainers or {}).get("running", 0))
+    ready = state in {"Running", "Succeeded"} and not failed
+    if failed:
+        scaling = (False, "Failed", "the job failed")
+    elif trainers is None:
+        scaling = (False, "Unknown", "no trainer counts yet")
+    elif running < desired:
+        scaling = (True, "ScalingUp", f"{running} of {desired} trainers running")
+    elif running > desired:
+        scaling = (True, "ScalingDown", f"{running} trainers running, {desired} desired")
+    else:
+        scaling = (False, "Stable", f"{running} trainers running as desired")
+    out["conditions"] = [
+        _condition("Ready", ready, state if ready else "NotRunning", message, generation,
+                   old_conditions, now),
+        _condition("Scaling", scaling[0], scaling[1], scaling[2], generation, old_conditions, now),
+        _condition("Failed", failed, failure_reason(message) if failed else "NoFailure",
+                   message if failed else "", generation, old_conditions, now),
+    ]
+    return out
+
+
+def status_patch(new: Mapping[str, Any]) -> dict[str, Any]:
+    """A JSON merge patch that *replaces* status: keys we own but did not set become null."""
+    patch: dict[str, Any] = {key: None for key in STATUS_KEYS}
+    patch.update(new)
+    return {"status": patch}

@@ -1,0 +1,297 @@
+"""`edl controller` (kopf + lightkube + the shared Controller/Autoscaler) against kmock's
+Kubernetes emulator over HTTP.
+
+What this proves: the real kopf watch/handler code and the real lightkube client
+drive the real Controller and Autoscaler, and the HTTP requests they make have
+the intended effect on an API-shaped object store. What it does not prove:
+kmock runs no controllers, so nothing creates pods for the trainer Job, no
+garbage collector deletes children when a TrainingJob goes (we check the
+ownerReferences it would use, and the Controller's own cleanup), and the CRD
+schema is not enforced (tests/kube/test_crd.py checks the schema). Where pods
+matter, the test plays scheduler and kubelet by creating bound, Running pods.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import kmock
+import kubernetes_validate
+import pytest_asyncio
+import yaml
+from lightkube import AsyncClient
+from lightkube.resources.core_v1 import Node, Pod
+from lightkube.types import PatchType
+
+from edl.cluster.kube.adapter import TrainingJobResource
+from edl.kube.runner import ControllerOptions, ControllerProcess
+
+ROOT = Path(__file__).resolve().parents[2]
+TJ = kmock.resource("edl.dev/v1/trainingjobs")
+JOBS = kmock.resource("batch/v1/jobs")
+RS = kmock.resource("apps/v1/replicasets")
+SVC = kmock.resource("v1/services")
+EVENTS = kmock.resource("v1/events")
+
+
+async def eventually(check: Callable[[], Any], timeout: float = 45.0) -> Any:
+    """Poll until check() is truthy (generous: the machine is shared and loaded)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        try:
+            result = check()
+        except (KeyError, TypeError, IndexError):
+            result = None
+        if result:
+            return result
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.1)
+
+
+def stored(emulator: Any, resource: Any, name: str, namespace: str = "default") -> dict[str, Any]:
+    key = (resource, namespace, name)
+    if key not in emulator.objects or emulator.objects[key].deleted:
+        raise KeyError(name)
+    return _plain(emulator.objects[key])
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "items"):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def exists(emulator: Any, resource: Any, name: str) -> bool:
+    try:
+        stored(emulator, resource, name)
+    except KeyError:
+        return False
+    return True
+
+
+def events(emulator: Any, reason: str | None = None) -> list[dict[str, Any]]:
+    out = []
+    for (resource, _, _), obj in list(emulator.objects.items()):
+        if resource == EVENTS and not obj.deleted:
+            event = _plain(obj)
+            if reason is None or event.get("reason") == reason:
+                out.append(event)
+    return out
+
+
+def example_job(name: str = "mnist", **trainer: Any) -> dict[str, Any]:
+    job = yaml.safe_load((ROOT / "deploy/example-trainingjob.yaml").read_text())
+    job["metadata"]["name"] = name
+    job["spec"]["trainer"].update(trainer)
+    return job
+
+
+@pytest_asyncio.fixture
+async def cluster_nodes(api: AsyncClient) -> None:
+    for i in range(2):
+        await api.create(Node.from_dict({
+            "metadata": {"name": f"node-{i}"},
+            "status": {"allocatable": {"cpu": "4", "memory": "8Gi"}},
+        }))
+
+
+@pytest_asyncio.fixture
+async def controller(emulator: Any, cluster_nodes: None) -> AsyncIterator[ControllerProcess]:
+    process = ControllerProcess(ControllerOptions(
+        server=str(emulator.url), port=0, interval=0.5, status_interval=0.3,
+        lease_duration=6, renew_deadline=4, retry_period=0.5, identity="test-controller",
+    ))
+    task = asyncio.create_task(process.run())
+    await eventually(lambda: process.health.synced or task.done())
+    assert not task.done(), task.exception()
+    try:
+        yield process
+    finally:
+        process.stop.set()
+        await asyncio.wait_for(task, 60)
+
+
+async def create_job(api: AsyncClient, job: dict[str, Any]) -> None:
+    await api.create(TrainingJobResource.from_dict(job), namespace="default")
+
+
+async def test_create_makes_owned_children_status_and_a_scale_event(
+    api: AsyncClient, emulator: Any, controller: ControllerProcess
+) -> None:
+    await create_job(api, example_job())
+    await eventually(lambda: exists(emulator, JOBS, "mnist-trainer"))
+    uid = stored(emulator, TJ, "mnist")["metadata"]["uid"]
+    children = [(SVC, "mnist-master"), (RS, "mnist-master"), (RS, "mnist-pserver"),
+                (JOBS, "mnist-trainer")]
+    for resource, name in children:
+        child = await eventually(lambda r=resource, n=name: stored(emulator, r, n))
+        refs = child["metadata"]["ownerReferences"]
+        assert refs == [{"apiVersion": "edl.dev/v1", "kind": "TrainingJob", "name": "mnist",
+                         "uid": uid, "controller": True, "blockOwnerDeletion": True}]
+        # Every generated child is a valid Kubernetes object (strict: no unknown fields).
+        kubernetes_validate.validate(child, desired_version="1.30.0", strict=True)
+
+    # Two empty 4-CPU nodes and 250m trainers: the autoscaler grows the job to its max.
+    await eventually(lambda: stored(emulator, JOBS, "mnist-trainer")["spec"]["parallelism"] == 6)
+    scaled = await eventually(lambda: events(emulator, "ScaledUp"))
+    message = scaled[0]["message"]
+    assert message.startswith("trainers 2 -> 6: ")
+    assert "max_load_desired 0.97" in message and "cluster load cpu" in message
+    assert scaled[0]["involvedObject"]["uid"] == uid
+
+    status = await eventually(lambda: stored(emulator, TJ, "mnist")["status"]
+                              if stored(emulator, TJ, "mnist").get("status", {}).get("replicas")
+                              == 6 else None)
+    assert status["observedGeneration"] == 1
+    assert status["trainers"] == {"desired": 6, "running": 0, "pending": 0}
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert conditions["Ready"]["status"] == "False"
+    assert conditions["Scaling"]["status"] == "True"
+    assert conditions["Failed"]["status"] == "False"
+
+    # The test plays scheduler + kubelet: two trainer pods bound and Running.
+    for i in range(2):
+        await api.create(Pod.from_dict({
+            "metadata": {"name": f"mnist-trainer-{i}", "namespace": "default",
+                         "labels": {"edl.dev/job": "mnist", "edl.dev/role": "trainer"}},
+            "spec": {"nodeName": "node-0", "containers": [{"name": "trainer", "image": "x",
+                     "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}}}]},
+            "status": {"phase": "Running"},
+        }), namespace="default")
+    status = await eventually(
+        lambda: stored(emulator, TJ, "mnist")["status"]
+        if stored(emulator, TJ, "mnist")["status"]["trainers"]["running"] == 2 else None)
+    assert status["state"] == "Running"
+    assert {c["type"]: c["status"] for c in status["conditions"]}["Ready"] == "True"
+
+    # Metrics and health endpoints.
+    base = f"http://127.0.0.1:{controller.http_port}"
+    running_gauge = 'edl_job_trainers_running{job="mnist",namespace="default"} 2.0'
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{base}/healthz") as health, http.get(f"{base}/readyz") as ready:
+            assert (health.status, ready.status) == (200, 200)
+            assert "leader" in await ready.text()
+        for _ in range(100):  # the job gauges refresh once a second
+            async with http.get(f"{base}/metrics") as resp:
+                text = await resp.text()
+            if running_gauge in text:
+                break
+            await asyncio.sleep(0.2)
+    assert 'edl_cluster_allocatable{resource="cpu_milli"} 8000.0' in text
+    assert 'edl_scale_decisions_total{direction="up"' in text
+    assert running_gauge in text
+    assert "edl_plan_duration_seconds_count" in text
+    assert "edl_leader 1.0" in text
+
+
+async def test_update_children_follow(
+    api: AsyncClient, emulator: Any, controller: ControllerProcess
+) -> None:
+    await create_job(api, example_job())
+    await eventually(lambda: stored(emulator, JOBS, "mnist-trainer")["spec"]["parallelism"] == 6)
+    patch = {"spec": {"trainer": {"max-instance": 3},
+                      "pserver": {"resources": {"requests": {"cpu": "300m"}}}}}
+    await api.patch(TrainingJobResource, "mnist", patch, namespace="default",
+                    patch_type=PatchType.MERGE)
+    # The trainer Job's parallelism is clamped into the new range...
+    await eventually(lambda: stored(emulator, JOBS, "mnist-trainer")["spec"]["parallelism"] == 3)
+    # ...and the pserver ReplicaSet's pod template follows the edit.
+    await eventually(lambda: stored(emulator, RS, "mnist-pserver")["spec"]["template"]["spec"]
+                     ["containers"][0]["resources"]["requests"]["cpu"] == "300m")
+    await eventually(lambda: stored(emulator, TJ, "mnist")["status"]["observedGeneration"] == 2)
+
+
+async def test_bad_job_fails_with_the_validation_message_and_the_controller_carries_on(
+    api: AsyncClient, emulator: Any, controller: ControllerProcess
+) -> None:
+    bad = example_job("broken")
+    # requests above limits: the CRD schema cannot express this; JobParser rejects it.
+    bad["spec"]["trainer"]["resources"]["requests"]["cpu"] = "2"
+    await create_job(api, bad)
+    status = await eventually(lambda: stored(emulator, TJ, "broken")["status"]
+                              if stored(emulator, TJ, "broken").get("status", {}).get("state")
+                              == "Failed" else None)
+    assert "spec.trainer.resources.requests.cpu" in status["message"]
+    failed = {c["type"]: c for c in status["conditions"]}["Failed"]
+    assert (failed["status"], failed["reason"]) == ("True", "InvalidSpec")
+    warning = await eventually(lambda: events(emulator, "InvalidSpec"))
+    assert warning[0]["type"] == "Warning"
+    assert not exists(emulator, JOBS, "broken-trainer")
+
+    await create_job(api, example_job("good"))
+    await eventually(lambda: exists(emulator, JOBS, "good-trainer"))
+
+    # Fixing the bad job makes it run.
+    await api.patch(TrainingJobResource, "broken",
+                    {"spec": {"trainer": {"resources": {"requests": {"cpu": "250m"}}}}},
+                    namespace="default", patch_type=PatchType.MERGE)
+    await eventually(lambda: exists(emulator, JOBS, "broken-trainer"))
+    await eventually(lambda: stored(emulator, TJ, "broken")["status"]["state"] != "Failed")
+
+
+async def test_delete_removes_children(
+    api: AsyncClient, emulator: Any, controller: ControllerProcess
+) -> None:
+    await create_job(api, example_job())
+    await eventually(lambda: exists(emulator, JOBS, "mnist-trainer"))
+    await api.delete(TrainingJobResource, "mnist", namespace="default")
+    await eventually(lambda: not any(exists(emulator, r, n) for r, n in [
+        (JOBS, "mnist-trainer"), (RS, "mnist-pserver"), (RS, "mnist-master"),
+        (SVC, "mnist-master")]))
+
+
+async def test_conflicts_and_server_errors_are_retried(
+    api: AsyncClient, emulator: Any, controller: ControllerProcess
+) -> None:
+    def scale_patch(request: Any) -> bool:
+        return (request.resource == JOBS and request.method == "PATCH"
+                and request.headers.get("Content-Type", "").startswith("application/merge")
+                and isinstance(request.data, dict) and "spec" in request.data)
+
+    def apply_patch(request: Any) -> bool:
+        return (request.resource in (RS, SVC) and request.method == "PATCH"
+                and request.headers.get("Content-Type", "").startswith("application/apply"))
+
+    unavailable = emulator.fail_next(apply_patch, 503, times=3)
+    conflict = emulator.fail_next(scale_patch, 409, times=2)
+    overloaded = emulator.fail_next(scale_patch, 500, times=1)
+    await create_job(api, example_job())
+    await eventually(lambda: stored(emulator, JOBS, "mnist-trainer")["spec"]["parallelism"] == 6)
+    assert (unavailable.hits, conflict.hits, overloaded.hits) == (3, 2, 1)
+    for resource, name in [(RS, "mnist-master"), (RS, "mnist-pserver"), (SVC, "mnist-master")]:
+        assert exists(emulator, resource, name)
+    assert stored(emulator, TJ, "mnist")["status"]["state"] != "Failed"
+
+
+async def test_broken_watches_resume(
+    api: AsyncClient, emulator: Any, controller: ControllerProcess
+) -> None:
+    await create_job(api, example_job("first"))
+    await eventually(lambda: exists(emulator, JOBS, "first-trainer"))
+    fault = emulator.fail_next(lambda r: r.params.get("watch") == "true", 503, times=2)
+    for resource in ("edl.dev/v1/trainingjobs", "v1/pods", "v1/nodes"):
+        await emulator.expire_watches(resource)
+    await create_job(api, example_job("second"))
+    await eventually(lambda: exists(emulator, JOBS, "second-trainer"))
+    await api.create(Node.from_dict({"metadata": {"name": "node-late"},
+                                     "status": {"allocatable": {"cpu": "2", "memory": "1Gi"}}}))
+    assert controller.cluster is not None
+    await eventually(lambda: controller.cluster.state.node_count == 3)
+    assert fault.hits >= 1
+    assert controller.cluster.pod_reflector.lists >= 2
+
+
+def test_example_job_copy_is_independent() -> None:
+    # Guard for the helper above: tests must not share mutable example state.
+    a, b = example_job(), example_job()
+    b["spec"]["trainer"]["min-instance"] = 99
+    assert a["spec"]["trainer"]["min-instance"] == 2
+    assert copy.deepcopy(a) == a
