@@ -85,7 +85,7 @@ async def test_deposed_leader_write_is_rejected_by_etcd(etcd: EmbeddedEtcd) -> N
         assert a.is_leader()  # a still believes it leads...
         with pytest.raises(NotLeaderError, match="rejected"):
             await a.store.commit(puts={"tasks/1": b"stale"}, deletes=["tasks/2"])
-        assert not a.is_leader()
+        assert not a.is_leader() and a.lost.is_set()
         assert await b.store.get_prefix("tasks/") == {"tasks/1": b"done-by-b", "tasks/2": b"todo"}
         assert await b.leader() == "b:1"
     finally:

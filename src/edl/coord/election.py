@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import AsyncIterator, Iterable, Mapping
 
 from edl.coord import keys
@@ -62,24 +61,43 @@ class Election:
         log.warning("leadership of %s lost: %s", self.key.decode(), reason)
         self.lost.set()
 
+    def _deposed(self, reason: str) -> None:
+        """etcd says another leader holds the lock: stop renewing, signal ``lost``."""
+        log.warning("deposed as leader of %s: %s", self.key.decode(), reason)
+        self._revision = 0
+        if self._lease is not None:
+            self._lease.abandon()
+        self.lost.set()
+
     # -- campaign ------------------------------------------------------------
     async def campaign(self, timeout: float | None = None) -> int:
         """Block until this process is the leader; returns the fencing revision.
 
-        Raises TimeoutError after ``timeout`` seconds (None: wait forever).
+        Raises TimeoutError after ``timeout`` seconds (None: wait forever).  A
+        campaign that times out, fails or is cancelled revokes its lease, so it
+        neither holds the lock nor keeps a lease alive for nothing.
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            async with asyncio.timeout(timeout):
+                return await self._campaign_until_elected()
+        except TimeoutError:
+            await self.resign()
+            raise TimeoutError(
+                f"not elected leader of {self.key.decode()} within {timeout} s"
+            ) from None
+        except BaseException:
+            await asyncio.shield(self.resign())
+            raise
+
+    async def _campaign_until_elected(self) -> int:
         while True:
             try:
                 if await self._try_acquire():
                     return self._revision
-                await self._wait_for_vacancy(deadline)
+                await self._wait_for_vacancy()
             except (EtcdUnavailableError, EtcdRequestError) as error:
                 log.info("campaign for %s: %s; retrying", self.key.decode(), error)
                 await asyncio.sleep(0.2)
-            if deadline is not None and time.monotonic() >= deadline:
-                await self.resign()  # do not keep a lease alive for nothing
-                raise TimeoutError(f"not elected leader of {self.key.decode()} within {timeout} s")
 
     async def _try_acquire(self) -> bool:
         timeout = self.client.dial_timeout
@@ -106,23 +124,15 @@ class Election:
             return True
         return False
 
-    async def _wait_for_vacancy(self, deadline: float | None) -> None:
-        """Wait until the lock key is deleted (or the deadline passes)."""
+    async def _wait_for_vacancy(self) -> None:
+        """Wait until the lock key is deleted (the leader's lease ended)."""
         current = await self.transport.range(self.key, self.client.dial_timeout)
         if not current.kvs:
             return
         start = int(current.header.revision) + 1
-
-        async def deleted() -> None:
-            async for _revision, events in self.transport.watch(self.key, start):
-                if any(event.type == event.DELETE for event in events):
-                    return
-
-        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-        try:
-            await asyncio.wait_for(deleted(), remaining)
-        except TimeoutError:
-            return
+        async for _revision, events in self.transport.watch(self.key, start):
+            if any(event.type == event.DELETE for event in events):
+                return
 
     async def resign(self) -> None:
         """Give up leadership at once (revoke the lease, so the lock key vanishes)."""
@@ -212,7 +222,7 @@ class FencedStore:
             [compare_create(election.key, revision)], ops, [], self.client.dial_timeout
         )
         if not response.succeeded:
-            election._revision = 0
+            election._deposed(f"a fenced write was rejected at revision {revision}")
             raise NotLeaderError(
                 f"fenced write rejected: {election.key.decode()} is no longer the lock "
                 f"created at revision {revision} (this leader was deposed)"

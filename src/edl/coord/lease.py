@@ -45,6 +45,7 @@ class KeptLease:
         self._loop = asyncio.get_running_loop()
         self._callbacks: list[LostCallback] = list(on_lost or [])
         self._closed = False
+        self._revoked = False
         self._task: asyncio.Task[None] | None = None
 
     @classmethod
@@ -142,11 +143,11 @@ class KeptLease:
 
     async def revoke(self, timeout: float) -> None:
         """Stop renewing and revoke (the lease's keys vanish at once); idempotent."""
-        if self._closed:
+        if self._revoked:
             return
-        self._closed = True
+        self._revoked = True
+        self.abandon()
         if self._task is not None:
-            self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
         with contextlib.suppress(Exception):
