@@ -22,7 +22,7 @@ import pytest
 
 from edl.coord.embedded import EmbeddedEtcd
 from edl.runtime.config import RuntimeConfig
-from edl.runtime.coordination import Coord
+from edl.runtime.coordination import make_client, read_state
 
 EDL = [sys.executable, "-m", "edl.cli.main"]
 REPO = Path(__file__).resolve().parents[2]
@@ -112,11 +112,11 @@ class JobProcesses:
 
         async def read() -> tuple[dict, dict[int, dict]]:
             config = RuntimeConfig(job_name=self.job, etcd_endpoints=self.etcd.endpoints)
-            coord = await Coord.connect(config)
+            client = make_client(config)
             try:
-                raw = await coord.get_prefix("master/")
+                raw = await read_state(client, "master/")
             finally:
-                await coord.close()
+                await client.shutdown()
             progress = json.loads(raw.get("master/progress", b"{}"))
             tasks = {
                 int(k.rsplit("/", 1)[1]): json.loads(v)

@@ -1,8 +1,9 @@
 """`edl master` as a process: win the election, restore, serve, repeat.
 
 The gRPC socket is bound first (its address is what the election publishes);
-the task queue behind it is served only while we lead. Losing the leader
-lease stops serving at once; the loop then campaigns again.
+the task queue behind it is served only while we lead (checked per request).
+Losing the leader lease stops serving at once; the loop then campaigns again
+and restores from etcd, so nothing acknowledged is lost.
 """
 
 from __future__ import annotations
@@ -12,11 +13,15 @@ import contextlib
 import json
 import logging
 import signal
+from collections.abc import Awaitable
+from typing import TypeVar
 
 import grpc
 
+from edl.coord import Election, FencedStore
+from edl.coord.errors import CoordError, NotLeaderError
 from edl.runtime.config import RuntimeConfig
-from edl.runtime.coordination import Coord, Membership, dumps
+from edl.runtime.coordination import PROGRESS_KEY, connect, dumps
 from edl.runtime.gate import SERVER_OPTIONS, make_gate
 from edl.runtime.master.queue import QueueMeta, TaskQueue, TaskRecord, TimeoutPolicy
 from edl.runtime.master.server import LeadershipLost, MasterService
@@ -27,17 +32,17 @@ METHODS = [
     "SetDataset", "GetTask", "FinishTask", "FailTask", "ReturnTask", "Beat", "Report",
     "GetProgress",
 ]  # fmt: skip
+T = TypeVar("T")
 
 
 class EtcdMasterStore:
-    """Per-task keys in etcd, every write fenced by our leadership."""
+    """Per-task keys in etcd (state/master/...), every write fenced by our leadership."""
 
-    def __init__(self, coord: Coord, leader: Membership) -> None:
-        self.coord = coord
-        self.leader = leader
+    def __init__(self, store: FencedStore) -> None:
+        self.store = store
 
     async def load(self) -> tuple[QueueMeta | None, list[TaskRecord]]:
-        raw = await self.coord.get_prefix("master/")
+        raw = await self.store.get_prefix("master/")
         meta = QueueMeta.from_dict(json.loads(raw["master/meta"])) if "master/meta" in raw else None
         records = [
             TaskRecord.from_dict(json.loads(v))
@@ -47,19 +52,24 @@ class EtcdMasterStore:
         return meta, records
 
     async def save(self, meta: QueueMeta | None, records: list[TaskRecord]) -> None:
-        items = [(f"master/tasks/{r.id:07d}", dumps(r.to_dict())) for r in records]
+        puts = {f"master/tasks/{r.id:07d}": dumps(r.to_dict()) for r in records}
         if meta is not None:
-            items.append(("master/meta", dumps(meta.to_dict())))
-        if self.leader.lost.is_set() or not await self.coord.fenced_put(self.leader, items):
-            raise LeadershipLost("fenced write refused: another master leads")
+            puts["master/meta"] = dumps(meta.to_dict())
+        await self._commit(puts)
 
     async def publish_progress(self, progress: dict) -> None:
-        if not await self.coord.fenced_put(self.leader, [("master/progress", dumps(progress))]):
-            raise LeadershipLost("fenced write refused: another master leads")
+        await self._commit({PROGRESS_KEY: dumps(progress)})
+
+    async def _commit(self, puts: dict[str, bytes]) -> None:
+        try:
+            await self.store.commit(puts=puts)
+        except NotLeaderError as error:
+            raise LeadershipLost(str(error)) from None
 
 
-def new_queue(config: RuntimeConfig, meta: QueueMeta | None, records: list[TaskRecord],
-              now: float) -> TaskQueue:
+def new_queue(
+    config: RuntimeConfig, meta: QueueMeta | None, records: list[TaskRecord], now: float
+) -> TaskQueue:
     kwargs = {
         "timeout": TimeoutPolicy(floor=config.task_timeout_floor),
         "trainer_ttl": config.trainer_ttl,
@@ -75,7 +85,7 @@ async def serve(config: RuntimeConfig, stop: asyncio.Event | None = None) -> Non
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
-    coord = await Coord.connect(config)
+    client = await connect(config)
     gate = make_gate(pb_grpc.MasterServicer, METHODS, "master")
     server = grpc.aio.server(options=SERVER_OPTIONS)
     pb_grpc.add_MasterServicer_to_server(gate, server)
@@ -85,29 +95,36 @@ async def serve(config: RuntimeConfig, stop: asyncio.Event | None = None) -> Non
     log.info("master listening on %s", address)
     try:
         while not stop.is_set():
-            leader = await _first(coord.campaign(address), stop)
-            if leader is None:
+            election = Election(client, address)
+            if await until_stopped(election.campaign(), stop) is None:
                 break
-            await _lead(config, coord, gate, leader, stop)
+            try:
+                await lead(config, election, gate, stop)
+            except CoordError as error:
+                log.warning("term ended by etcd error: %s", error)
+            finally:
+                gate.current = None
+                with contextlib.suppress(Exception):
+                    await election.resign()
     finally:
         gate.current = None
         await server.stop(0.5)
-        await coord.close()
+        await client.shutdown()
 
 
-async def _lead(config: RuntimeConfig, coord: Coord, gate, leader: Membership,
-                stop: asyncio.Event) -> None:
-    store = EtcdMasterStore(coord, leader)
+async def lead(config: RuntimeConfig, election: Election, gate, stop: asyncio.Event) -> None:
+    store = EtcdMasterStore(election.store)
     meta, records = await store.load()
-    queue = new_queue(config, meta, records, asyncio.get_running_loop().time())
+    loop = asyncio.get_running_loop()
+    queue = new_queue(config, meta, records, loop.time())
     lost = asyncio.Event()
-    service = MasterService(queue, store, on_lost=lost.set, clock=asyncio.get_running_loop().time)
-    gate.current = service
-    log.info(
-        "leading (pass %d, %d tasks restored)", queue.meta.current_pass, len(queue.tasks)
+    service = MasterService(
+        queue, store, on_lost=lost.set, clock=loop.time, is_leader=election.is_leader
     )
+    gate.current = service
+    log.info("leading (pass %d, %d tasks restored)", queue.meta.current_pass, len(queue.tasks))
     keeper = asyncio.create_task(service.housekeeping())
-    waiters = [asyncio.create_task(e.wait()) for e in (leader.lost, lost, stop)]
+    waiters = [asyncio.create_task(e.wait()) for e in (election.lost, lost, stop)]
     try:
         await asyncio.wait([keeper, *waiters], return_when=asyncio.FIRST_COMPLETED)
     finally:
@@ -117,16 +134,13 @@ async def _lead(config: RuntimeConfig, coord: Coord, gate, leader: Membership,
             t.cancel()
         with contextlib.suppress(BaseException):
             await keeper
-        if stop.is_set():
-            await coord.release(leader)
-        else:
+        if not stop.is_set():
             log.warning("lost leadership; campaigning again")
-            await coord.release(leader)
 
 
-async def _first(coro, stop: asyncio.Event):
-    """Run coro unless stop fires first (then cancel it and return None)."""
-    task = asyncio.ensure_future(coro)
+async def until_stopped(work: Awaitable[T], stop: asyncio.Event) -> T | None:
+    """Await `work` unless `stop` fires first (then cancel it and return None)."""
+    task = asyncio.ensure_future(work)
     stopper = asyncio.create_task(stop.wait())
     done, _ = await asyncio.wait([task, stopper], return_when=asyncio.FIRST_COMPLETED)
     stopper.cancel()

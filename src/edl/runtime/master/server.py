@@ -9,6 +9,7 @@ a failover, and throughput stays high under persistence.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -72,14 +73,17 @@ class GroupCommit:
                     if records or meta:
                         await self.store.save(meta, records)
                         self.writes += 1
-                except BaseException as error:
+                except Exception as error:
+                    # not persisted: keep it dirty for the next commit, fail these RPCs
+                    q.dirty.update(r.id for r in records)
+                    q.meta_dirty = q.meta_dirty or meta is not None
                     for w in waiters + self._waiters:
                         if not w.done():
                             w.set_exception(LeadershipLost(str(error)))
                     self._waiters = []
                     if isinstance(error, LeadershipLost):
                         self.on_lost()
-                    raise
+                    return
                 for w in waiters:
                     if not w.done():
                         w.set_result(None)
@@ -94,20 +98,31 @@ class MasterService(pb_grpc.MasterServicer):
         store: MasterStore,
         on_lost: Callable[[], None],
         clock: Callable[[], float] = time.monotonic,
+        is_leader: Callable[[], bool] = lambda: True,
     ) -> None:
         self.queue = queue
         self.store = store
         self.clock = clock
+        self.is_leader = is_leader
         self.commits = GroupCommit(queue, store, on_lost)
-        self.serving = True
+        self._serving = True
+
+    @property
+    def serving(self) -> bool:
+        """Only while we certainly lead (checked per request, not per term)."""
+        return self._serving and self.is_leader()
+
+    @serving.setter
+    def serving(self, value: bool) -> None:
+        self._serving = value
 
     async def _persist(self, context: grpc.aio.ServicerContext) -> None:
         if not self.serving:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "master is stepping down")
         try:
             await self.commits.commit()
-        except LeadershipLost:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, "master lost leadership")
+        except LeadershipLost as error:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"state not persisted: {error}")
 
     async def SetDataset(self, request: pb.Dataset, context: grpc.aio.ServicerContext):
         try:
@@ -184,10 +199,16 @@ class MasterService(pb_grpc.MasterServicer):
                 log.info("trainers lost: %s", lost)
             if expired:
                 log.info("tasks timed out: %s", expired)
-            await self.commits.commit()
+            with contextlib.suppress(LeadershipLost):  # RPCs retry; lost leadership ends the term
+                await self.commits.commit()
             if now - last_publish >= publish_every:
                 last_publish = now
-                await self.store.publish_progress(self.queue.progress(now))
+                try:
+                    await self.store.publish_progress(self.queue.progress(now))
+                except LeadershipLost:
+                    raise
+                except Exception as error:  # etcd hiccup: keep serving, publish next time
+                    log.warning("progress not published: %s", error)
 
 
 def _task(task_id: int, epoch: int, current_pass: int, begin: int, end: int) -> pb.Task:

@@ -19,10 +19,12 @@ from pathlib import Path
 
 import grpc
 
+from edl.coord import EtcdClient
+from edl.coord.errors import CoordError
 from edl.runtime.config import RuntimeConfig
-from edl.runtime.coordination import Coord, Membership, dumps
+from edl.runtime.coordination import connect, dumps
 from edl.runtime.gate import SERVER_OPTIONS, make_gate
-from edl.runtime.master.main import _first
+from edl.runtime.master.main import until_stopped
 from edl.runtime.proto import runtime_pb2_grpc as pb_grpc
 from edl.runtime.pserver.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
 from edl.runtime.pserver.server import PServerService
@@ -35,19 +37,17 @@ METHODS = ["Init", "Push", "Pull"]
 class Checkpointer:
     """Periodic + final checkpoints of one shard, metadata in etcd."""
 
-    def __init__(self, coord: Coord, shard: Shard, index: int, directory: Path,
-                 member: Membership) -> None:
-        self.coord = coord
+    def __init__(self, client: EtcdClient, shard: Shard, index: int, directory: Path) -> None:
+        self.client = client
         self.shard = shard
         self.index = index
         self.directory = directory
-        self.member = member
         self.saved_version = -1
         self.saves = 0
 
     async def restore(self) -> bool:
         """Load this index's checkpoint if any; False (start empty) when none or bad."""
-        raw = await self.coord.get(f"checkpoints/{self.index}")
+        raw = await self.client.get_key(f"checkpoints/{self.index}")
         if not raw:
             return False
         meta = json.loads(raw)
@@ -65,16 +65,16 @@ class Checkpointer:
         """temp + fsync + rename, then metadata, then delete the previous file."""
         if not self.shard.initialized or self.shard.version == self.saved_version:
             return False
-        if self.member.lost.is_set():
+        if not self.client.lease_valid():
             return False
         snap = await asyncio.to_thread(self.shard.snapshot)
         path, crc = await asyncio.to_thread(write_checkpoint, self.directory, self.index, snap)
-        old = await self.coord.get(f"checkpoints/{self.index}")
-        if self.member.lost.is_set():  # a replacement owns the index now: leave its metadata
+        old = await self.client.get_key(f"checkpoints/{self.index}")
+        if not self.client.lease_valid():  # a replacement may own the index: leave its metadata
             path.unlink(missing_ok=True)
             return False
         meta = {"path": str(path), "crc": crc, "timestamp": time.time(), "version": snap.version}
-        await self.coord.put(f"checkpoints/{self.index}", dumps(meta))
+        await self.client.put_key(f"checkpoints/{self.index}", dumps(meta))
         if old:
             old_path = json.loads(old).get("path")
             if old_path and old_path != str(path):
@@ -85,7 +85,7 @@ class Checkpointer:
         return True
 
     async def run(self, interval: float) -> None:
-        while not self.member.lost.is_set():
+        while self.client.lease_valid():
             await asyncio.sleep(interval)
             try:
                 await self.save()
@@ -99,42 +99,57 @@ async def serve(config: RuntimeConfig, stop: asyncio.Event | None = None) -> Non
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
-    coord = await Coord.connect(config)
+    client = await connect(config)
     gate = make_gate(pb_grpc.PServerServicer, METHODS, "pserver")
     server = grpc.aio.server(options=SERVER_OPTIONS)
     pb_grpc.add_PServerServicer_to_server(gate, server)
     port = server.add_insecure_port(f"{config.pod_ip}:{config.port}")
     await server.start()
-    address = f"{config.pod_ip}:{port}"
     directory = Path(config.checkpoint_path)
     try:
         while not stop.is_set():
-            registered = await _first(coord.register_pserver(address, config.pservers), stop)
-            if registered is None:
+            index = await until_stopped(client.register(port, timeout=None), stop)
+            if index is None:
                 break
-            index, member = registered
-            log.info("pserver %d serving on %s", index, address)
-            shard = Shard()
-            ckpt = Checkpointer(coord, shard, index, directory, member)
-            await ckpt.restore()
-            service = PServerService(shard, index)
-            gate.current = service
-            saver = asyncio.create_task(ckpt.run(config.checkpoint_interval))
-            waiters = [asyncio.create_task(e.wait()) for e in (member.lost, stop)]
-            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-            if member.lost.is_set():
-                service.serving = False  # first: never serve a shard we may no longer own
-                gate.current = None
-                log.warning("pserver %d lost its lease; stopped serving", index)
-            for t in (saver, *waiters):
-                t.cancel()
-            if stop.is_set() and not member.lost.is_set():
-                service.serving = False
-                gate.current = None
-                with contextlib.suppress(Exception):
-                    await ckpt.save()  # final checkpoint at shutdown
-                await coord.release(member)
+            try:
+                await serve_shard(client, gate, index, port, directory, config, stop)
+            except CoordError as error:
+                log.warning("pserver %d: etcd error %s; registering again", index, error)
     finally:
         gate.current = None
         await server.stop(0.5)
-        await coord.close()
+        await client.shutdown()  # revokes the lease: our index frees at once
+
+
+async def serve_shard(
+    client: EtcdClient,
+    gate,
+    index: int,
+    port: int,
+    directory: Path,
+    config: RuntimeConfig,
+    stop: asyncio.Event,
+) -> None:
+    """One registration term: restore, serve and checkpoint until the lease or we stop."""
+    log.info("pserver %d serving on %s:%d", index, client.host, port)
+    shard = Shard()
+    ckpt = Checkpointer(client, shard, index, directory)
+    await ckpt.restore()
+    service = PServerService(shard, index, client.lease_valid)
+    gate.current = service
+    saver = asyncio.create_task(ckpt.run(config.checkpoint_interval))
+    waiters = [asyncio.create_task(e.wait()) for e in (client.lease_lost, stop)]
+    try:
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        service.serving = False  # first: never serve a shard we may no longer own
+        gate.current = None
+        for t in (saver, *waiters):
+            t.cancel()
+    if client.lease_lost.is_set():
+        log.warning("pserver %d lost its lease; stopped serving", index)
+    elif stop.is_set():
+        try:
+            await ckpt.save()  # final checkpoint at shutdown
+        except Exception as error:
+            log.error("pserver %d: final checkpoint failed: %s", index, error)

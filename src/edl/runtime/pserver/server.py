@@ -10,6 +10,7 @@ replacement that took its index.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import grpc
 
@@ -33,10 +34,22 @@ def optimizer_to_proto(cfg: OptimizerConfig) -> pb.OptimizerConfig:
 
 
 class PServerService(pb_grpc.PServerServicer):
-    def __init__(self, shard: Shard, index: int) -> None:
+    def __init__(
+        self, shard: Shard, index: int, lease_valid: Callable[[], bool] = lambda: True
+    ) -> None:
         self.shard = shard
         self.index = index
-        self.serving = True
+        self.lease_valid = lease_valid
+        self._serving = True
+
+    @property
+    def serving(self) -> bool:
+        """Checked on every request: never serve once the lease may be gone."""
+        return self._serving and self.lease_valid()
+
+    @serving.setter
+    def serving(self, value: bool) -> None:
+        self._serving = value
 
     async def _check(self, context: grpc.aio.ServicerContext) -> None:
         if not self.serving:
