@@ -112,6 +112,9 @@ def test_cross_field_rules() -> None:
     ]
     assert "exactly one" in problems_of(data)["cluster.background_pods[0]"]
     data = copy.deepcopy(MINIMAL)
+    data["training"]["jobs"][0]["name"] = "Job_{i}"
+    assert "'Job_1' is not a DNS label" in problems_of(data)["(top level)"]
+    data = copy.deepcopy(MINIMAL)
     data["measure"]["steady_state"]["end"] = 100
     assert "duration_s" in problems_of(data)["(top level)"]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.resources
 import itertools
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -24,6 +25,8 @@ from pydantic import (
 )
 
 SHIPPED_PACKAGE = "edl.scenarios"
+MAX_JOB_NAME = 52  # leaves room for "-trainer" / "-pserver" and a pod suffix in 63
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 class ScenarioError(ValueError):
@@ -293,6 +296,12 @@ class Scenario(Strict):
         names = [job.name for job in expand_jobs(self)]
         if len(names) != len(set(names)):
             problems.append("training.jobs: job names are not unique")
+        bad = [name for name in names if not _DNS_LABEL.match(name) or len(name) > MAX_JOB_NAME]
+        if bad:
+            problems.append(
+                f"training.jobs: {bad[0]!r} is not a DNS label of at most {MAX_JOB_NAME} "
+                "characters (lower-case letters, digits, '-')"
+            )
         workload_names = [(w.namespace, w.name) for w in self.workloads]
         if len(workload_names) != len(set(workload_names)):
             problems.append("workloads: names are not unique")
