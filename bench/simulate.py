@@ -6,6 +6,10 @@ Run: .venv/bin/python bench/simulate.py
 ``--experiment [SEEDS]`` instead reproduces the 2017 experiment as the original ran it:
 case1 and case2, every policy, SEEDS runs each (default 10), under both scheduler
 placements; prints a markdown table of the means (min-max in brackets).
+
+``--bound`` prints the best steady-state CPU utilisation any plan and any placement
+could reach in case1 and case2 (an integer program over per-node packings, CPU only:
+memory never binds there), to judge the utilisation targets.
 """
 
 from __future__ import annotations
@@ -120,7 +124,85 @@ def experiment(seeds: int) -> None:
                 print(f"| {name} | {placement} | {policy} | " + " | ".join(cells) + f" | {hits} |")
 
 
+def _milli(quantity: object) -> int:
+    from edl.api.quantity import cpu_milli
+
+    return cpu_milli(str(quantity))
+
+
+def packing_bound(scenario: Scenario, service_replicas: int) -> tuple[int, float]:
+    """Most trainers (and the utilisation, %) with every job's pservers and master placed.
+
+    One job group and at most one other workload; node room is allocatable minus the
+    per-node background pods; trainers are capped by max-instance and max_load_desired.
+    """
+    import itertools
+
+    import numpy as np
+    from scipy.optimize import Bounds, LinearConstraint, milp
+
+    [group] = scenario.training.jobs
+    assert group.trainer and group.pserver and group.master
+    per_node = sum(
+        _milli(pods.resources.requests.cpu) for pods in scenario.cluster.background_pods
+        if pods.per_node
+    )
+    nodes = [(g.count, _milli(g.allocatable.cpu)) for g in scenario.cluster.node_groups]
+    trainer = _milli(group.trainer.resources.requests.cpu)
+    shapes = [trainer, _milli(group.pserver.resources.requests.cpu),
+              _milli(group.master.resources.requests.cpu)]
+    demand = [None, group.pserver.count * group.count, group.count]  # pods to place
+    if scenario.workloads:
+        shapes.append(_milli(scenario.workloads[0].resources.requests.cpu))
+        demand.append(service_replicas)
+    patterns = []  # (node group, pods of each shape)
+    for kind, (_, cpu) in enumerate(nodes):
+        room = cpu - per_node
+        ranges = [range(room // shape + 1) for shape in shapes]
+        for counts in itertools.product(*ranges):
+            if sum(c * shape for c, shape in zip(counts, shapes, strict=True)) <= room:
+                patterns.append((kind, counts))
+    rows, low, high = [], [], []
+    for kind, (count, _) in enumerate(nodes):
+        rows.append([1 if k == kind else 0 for k, _ in patterns])
+        low.append(0)
+        high.append(count)
+    for index in range(1, len(shapes)):
+        rows.append([counts[index] for _, counts in patterns])
+        low.append(demand[index])
+        high.append(demand[index])
+    total = sum(count * cpu for count, cpu in nodes)
+    fixed = sum(count for count, _ in nodes) * per_node + sum(
+        shapes[i] * demand[i] for i in range(1, len(shapes))
+    )
+    cap = int((total * scenario.autoscaler.max_load_desired - fixed) // trainer)
+    rows.append([counts[0] for _, counts in patterns])
+    low.append(0)
+    high.append(min(cap, group.trainer.max * group.count))
+    result = milp(
+        -np.array([counts[0] for _, counts in patterns], dtype=float),
+        constraints=LinearConstraint(np.array(rows), low, high),
+        integrality=np.ones(len(patterns)),
+        bounds=Bounds(0, np.inf),
+    )
+    trainers = round(-result.fun)
+    return trainers, 100 * (fixed + trainers * trainer) / total
+
+
+def bound() -> None:
+    case1 = load_scenario("case1")
+    trainers, util = packing_bound(case1, 0)
+    print(f"case1, all 20 jobs placed: at most {trainers} trainers -> {util:.2f} % CPU")
+    case2 = load_scenario("case2")
+    for replicas in (400, 300, 200, 100):
+        trainers, util = packing_bound(case2, replicas)
+        print(f"case2, nginx {replicas}: at most {trainers} trainers -> {util:.2f} % CPU")
+
+
 def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--bound":
+        bound()
+        return
     if len(sys.argv) > 1 and sys.argv[1] == "--experiment":
         experiment(int(sys.argv[2]) if len(sys.argv) > 2 else 10)
         return
