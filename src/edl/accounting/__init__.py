@@ -8,7 +8,7 @@ from edl.accounting.ledger import (
     is_trainer_pod,
     node_capacity,
 )
-from edl.accounting.request import PodRequestError, pod_request
+from edl.accounting.request import PodRequestError, ResourceError, pod_request
 from edl.accounting.types import ClusterResource, Nodes, PodResources
 
 __all__ = [
@@ -18,6 +18,7 @@ __all__ = [
     "Nodes",
     "PodRequestError",
     "PodResources",
+    "ResourceError",
     "ResourceLedger",
     "inquire_resource",
     "is_trainer_pod",

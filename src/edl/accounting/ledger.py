@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from edl.accounting.request import PodRequestError, pod_request
+from edl.accounting.request import PodRequestError, ResourceError, field, pod_request
 from edl.accounting.types import ClusterResource, Nodes, PodResources
 from edl.api.quantity import cpu_milli, gpu_count, memory_mega
 
@@ -47,9 +47,15 @@ class NodeCapacity:
 
 def node_capacity(node: Mapping[str, Any]) -> NodeCapacity:
     """A Node dict's `status.allocatable` (falls back to `status.capacity`, as kubelets do)."""
-    status = node.get("status") or {}
-    resources = status.get("allocatable") or status.get("capacity") or {}
-    name = (node.get("metadata") or {}).get("name", "?")
+    name = field(node, "metadata", dict, "metadata").get("name", "?")
+    where = f"node {name}: status"
+    try:
+        status = field(node, "status", dict, where)
+        resources = field(status, "allocatable", dict, f"{where}.allocatable") or field(
+            status, "capacity", dict, f"{where}.capacity"
+        )
+    except PodRequestError as error:
+        raise ResourceError(str(error)) from None
     where = f"node {name}: status.allocatable"
     gpu_name = next((n for n in _GPU_NAMES if n in resources), None)
     return NodeCapacity(
@@ -98,8 +104,12 @@ class ResourceLedger:
         self._totals[2] += capacity.gpu
 
     def set_node_object(self, node: Mapping[str, Any]) -> None:
-        """Add or replace a Kubernetes Node dict."""
-        self.set_node((node.get("metadata") or {})["name"], node_capacity(node))
+        """Add or replace a Kubernetes Node dict (ResourceError/QuantityError when unreadable)."""
+        capacity = node_capacity(node)
+        name = node["metadata"].get("name")
+        if not isinstance(name, str) or not name:
+            raise ResourceError("node: metadata.name is missing")
+        self.set_node(name, capacity)
 
     def remove_node(self, name: str) -> None:
         """Forget a node (its pods' requests still count in the aggregate)."""
@@ -146,23 +156,23 @@ class ResourceLedger:
 
         Raises PodRequestError naming the pod and the bad field.
         """
-        metadata = pod.get("metadata") or {}
-        namespace, name = metadata.get("namespace", "default"), metadata.get("name", "")
-        phase = (pod.get("status") or {}).get("phase")
-        if phase in TERMINAL_PHASES:
-            self.remove_pod(namespace, name)
-            return
+        metadata: Mapping[str, Any] = {}
         try:
+            metadata = field(pod, "metadata", dict, "metadata")
+            namespace = metadata.get("namespace") or "default"
+            name = metadata.get("name", "")
+            phase = field(pod, "status", dict, "status").get("phase")
+            if phase in TERMINAL_PHASES:
+                self.remove_pod(namespace, name)
+                return
             resources = pod_request(pod)
+            node = field(pod, "spec", dict, "spec").get("nodeName") or ""
+            if not isinstance(node, str):
+                raise PodRequestError("spec.nodeName: must be a string")
         except PodRequestError as error:
-            raise PodRequestError(f"pod {namespace}/{name}: {error}") from None
-        self.set_pod_resources(
-            namespace,
-            name,
-            resources,
-            node=(pod.get("spec") or {}).get("nodeName") or "",
-            trainer=self._is_trainer(pod),
-        )
+            where = f"{metadata.get('namespace') or 'default'}/{metadata.get('name', '?')}"
+            raise PodRequestError(f"pod {where}: {error}") from None
+        self.set_pod_resources(namespace, name, resources, node=node, trainer=self._is_trainer(pod))
 
     def remove_pod(self, namespace: str, name: str) -> None:
         """Forget a pod (deleted, or finished)."""

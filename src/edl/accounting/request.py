@@ -24,7 +24,7 @@ from typing import Any
 from edl.accounting.types import PodResources
 from edl.api.quantity import parse_quantity
 
-__all__ = ["PodRequestError", "pod_request"]
+__all__ = ["PodRequestError", "ResourceError", "field", "pod_request"]
 
 _GPU_NAMES = ("nvidia.com/gpu", "alpha.kubernetes.io/nvidia-gpu")
 # internal order of the exact vectors: cpu, memory, gpu
@@ -32,8 +32,23 @@ _ZERO = (Fraction(0), Fraction(0), Fraction(0))
 Vector = tuple[Fraction, Fraction, Fraction]
 
 
-class PodRequestError(ValueError):
+class ResourceError(ValueError):
+    """A Node or Pod dict whose resources cannot be read; the message names the field path."""
+
+
+class PodRequestError(ResourceError):
     """A pod whose resources cannot be read; names the field path."""
+
+
+def field(obj: Mapping[str, Any], key: str, kind: type, path: str) -> Any:
+    """obj[key] when it is a `kind` (absent or null -> an empty `kind`), else ResourceError."""
+    value = obj.get(key)
+    if value is None:
+        return kind()
+    if not isinstance(value, kind) or isinstance(value, bool):
+        expected = "a mapping" if kind is dict else f"a {kind.__name__}"
+        raise PodRequestError(f"{path}: must be {expected}")
+    return value
 
 
 @lru_cache(maxsize=4096)
@@ -101,17 +116,17 @@ def pod_request(pod: Mapping[str, Any]) -> PodResources:
 
     Raises PodRequestError naming the field path of a bad quantity.
     """
-    spec = pod.get("spec") or {}
+    spec = field(pod, "spec", dict, "spec")
     requests, limits = _ZERO, _ZERO
     limited = [False, False, False]
-    for index, container in enumerate(spec.get("containers") or ()):
+    for index, container in enumerate(field(spec, "containers", list, "spec.containers")):
         req, lim, has = _container(container, f"spec.containers[{index}]")
         requests, limits = _add(requests, req), _add(limits, lim)
         limited = [limited[i] or has[i] for i in range(3)]
 
     init_requests, init_limits = _ZERO, _ZERO
     sidecar_requests, sidecar_limits = _ZERO, _ZERO
-    for index, container in enumerate(spec.get("initContainers") or ()):
+    for index, container in enumerate(field(spec, "initContainers", list, "spec.initContainers")):
         req, lim, has = _container(container, f"spec.initContainers[{index}]")
         limited = [limited[i] or has[i] for i in range(3)]
         if container.get("restartPolicy") == "Always":  # a sidecar runs beside the app

@@ -20,6 +20,7 @@ from edl.accounting import (
     TERMINAL_PHASES,
     ClusterResource,
     PodRequestError,
+    ResourceError,
     inquire_resource,
     is_trainer_pod,
     pod_request,
@@ -85,9 +86,45 @@ def parse_snapshot(text: str) -> list[dict[str, Any]]:
     for index, item in enumerate(items):
         if not isinstance(item, Mapping) or not isinstance(item.get("kind"), str):
             raise SnapshotError(f"items[{index}]: not a Kubernetes object (no `kind`)")
-        if not isinstance(item.get("metadata"), Mapping) or not item["metadata"].get("name"):
-            raise SnapshotError(f"items[{index}] ({item['kind']}): metadata.name is missing")
+        problem = _shape_problem(item)
+        if problem:
+            raise SnapshotError(f"items[{index}] ({item['kind']}): {problem}")
     return [dict(item) for item in items]
+
+
+def _shape_problem(item: Mapping[str, Any]) -> str:
+    """The first field this loader reads that has the wrong type, as `path: must be ...`."""
+    metadata = item.get("metadata")
+    if not isinstance(metadata, Mapping):
+        return "metadata: must be a mapping"
+    if not isinstance(metadata.get("name"), str) or not metadata["name"]:
+        return "metadata.name is missing"
+    if not isinstance(metadata.get("namespace") or "", str):
+        return "metadata.namespace: must be a string"
+    labels = metadata.get("labels") or {}
+    if not isinstance(labels, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
+    ):
+        return "metadata.labels: must map strings to strings"
+    owners = metadata.get("ownerReferences") or []
+    if not isinstance(owners, list) or not all(isinstance(o, Mapping) for o in owners):
+        return "metadata.ownerReferences: must be a list of mappings"
+    for key in ("spec", "status"):
+        if not isinstance(item.get(key) or {}, Mapping):
+            return f"{key}: must be a mapping"
+    if item["kind"] == "Job":
+        selector = (item.get("spec") or {}).get("selector") or {}
+        if not isinstance(selector, Mapping):
+            return "spec.selector: must be a mapping"
+        match_labels = selector.get("matchLabels") or {}
+        if not isinstance(match_labels, Mapping):
+            return "spec.selector.matchLabels: must be a mapping"
+        expressions = selector.get("matchExpressions") or []
+        if not isinstance(expressions, list) or not all(
+            isinstance(e, Mapping) and isinstance(e.get("values") or [], list) for e in expressions
+        ):
+            return "spec.selector.matchExpressions: must be a list of {key, operator, values}"
+    return ""
 
 
 def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
@@ -195,7 +232,8 @@ def plan_inputs(items: list[dict[str, Any]]) -> PlanInputs:
         trainer_pod_ids.update(id(p) for p in mine)
         phases = [(p.get("status") or {}).get("phase") for p in mine]
         pending = [p for p, phase in zip(mine, phases, strict=True) if phase == "Pending"]
-        parallelism = (trainer.get("spec") or {}).get("parallelism", 1)
+        parallelism = (trainer.get("spec") or {}).get("parallelism")
+        parallelism = 1 if parallelism is None else parallelism  # Kubernetes' default
         if not isinstance(parallelism, int) or isinstance(parallelism, bool):
             unplannable.append(
                 Unplannable(
@@ -228,6 +266,6 @@ def plan_inputs(items: list[dict[str, Any]]) -> PlanInputs:
         resources = inquire_resource(
             nodes, pods, is_trainer=lambda pod: id(pod) in trainer_pod_ids or is_trainer_pod(pod)
         )
-    except (PodRequestError, QuantityError) as error:
+    except (ResourceError, QuantityError) as error:
         raise SnapshotError(str(error)) from None
     return PlanInputs(views, resources, unplannable)
