@@ -135,3 +135,15 @@ def test_equal_jobs_end_within_one_trainer_when_capacity_binds(count, shape, lo,
     decisions = get_policy("default").plan(c.views(), c.resources(), load)
     targets = [d.target for d in decisions]
     assert max(targets) - min(targets) <= 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(clusters(), loads)
+def test_default_never_grows_and_shrinks_a_job_in_one_plan(c, load) -> None:
+    for decision in get_policy("default").plan(c.views(), c.resources(), load):
+        verb = decision.reason.split(" ", 1)[0]
+        expected = {1: "grow", -1: "shrink", 0: "keep"}[
+            (decision.target > decision.parallelism) - (decision.target < decision.parallelism)
+        ]
+        assert verb == expected, decision
+        assert not ("grow" in decision.reason and "shrink" in decision.reason)
