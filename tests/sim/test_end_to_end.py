@@ -60,3 +60,36 @@ def test_default_starts_every_job_and_shares_fairly(tiny) -> None:
     # deleted at 70 s: nothing of either job runs at the end
     assert all(series.trainers_running[-1] == 0 for series in result.timeline.jobs.values())
     assert result.timeline.times[-1] == 80.0 and len(result.timeline.times) == 81
+
+
+def test_full_spec_job_in_another_namespace_runs(tiny) -> None:
+    """The full TrainingJob form goes through the same Controller (JobParser defaults)."""
+    from edl.sim.scenario import parse_scenario
+
+    data = tiny.model_dump(mode="python", exclude_none=True)
+    data["training"]["jobs"] = [{
+        "name": "resnet",
+        "namespace": "team-a",
+        "submit_at": 1,
+        "static_trainers": 3,
+        "spec": {
+            "apiVersion": "edl.dev/v1",
+            "kind": "TrainingJob",
+            "spec": {
+                "image": "edl/trainer:latest",
+                "fault_tolerant": True,
+                "trainer": {"entrypoint": "python train.py", "workspace": "/workspace",
+                            "min-instance": 1, "max-instance": 4,
+                            "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}},
+                "pserver": {"min-instance": 1, "max-instance": 1,
+                            "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}},
+            },
+        },
+    }]
+    scenario = parse_scenario(data)
+    static = run_policy(scenario, "static")
+    series = static.timeline.jobs["resnet"]
+    assert max(series.trainers_running) == 3
+    assert static.metrics.jobs_never_started == 0
+    elastic = run_policy(scenario, "default")
+    assert max(elastic.timeline.jobs["resnet"].trainers_running) == 4

@@ -142,7 +142,10 @@ def test_full_trainingjob_spec_form() -> None:
         "kind": "TrainingJob",
         "metadata": {"name": "ignored"},
         "spec": {
-            "trainer": {"min-instance": 1, "max-instance": 5,
+            "image": "img",
+            "fault_tolerant": True,
+            "trainer": {"entrypoint": "python train.py", "workspace": "/w",
+                        "min-instance": 1, "max-instance": 5,
                         "resources": {"requests": {"cpu": "1"}}},
             "pserver": {"min-instance": 1, "max-instance": 1},
         },
@@ -163,6 +166,12 @@ def test_full_trainingjob_spec_form() -> None:
     found = problems_of(data)
     assert any(path.startswith("training.jobs[0].spec.spec.trainer.min-instance") for path in found)
 
+    # checked as the Controller will check it (JobParser.validate), not only the schema
+    incomplete = copy.deepcopy(spec)
+    del incomplete["spec"]["trainer"]["entrypoint"]
+    data["training"]["jobs"] = [{"name": "full", "spec": incomplete}]
+    assert "training.jobs[0].spec.spec.trainer.entrypoint" in problems_of(data)
+
 
 def test_compact_manifest_static_collapses_the_range() -> None:
     from edl.sim.jobs import training_job_manifest
@@ -174,3 +183,13 @@ def test_compact_manifest_static_collapses_the_range() -> None:
     assert elastic["pserver"]["min-instance"] == 10
     static = training_job_manifest(plan, "img", elastic=False)["spec"]
     assert (static["trainer"]["min-instance"], static["trainer"]["max-instance"]) == (60, 60)
+
+
+def test_the_documented_example_is_a_valid_scenario() -> None:
+    """docs/simulation.md's format example must stay loadable."""
+    text = (Path(__file__).parents[2] / "docs" / "simulation.md").read_text(encoding="utf-8")
+    start = text.index("```yaml\nname: my-cluster") + len("```yaml\n")
+    example = yaml.safe_load(text[start:text.index("```", start)])
+    scenario = parse_scenario(example)
+    assert [job.name for job in expand_jobs(scenario)][:2] == ["job-1", "job-2"]
+    assert "resnet" in [job.name for job in expand_jobs(scenario)]

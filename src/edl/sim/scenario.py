@@ -389,17 +389,20 @@ def parse_scenario(data: Any, source: str = "scenario") -> Scenario:
 
 
 def _full_spec_problems(scenario: Scenario) -> list[tuple[str, str]]:
-    """Check jobs given as full TrainingJob manifests with the TrainingJob model itself."""
+    """Check jobs given as full TrainingJob manifests as the Controller will: JobParser.validate."""
     from edl.api.errors import JobValidationError
-    from edl.api.trainingjob import TrainingJob
+    from edl.jobparser import JobParser
 
+    parser = JobParser()
     problems: list[tuple[str, str]] = []
     for index, group in enumerate(scenario.training.jobs):
         if group.spec is None:
             continue
         prefix = f"training.jobs[{index}].spec"
+        manifest = dict(group.spec)
+        manifest["metadata"] = {**(manifest.get("metadata") or {}), "name": "scenario-check"}
         try:
-            job = TrainingJob.from_dict(group.spec)
+            job = parser.validate(manifest)
         except JobValidationError as error:
             problems += [
                 (f"{prefix}.{path}" if path else prefix, msg) for path, msg in error.problems
