@@ -43,7 +43,12 @@ def test_one_policy_json_and_flat_layout(tmp_path: Path) -> None:
 def test_errors_are_one_line_and_exit_1(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\nduration_s: -1\ncluster: {node_groups: []}\nmeasure: {}\n")
-    for args in ([str(bad)], ["no-such-scenario"], [TINY, "--policy", "greedy"]):
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    for args in (
+        [str(bad)], ["no-such-scenario"], [TINY, "--policy", "greedy"],
+        [TINY, "--out", str(a_file)],
+    ):
         done = subprocess.run(
             [sys.executable, "-m", "edl.cli.main", "simulate", *args],
             capture_output=True, text=True, timeout=120,

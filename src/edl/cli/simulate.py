@@ -39,7 +39,7 @@ def _fail(message: str) -> None:
 )
 @click.option("--seed", type=int, default=None, help="Random seed (default: the scenario's).")
 @click.option(
-    "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+    "--out", "out_dir", type=click.Path(path_type=Path), default=None,
     help="Write metrics.json, PNG plots and table.md here.",
 )
 @click.option(
@@ -56,6 +56,8 @@ def simulate_command(
     from edl.sim.runner import simulate
     from edl.sim.scenario import ScenarioError, load_scenario
 
+    if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
+        _fail(f"--out {out_dir}: exists and is not a directory")
     try:
         policies = _policies(policy_values)
     except click.BadParameter as error:
