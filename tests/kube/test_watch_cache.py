@@ -147,3 +147,19 @@ def test_a_pod_with_a_bad_quantity_is_left_out_not_fatal() -> None:
     state.set_pod(pod("good", cpu="1"))
     assert state.bad_pods == 1
     assert state.resources().cpu_request_milli == 1000
+
+
+def test_relist_forgets_what_is_no_longer_listed() -> None:
+    nodes = [node("n1"), node("n2")]
+    first = [pod("a", node_name="n1", phase="Running", job="j"), pod("b", job="j"),
+             pod("c", node_name="n2", phase="Running")]
+    state = ClusterState()
+    state.replace_nodes(nodes)
+    state.replace_pods(first)
+    assert state.resources() == inquire_resource(nodes, first)
+    second = [first[2], pod("d", node_name="n1", phase="Running", cpu="1")]
+    state.replace_nodes(nodes[:1])
+    state.replace_pods(second)
+    assert state.resources() == inquire_resource(nodes[:1], second)
+    assert state.job_pods("default", "j") == JobPods(0, 0, 0)
+    assert state.pod_count == 2

@@ -26,11 +26,18 @@ log = logging.getLogger(__name__)
 
 
 class Store(Protocol):
-    """Where a reflector puts what it sees; both calls must be cheap and synchronous."""
+    """Where a reflector puts what it sees; every call must be cheap and synchronous.
 
-    def replace(self, objects: list[dict[str, Any]]) -> None: ...
+    A relist is `begin_replace()`, then `apply("ADDED", obj)` per listed object,
+    then `end_replace()` (which forgets whatever was not listed), so a list of
+    150,000 pods is never held in memory at once.
+    """
+
+    def begin_replace(self) -> None: ...
 
     def apply(self, event_type: str, obj: dict[str, Any]) -> None: ...
+
+    def end_replace(self) -> None: ...
 
 
 class Reflector:
@@ -46,6 +53,7 @@ class Reflector:
         min_backoff: float = 0.1,
         max_backoff: float = 5.0,
         server_timeout: int = 290,
+        chunk_size: int = 500,
     ) -> None:
         self.client = client
         self.resource = resource
@@ -54,6 +62,7 @@ class Reflector:
         self.min_backoff = min_backoff
         self.max_backoff = max_backoff
         self.server_timeout = server_timeout
+        self.chunk_size = chunk_size
         self.synced = asyncio.Event()
         self.resource_version: str | None = None
         self.lists = 0
@@ -70,17 +79,21 @@ class Reflector:
 
     async def list_once(self) -> None:
         """Replace the store with a fresh list and remember its resourceVersion."""
-        listing = self.client.list(self.resource, **self._scope())
-        objects = [obj.to_dict() async for obj in listing]
+        listing = self.client.list(self.resource, chunk_size=self.chunk_size, **self._scope())
+        count = 0
+        self.store.begin_replace()
+        async for obj in listing:  # page by page; each object is folded in and dropped
+            self.store.apply("ADDED", obj.to_dict())
+            count += 1
+        self.store.end_replace()
         try:
             version: str | None = listing.resourceVersion
         except Exception:  # empty list: lightkube has no version to report
             version = None
-        self.store.replace(objects)
         self.resource_version = version
         self.lists += 1
         self.synced.set()
-        log.debug("listed %d %s at resourceVersion %s", len(objects), self.kind, version)
+        log.debug("listed %d %s at resourceVersion %s", count, self.kind, version)
 
     async def watch_once(self) -> None:
         """Follow the watch stream until it raises."""

@@ -14,11 +14,20 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from edl.accounting import TERMINAL_PHASES, ClusterResource, PodRequestError, ResourceLedger
+from edl.accounting import (
+    TERMINAL_PHASES,
+    ClusterResource,
+    PodRequestError,
+    PodResources,
+    ResourceLedger,
+    is_trainer_pod,
+    pod_request,
+)
 from edl.cluster.port import JobPods
 
 log = logging.getLogger(__name__)
 
+REQUEST_CACHE_SIZE = 4096
 JOB_LABEL = "edl.dev/job"
 ROLE_LABEL = "edl.dev/role"
 
@@ -58,26 +67,56 @@ class ClusterState:
         self._trainer_of: dict[PodKey, JobKey] = {}
         self.bad_pods = 0
         self._unschedulable: set[PodKey] = set()
+        self._request_cache: dict[str, PodResources] = {}
         self._unschedulable_callbacks: list[Callable[[], None]] = []
 
     # -- pods ------------------------------------------------------------------------
 
     def set_pod(self, pod: Mapping[str, Any]) -> None:
         key = _key(pod)
+        phase = (pod.get("status") or {}).get("phase") or "Pending"
         try:
-            self.ledger.set_pod(pod)
+            if phase in TERMINAL_PHASES:  # finished pods hold no resources
+                self.ledger.remove_pod(*key)
+            else:
+                self.ledger.set_pod_resources(
+                    key[0], key[1], self._requests(pod),
+                    node=(pod.get("spec") or {}).get("nodeName") or "",
+                    trainer=is_trainer_pod(pod),
+                )
         except PodRequestError as error:
             # A pod we cannot account for must not stop the controller; leave it out.
-            log.warning("ignoring pod in accounting: %s", error)
+            log.warning("ignoring pod %s/%s in accounting: %s", *key, error)
             self.ledger.remove_pod(*key)
             self.bad_pods += 1
-        phase = (pod.get("status") or {}).get("phase") or "Pending"
         if phase in TERMINAL_PHASES:
             self._pods.discard(key)
         else:
             self._pods.add(key)
         self._index_trainer(key, pod, phase)
         self._note_scheduling(key, pod, phase)
+
+    def _requests(self, pod: Mapping[str, Any]) -> PodResources:
+        """`pod_request`, memoised by the pod's resource fields.
+
+        Pods of one ReplicaSet/Job share their requests, so a cluster has few
+        distinct shapes; parsing quantities exactly is the costliest part of an
+        event, and this makes it once per shape instead of once per event.
+        """
+        spec = pod.get("spec") or {}
+        init = spec.get("initContainers") or ()
+        signature = repr((
+            [(c.get("resources"), c.get("restartPolicy")) for c in init],
+            [c.get("resources") for c in spec.get("containers") or ()],
+            spec.get("overhead"),
+        ))
+        cached = self._request_cache.get(signature)
+        if cached is None:
+            cached = pod_request(pod)
+            if len(self._request_cache) >= REQUEST_CACHE_SIZE:
+                self._request_cache.clear()
+            self._request_cache[signature] = cached
+        return cached
 
     def remove_pod(self, namespace: str, name: str) -> None:
         key = (namespace, name)
@@ -133,15 +172,18 @@ class ClusterState:
                 del self._trainers[job]
 
     def replace_pods(self, pods: Iterable[Mapping[str, Any]]) -> None:
-        """A fresh list: forget pods that are gone, (re)add the rest."""
-        pods = list(pods)
-        fresh = {_key(p) for p in pods}
-        for key in self._pods - fresh:
-            self.remove_pod(*key)
-        for key in set(self._trainer_of) - fresh:
-            self._unindex_trainer(key)
+        """A fresh list: (re)add every pod, then forget those that were not listed."""
+        store = PodStore(self)
+        store.begin_replace()
         for pod in pods:
-            self.set_pod(pod)
+            store.apply("ADDED", dict(pod))
+        store.end_replace()
+
+    def forget_pods_except(self, listed: set[PodKey]) -> None:
+        for key in self._pods - listed:
+            self.remove_pod(*key)
+        for key in set(self._trainer_of) - listed:
+            self._unindex_trainer(key)
 
     # -- nodes -----------------------------------------------------------------------
 
@@ -159,12 +201,15 @@ class ClusterState:
         self._nodes.discard(name)
 
     def replace_nodes(self, nodes: Iterable[Mapping[str, Any]]) -> None:
-        nodes = list(nodes)
-        fresh = {(n.get("metadata") or {}).get("name") or "" for n in nodes}
-        for name in self._nodes - fresh:
-            self.remove_node(name)
+        store = NodeStore(self)
+        store.begin_replace()
         for node in nodes:
-            self.set_node(node)
+            store.apply("ADDED", dict(node))
+        store.end_replace()
+
+    def forget_nodes_except(self, listed: set[str]) -> None:
+        for name in self._nodes - listed:
+            self.remove_node(name)
 
     # -- queries ---------------------------------------------------------------------
 
@@ -197,15 +242,23 @@ class PodStore:
 
     def __init__(self, state: ClusterState) -> None:
         self.state = state
+        self._listed: set[PodKey] | None = None
 
-    def replace(self, objects: list[dict[str, Any]]) -> None:
-        self.state.replace_pods(objects)
+    def begin_replace(self) -> None:
+        self._listed = set()
+
+    def end_replace(self) -> None:
+        if self._listed is not None:
+            self.state.forget_pods_except(self._listed)
+        self._listed = None
 
     def apply(self, event_type: str, obj: dict[str, Any]) -> None:
         if event_type == "DELETED":
             self.state.remove_pod(*_key(obj))
         elif event_type in {"ADDED", "MODIFIED"}:
             self.state.set_pod(obj)
+            if self._listed is not None:
+                self._listed.add(_key(obj))
 
 
 class NodeStore:
@@ -213,9 +266,15 @@ class NodeStore:
 
     def __init__(self, state: ClusterState) -> None:
         self.state = state
+        self._listed: set[str] | None = None
 
-    def replace(self, objects: list[dict[str, Any]]) -> None:
-        self.state.replace_nodes(objects)
+    def begin_replace(self) -> None:
+        self._listed = set()
+
+    def end_replace(self) -> None:
+        if self._listed is not None:
+            self.state.forget_nodes_except(self._listed)
+        self._listed = None
 
     def apply(self, event_type: str, obj: dict[str, Any]) -> None:
         name = (obj.get("metadata") or {}).get("name") or ""
@@ -223,3 +282,5 @@ class NodeStore:
             self.state.remove_node(name)
         elif event_type in {"ADDED", "MODIFIED"}:
             self.state.set_node(obj)
+            if self._listed is not None:
+                self._listed.add(name)
