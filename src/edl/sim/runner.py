@@ -20,6 +20,7 @@ from typing import Any
 from edl.cluster.inproc.clock import VirtualClock
 from edl.cluster.inproc.plane import ClusterSample, InProcessCluster
 from edl.cluster.inproc.runtime import Fixed, SimulatedPodRuntime, Uniform
+from edl.cluster.port import ConflictError, NotFoundError
 from edl.sim.jobs import training_job_manifest
 from edl.sim.loops import start_loops
 from edl.sim.metrics import Metrics, compute_metrics
@@ -172,7 +173,7 @@ class _Run:
         self.cluster.create_training_job(training_job_manifest(plan, image, elastic=self.elastic))
 
     def _delete(self, plan: JobPlan) -> None:
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(NotFoundError):  # never submitted within the run
             self.cluster.delete_training_job(plan.namespace, plan.name)
 
     def _scale_workload(self, workload: Workload, replicas: int, first: bool) -> None:
@@ -192,7 +193,7 @@ class _Run:
             loop.call_soon(self._set_parallelism, metadata["namespace"], metadata["name"], start)
 
     def _set_parallelism(self, namespace: str, name: str, count: int) -> None:
-        with contextlib.suppress(Exception):  # the job may be gone already
+        with contextlib.suppress(NotFoundError, ConflictError):  # gone, or scaled already
             self.cluster.scale("Job", namespace, name, count)
 
     def _schedule(self) -> None:
