@@ -73,7 +73,7 @@ async def test_list_then_watch_matches_a_full_inquiry(api: AsyncClient, emulator
     pods, _, tasks = await start(api, state)
     try:
         assert state.resources() == inquire_resource(everything_nodes, everything_pods)
-        assert state.job_pods("default", "j") == JobPods(total=2, running=1, pending=1)
+        assert state.job_pods("default", "j") == JobPods(2, 1, 1, unscheduled=1, terminating=0)
 
         # Changes after the list arrive through the watch.
         late = pod("c", node_name="n2", phase="Running", cpu="2", job="j")
@@ -82,7 +82,7 @@ async def test_list_then_watch_matches_a_full_inquiry(api: AsyncClient, emulator
         remaining = [everything_pods[0], everything_pods[2], late]
         expected = inquire_resource(everything_nodes, remaining)
         await eventually(lambda: state.resources() == expected)
-        assert state.job_pods("default", "j") == JobPods(total=2, running=2, pending=0)
+        assert state.job_pods("default", "j") == JobPods(2, 2, 0, unscheduled=0, terminating=0)
         assert pods.lists == 1
     finally:
         await stop(tasks)
@@ -132,10 +132,13 @@ async def test_terminal_and_leaving_pods_do_not_count(api: AsyncClient) -> None:
         await api.create(Pod.from_dict(done), namespace="default")
         leaving = pod("leaving", phase="Running", job="j")
         leaving["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+        # kmock drops an object marked for deletion unless a finalizer holds it (the kubelet's
+        # grace period, which keeps a real terminating pod visible, is not emulated).
+        leaving["metadata"]["finalizers"] = ["test/hold"]
         await api.create(Pod.from_dict(leaving), namespace="default")
         await api.create(Pod.from_dict(pod("ok", phase="Running", job="j")), namespace="default")
         await eventually(lambda: state.job_pods("default", "j").running == 1)
-        assert state.job_pods("default", "j") == JobPods(total=1, running=1, pending=0)
+        assert state.job_pods("default", "j") == JobPods(1, 1, 0, unscheduled=0, terminating=1)
     finally:
         await stop(tasks)
 
@@ -161,5 +164,5 @@ def test_relist_forgets_what_is_no_longer_listed() -> None:
     state.replace_nodes(nodes[:1])
     state.replace_pods(second)
     assert state.resources() == inquire_resource(nodes[:1], second)
-    assert state.job_pods("default", "j") == JobPods(0, 0, 0)
+    assert state.job_pods("default", "j") == JobPods(0, 0, 0, 0, 0)
     assert state.pod_count == 2

@@ -41,6 +41,7 @@ class TrainerPod:
 
     phase: str
     leaving: bool  # deletionTimestamp set
+    bound: bool  # spec.nodeName set
 
 
 def _key(obj: Mapping[str, Any]) -> PodKey:
@@ -155,10 +156,11 @@ class ClusterState:
             self._unindex_trainer(key)
             return
         leaving = bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+        bound = bool((pod.get("spec") or {}).get("nodeName"))
         previous = self._trainer_of.get(key)
         if previous is not None and previous != job:
             self._unindex_trainer(key)
-        self._trainers.setdefault(job, {})[key] = TrainerPod(phase, leaving)
+        self._trainers.setdefault(job, {})[key] = TrainerPod(phase, leaving, bound)
         self._trainer_of[key] = job
 
     def _unindex_trainer(self, key: PodKey) -> None:
@@ -217,16 +219,19 @@ class ClusterState:
         return self.ledger.snapshot()
 
     def job_pods(self, namespace: str, name: str) -> JobPods:
-        """Trainer pods of a job: leaving (being deleted) and finished pods do not count."""
-        running = pending = 0
+        """Trainer pods of a job: leaving (being deleted) and finished pods do not count
+        in total/running/pending; `terminating` counts the leaving ones."""
+        running = pending = unscheduled = terminating = 0
         for pod in self._trainers.get((namespace, name), {}).values():
             if pod.leaving:
-                continue
-            if pod.phase == "Running":
+                terminating += 1
+            elif pod.phase == "Running":
                 running += 1
             elif pod.phase == "Pending":
                 pending += 1
-        return JobPods(total=running + pending, running=running, pending=pending)
+                unscheduled += not pod.bound
+        return JobPods(total=running + pending, running=running, pending=pending,
+                       unscheduled=unscheduled, terminating=terminating)
 
     @property
     def pod_count(self) -> int:
