@@ -105,7 +105,7 @@ async def test_stop_sends_sigterm_first(runtime: ProcessPodRuntime) -> None:
     events.start(runtime, pod("polite", code))
     await wait_for_log(runtime.run_dir / "polite.log", "ready")
     runtime.stop({"metadata": {"name": "polite"}}, grace_period_s=10)
-    assert await events.wait_exit("polite") == 0
+    assert await events.wait_exit("polite") == 0, (runtime.run_dir / "polite.log").read_text()
     assert "got SIGTERM" in (runtime.run_dir / "polite.log").read_text()
 
 
@@ -185,7 +185,15 @@ def test_pod_dies_with_its_parent(tmp_path: Path) -> None:
 
 
 async def wait_for_log(path: Path, text: str, timeout: float = 30.0) -> None:
-    await wait_until(lambda: path.exists() and text in path.read_text(), timeout)
+    """Wait for a line the pod printed (the runtime's own header line names the command)."""
+
+    def printed() -> bool:
+        if not path.exists():
+            return False
+        lines = path.read_text().splitlines()
+        return any(text in line for line in lines if not line.startswith("# edl local:"))
+
+    await wait_until(printed, timeout)
 
 
 async def wait_until(predicate, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
@@ -193,3 +201,21 @@ async def wait_until(predicate, timeout: float = 30.0) -> None:  # type: ignore[
     while not predicate():
         assert time.monotonic() < deadline, "condition not met in time"
         await asyncio.sleep(0.05)
+
+
+def test_port_blocks_are_free_distinct_and_reusable_after_release() -> None:
+    import socket
+
+    from edl.local.ports import PortAllocator
+
+    allocator = PortAllocator(first=21000, last=21010, start=21000)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 21001))
+        busy.listen()
+        a = allocator.allocate(2)
+        b = allocator.allocate(2)
+    assert 21001 not in range(a, a + 2) and 21001 not in range(b, b + 2)
+    assert set(range(a, a + 2)).isdisjoint(range(b, b + 2))
+    allocator.release(a, 2)
+    taken = {allocator.allocate(1) for _ in range(6)}
+    assert len(taken) == 6 and taken.isdisjoint(range(b, b + 2))

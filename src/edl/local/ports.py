@@ -8,6 +8,7 @@ started in quick succession cannot receive the same port before either binds.
 
 from __future__ import annotations
 
+import random
 import socket
 
 # Below Linux's default ephemeral range (32768-60999): a port the kernel gave an
@@ -17,9 +18,9 @@ LAST_PORT = 32000
 
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
-    """True if nothing listens on host:port right now."""
+    """True if host:port can be bound right now, even by a server without SO_REUSEADDR
+    (so a port still in TIME_WAIT counts as busy)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:
@@ -30,10 +31,14 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
 class PortAllocator:
     """Hands out blocks of free consecutive ports, starting at a moving cursor."""
 
-    def __init__(self, first: int = FIRST_PORT, last: int = LAST_PORT) -> None:
+    def __init__(
+        self, first: int = FIRST_PORT, last: int = LAST_PORT, start: int | None = None
+    ) -> None:
         self._first = first
         self._last = last
-        self._cursor = first
+        # A random start keeps concurrent runs on this machine from probing the same
+        # ports at the same moment (a probe only proves a port free until a pod binds).
+        self._cursor = start if start is not None else random.randrange(first, last)
         self._taken: set[int] = set()
 
     def allocate(self, count: int = 1) -> int:

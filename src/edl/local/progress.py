@@ -1,7 +1,8 @@
 """Reading the master's progress (pass, tasks, loss, samples/s) from etcd.
 
-The master publishes a JSON document at ``/edl/<namespace>/<job>/master/progress``
-about once a second (key layout: `edl.runtime.coordination`). The run reads it
+The master publishes a JSON document at ``/edl/<namespace>/<job>/state/master/progress``
+about once a second (key layout: `edl.runtime.coordination`; a test pins the two
+together). The run reads it
 for its display and status file; while etcd or the key is not there, the last
 value is kept.
 
@@ -21,7 +22,7 @@ import urllib.request
 from typing import Any
 
 log = logging.getLogger(__name__)
-PROGRESS_SUFFIX = "master/progress"
+PROGRESS_SUFFIX = "state/master/progress"
 
 
 def progress_key(namespace: str, job: str) -> str:

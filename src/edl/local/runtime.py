@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import signal
 import subprocess
 import time
@@ -222,7 +223,8 @@ class ProcessPodRuntime:
                 log_path = self.run_dir / file_name
                 log_path.parent.mkdir(parents=True, exist_ok=True)
                 with open(log_path, "ab") as log:
-                    log.write(f"# edl local: {' '.join(spec.argv)}\n".encode())
+                    # one line (JSON escapes newlines), so a log reader can skip it
+                    log.write(f"# edl local: {json.dumps(spec.argv)}\n".encode())
                 env = {**spec.env, RUN_MARKER_ENV: str(self.run_dir)}
                 process = procs.spawn(spec.argv, env, self.cwd, log_path)
                 port, count = assigned.pop(spec.container, (0, 0))
