@@ -7,7 +7,7 @@ import signal
 import time
 from collections.abc import Callable
 
-from edl.coord import EtcdClient
+from edl.coord import EtcdClient, EtcdUnavailableError
 from edl.coord.embedded import EmbeddedEtcd
 
 TTL = 2
@@ -21,9 +21,12 @@ def client(etcd: EmbeddedEtcd, desired: int) -> EtcdClient:
 async def until(check: Callable[[], object], within: float, what: str) -> None:
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
-        result = check()
-        if asyncio.iscoroutine(result):
-            result = await result
+        try:
+            result = check()
+            if asyncio.iscoroutine(result):
+                result = await result
+        except EtcdUnavailableError:  # etcd still coming back
+            result = False
         if result:
             return
         await asyncio.sleep(0.05)
@@ -86,7 +89,7 @@ async def test_etcd_restart_short_and_long_without_duplicate_index(etcd: Embedde
         assert await a.register(7001, keep=True) == 0
         assert await b.register(7002, keep=True) == 1
         await etcd.arestart()
-        await until(a.list_pservers, 10, "etcd back")
+        await until(a.list_pservers, 30, "etcd back")
         expected = {0: "127.0.0.1:7001", 1: "127.0.0.1:7002"}
         assert await a.list_pservers() == expected
 
@@ -98,7 +101,13 @@ async def test_etcd_restart_short_and_long_without_duplicate_index(etcd: Embedde
         etcd._spawn()
         await asyncio.to_thread(etcd._wait_healthy)
         # etcd revives old leases on restart; keep=True revokes them and registers anew
-        await until(lambda: a.lease_valid() and b.lease_valid(), 20, "both re-registered")
+        await until(
+            lambda: (
+                a.index is not None and b.index is not None and a.lease_valid() and b.lease_valid()
+            ),
+            20,
+            "both re-registered",
+        )
         await until(lambda: len(registered) == 2, 5, "on_registered fired")
         listing = await a.list_pservers()
         assert sorted(listing) == [0, 1]

@@ -40,7 +40,7 @@ async def test_concurrent_registration_gets_distinct_indices(etcd: EmbeddedEtcd)
         listing = await clients[0].list_pservers()
         assert listing == {index: f"127.0.0.1:{7000 + i}" for i, index in enumerate(indices)}
         assert await clients[0].desired_pservers() == n
-        assert all(c.lease_valid() for c in clients)
+        assert all(c.lease_valid() and c.is_registered() for c in clients)
         # registering again while registered is idempotent
         assert await clients[0].register(7000) == indices[0]
     finally:

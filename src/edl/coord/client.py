@@ -86,6 +86,14 @@ class EtcdClient:
         """True while this process's lease is certainly alive: guard every request with it."""
         return self._lease is not None and self._lease.valid()
 
+    def is_registered(self) -> bool:
+        """True while this process holds a pserver index under a certainly-alive lease.
+
+        Stricter than ``lease_valid()``: false during a re-registration, between the
+        new lease's grant and the claim of an index.
+        """
+        return self.index is not None and self.lease_valid()
+
     def on_lease_lost(self, callback: Callable[[str], None]) -> None:
         """Call ``callback(reason)`` (in the event loop) whenever the lease is lost."""
         self._callbacks.append(callback)
