@@ -24,7 +24,7 @@ train_set = TensorDataset(x_train, y_train)
 model = torch.nn.Sequential(
     torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10)
 )
-job = edl.connect(model, "adam", lr=0.003)
+job = edl.connect(model, "adam", lr=0.001)
 
 for images, labels in job.batches(train_set, batch_size=32):
     job.step(F.cross_entropy(model(images), labels))

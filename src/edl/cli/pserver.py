@@ -17,8 +17,11 @@ from edl.cli._runtime_common import common_options, fail, load_config
               help="seconds between checkpoints (EDL_CHECKPOINT_INTERVAL)")
 def pserver(**overrides: object) -> None:
     """Run a pserver: register for an index, restore its checkpoint, serve its shard."""
+    import torch
+
     from edl.runtime.pserver.main import serve
 
+    torch.set_num_threads(1)  # updates are small and many trainers share the cores
     config = load_config("pserver", **overrides)
     try:
         asyncio.run(serve(config))

@@ -87,9 +87,5 @@ class PServerService(pb_grpc.PServerServicer):
         return await self._params()
 
     async def _params(self) -> pb.ParamsReply:
-        version, params = await asyncio.to_thread(self.shard.read)
-        return pb.ParamsReply(
-            initialized=True,
-            version=version,
-            params=[tensors.encode(k, v) for k, v in params.items()],
-        )
+        version, params = await asyncio.to_thread(self.shard.read_into, tensors.encode)
+        return pb.ParamsReply(initialized=True, version=version, params=params)

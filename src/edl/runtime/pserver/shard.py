@@ -10,12 +10,16 @@ re-initialised by whichever trainer notices first.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 import torch
 
 from edl.runtime.pserver.optim import OptimizerConfig, make_optimizer
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -82,6 +86,11 @@ class Shard:
         """(version, copy of every block) taken atomically."""
         with self._lock:
             return self.version, {k: v.numpy().copy() for k, v in self.params.items()}
+
+    def read_into(self, encode: Callable[[str, np.ndarray], T]) -> tuple[int, list[T]]:
+        """(version, encode(id, block) for every block), one copy, taken atomically."""
+        with self._lock:
+            return self.version, [encode(k, v.numpy()) for k, v in self.params.items()]
 
     def snapshot(self) -> ShardSnapshot:
         with self._lock:

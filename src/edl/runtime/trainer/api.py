@@ -23,7 +23,7 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -99,6 +99,7 @@ class Job:
         config: RuntimeConfig,
         block_size: int = DEFAULT_BLOCK_SIZE,
         handle_sigterm: bool = True,
+        pipeline: bool = True,
     ) -> None:
         make_optimizer(optimizer)  # validate early, with the field named
         self.model = model
@@ -110,6 +111,8 @@ class Job:
         self.master = master_client(resolver)
         self.pservers = [pserver_client(resolver, i) for i in range(config.pservers)]
         self._pool = ThreadPoolExecutor(max_workers=config.pservers, thread_name_prefix="push")
+        self.pipeline = pipeline
+        self._inflight: list[Future[pb.ParamsReply]] = []
         self._task: pb.Task | None = None
         self._stop = threading.Event()
         self._terminating = threading.Lock()
@@ -162,20 +165,39 @@ class Job:
                 self._report("FailTask", task, error=f"{type(error).__name__}: {error}")
                 self._task = None
                 raise
+            self.flush()  # every update of this task is applied before it counts as done
             loss = float(np.mean(self._task_loss)) if self._task_loss else math.nan
             self._report("FinishTask", task, samples=task.end - task.begin, loss=loss)
             self._task = None
 
     def step(self, loss: torch.Tensor) -> None:
-        """Backpropagate `loss`, push gradients, load the pservers' updated parameters."""
+        """Backpropagate `loss`, push gradients, load the pservers' updated parameters.
+
+        Pipelined: this step's gradients are copied out and sent in the
+        background while the caller computes the next batch; the parameters
+        they bring back are loaded at the next step (one step of staleness,
+        as asynchronous SGD has anyway). `pipeline=False` waits instead.
+        """
         self.model.zero_grad(set_to_none=True)
         loss.backward()
         self.last_loss = float(loss.detach())
         self._task_loss.append(self.last_loss)
-        futures = [self._pool.submit(self._push, i) for i in range(len(self.pservers))]
-        for f in futures:
-            f.result()
+        requests = [
+            pb.PushRequest(grads=self.layout.grads(i), pull=True) for i in range(len(self.pservers))
+        ]
+        self.flush()
+        self._inflight = [
+            self._pool.submit(self._push, i, request) for i, request in enumerate(requests)
+        ]
+        if not self.pipeline:
+            self.flush()
         self.steps += 1
+
+    def flush(self) -> None:
+        """Wait for the pushes in flight and load the parameters they returned."""
+        inflight, self._inflight = self._inflight, []
+        for shard, future in enumerate(inflight):
+            self.layout.load(shard, future.result())
 
     def report(self, **metrics: float) -> None:
         """Publish metrics (e.g. accuracy) in the master's progress."""
@@ -184,9 +206,12 @@ class Job:
 
     def sync(self) -> None:
         """Load the current parameters from every pserver (e.g. before evaluating)."""
+        self.flush()
         self._pull_all(init=False)
 
     def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.flush()
         self._stop.set()
         for client in [self.master, *self.pservers]:
             client.stopping.set()
@@ -200,13 +225,12 @@ class Job:
         self.close()
 
     # ---- internals ----
-    def _push(self, shard: int) -> None:
+    def _push(self, shard: int, request: pb.PushRequest) -> pb.ParamsReply:
         client = self.pservers[shard]
         while True:
-            reply = client.call("Push", pb.PushRequest(grads=self.layout.grads(shard), pull=True))
+            reply = client.call("Push", request)
             if reply.initialized:
-                self.layout.load(shard, reply)
-                return
+                return reply
             self._init_shard(shard, client)
 
     def _init_shard(self, shard: int, client: Reconnecting) -> None:
@@ -279,6 +303,7 @@ def connect(
     lr: float = 0.01,
     resolver: Resolver | None = None,
     config: RuntimeConfig | None = None,
+    pipeline: bool = True,
     **optimizer_options: float,
 ) -> Job:
     """Join the job described by the EDL_* environment with this model."""
@@ -289,4 +314,4 @@ def connect(
         from edl.runtime.coordination import EtcdResolver
 
         resolver = EtcdResolver.start(config)
-    return Job(model, optimizer, resolver, config)
+    return Job(model, optimizer, resolver, config, pipeline=pipeline)
