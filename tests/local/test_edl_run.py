@@ -62,6 +62,13 @@ def test_ctrl_c_stops_everything_and_leaves_no_process(tmp_path: Path) -> None:
         )
         below = descendants(proc.pid)
         assert len(below) >= 5, "etcd, master, 2 pservers and trainers should be running"
+        shown = subprocess.run(
+            [EDL, "status", "digits", "--runs-dir", str(tmp_path / "runs"), "--plain"],
+            capture_output=True, text=True, timeout=60,
+        )
+        assert shown.returncode == 0, shown.stderr
+        assert re.match(r"digits: Running, pass \d+/10000, tasks \d+/\d+, trainers \d/\d",
+                        shown.stdout), shown.stdout
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
     finally:

@@ -137,7 +137,7 @@ class LiveDisplay:
         self.line_every_s = line_every_s
         self._live: Any = None
         self._last_line = ""
-        self._last_line_at = 0.0
+        self._last_line_at = float("-inf")
 
     def __enter__(self) -> LiveDisplay:
         if not self.plain:

@@ -1,40 +1,18 @@
 """Assemble a `RunSnapshot` from what the run observes (pure).
 
-Inputs are plain data read elsewhere: the TrainingJob's status, the trainer
-Job's spec, the pod counts, the runtime's pod records and the master's
-progress (JSON published in etcd). Keeping this pure keeps the monitor loop
+Inputs are plain data read elsewhere: the trainer counts of the control plane
+and the master's progress (JSON published in etcd). Keeping this pure keeps the monitor loop
 thin and lets tests check the figures without a cluster.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from edl.local.status import PodLine, RunSnapshot
-
-
-def pod_lines(records: Iterable[Any], phases: Mapping[str, str]) -> list[PodLine]:
-    """One line per pod the runtime started, with the control plane's phase if known."""
-    lines = []
-    for r in records:
-        if r.exit_code is None:
-            phase = phases.get(r.name, "Running" if r.pids else "Pending")
-        else:
-            phase = "Succeeded" if r.exit_code == 0 else "Failed"
-        lines.append(
-            PodLine(
-                name=r.name,
-                role=r.role,
-                phase=phase,
-                pid=r.pids[0] if r.pids else None,
-                exit_code=r.exit_code,
-                message=r.message.splitlines()[-1] if r.message else "",
-            )
-        )
-    return lines
+from edl.local.status import RunSnapshot
 
 
 def apply_progress(s: RunSnapshot, progress: Mapping[str, Any] | None) -> RunSnapshot:

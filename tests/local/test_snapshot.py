@@ -1,0 +1,50 @@
+"""Folding what the run observes into a snapshot, and the plain (non-terminal) display."""
+
+from __future__ import annotations
+
+from edl.local.display import LiveDisplay
+from edl.local.snapshot import apply_progress, apply_trainers, touch
+from edl.local.status import RunSnapshot
+
+PROGRESS = {
+    "pass": 3, "passes": 15, "finished": False, "tasks_total": 12, "tasks_done": 5,
+    "tasks_failed": 0, "redispatches": 2, "last_loss": 0.25, "samples_per_s": 1234.5,
+    "metrics": {"accuracy": 0.9},
+}
+
+
+def test_progress_fills_the_figures() -> None:
+    s = apply_progress(RunSnapshot(job="digits"), PROGRESS)
+    assert (s.pass_index, s.passes, s.tasks_done, s.tasks_total) == (3, 15, 5, 12)
+    assert (s.loss, s.samples_per_s, s.accuracy, s.redispatched) == (0.25, 1234.5, 0.9, 2)
+
+
+def test_finished_job_shows_its_last_pass_complete() -> None:
+    done = {**PROGRESS, "pass": 15, "finished": True, "tasks_done": 0}
+    s = apply_progress(RunSnapshot(job="digits"), done)
+    assert s.pass_index == 14 and s.tasks_done == s.tasks_total == 12
+
+
+def test_missing_or_garbled_progress_keeps_what_was_known() -> None:
+    before = apply_progress(RunSnapshot(job="digits"), PROGRESS)
+    assert apply_progress(before, None) == before
+    after = apply_progress(before, {"tasks_done": "many", "last_loss": None})
+    assert after.tasks_done == 5 and after.loss == 0.25
+
+
+def test_trainer_counts() -> None:
+    s = apply_trainers(RunSnapshot(job="d"), running=2, desired=3, minimum=1, maximum=3)
+    assert (s.trainers_running, s.trainers_desired, s.trainers_min, s.trainers_max) == (2, 3, 1, 3)
+
+
+def test_plain_display_prints_changes_and_the_final_line(capsys) -> None:  # type: ignore[no-untyped-def]
+    display = LiveDisplay(plain=True, line_every_s=3600)
+    s = apply_progress(RunSnapshot(job="digits", state="Running"), PROGRESS)
+    with display:
+        display.update(s)
+        display.update(touch(s))  # same figures: nothing new to say
+        display.update(touch(s, "Succeeded", "trainers finished"))
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith("digits: Running, pass 4/15, tasks 5/12")
+    assert lines[1].startswith("digits: Succeeded") and "trainers finished" in lines[1]
