@@ -201,6 +201,7 @@ def test_progress_reports_trainers_and_departures() -> None:
     assert p["tasks_done"] == 1 and p["tasks_total"] == 5 and p["last_loss"] == 0.5
     assert p["trainers"]["a"]["alive"] and not p["trainers"]["b"]["alive"]
     assert p["trainers_alive"] == 1
+    assert q.reap(5.0) == ([], [])  # a departed trainer is reported lost once
 
 
 def test_asking_again_releases_a_task_whose_reply_was_lost() -> None:

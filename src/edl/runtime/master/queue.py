@@ -268,7 +268,11 @@ class TaskQueue:
     def reap(self, now: float) -> tuple[list[str], list[int]]:
         """Periodic check: trainers silent past the TTL lose their tasks; tasks
         pending past the adaptive timeout fail. Returns (lost trainers, timed-out ids)."""
-        lost = [name for name, s in self.trainers.items() if now - s.last_seen > self.trainer_ttl]
+        lost = [
+            name
+            for name, s in self.trainers.items()
+            if not s.gone and now - s.last_seen > self.trainer_ttl
+        ]
         for name in lost:
             self.forget_trainer(name, now)
         limit = self.current_timeout()
