@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from edl.coord.errors import EtcdConfigError, EtcdUnavailableError
+from edl.coord.errors import EtcdConfigError, EtcdRequestError, EtcdUnavailableError
 from edl.coord.transport import EtcdTransport
 
 log = logging.getLogger(__name__)
@@ -121,11 +121,11 @@ class KeptLease:
                 granted = await self.transport.keepalive_once(
                     self.id, timeout=max(0.05, min(interval, self.deadline - sent))
                 )
-            except EtcdUnavailableError:
-                granted = -1  # unknown: keep the old deadline, retry soon
-            except Exception as error:  # etcd refused: treat as gone
-                self._declare_lost(f"etcd refused keep-alive: {error}")
-                return
+            except (EtcdUnavailableError, EtcdRequestError) as error:
+                # Unknown: keep the old deadline and retry soon; only etcd's TTL 0
+                # or the deadline itself ends the lease.
+                log.debug("keep-alive of lease %x failed: %s", self.id, error)
+                granted = -1
             if self._closed:
                 return
             if granted == 0:

@@ -27,12 +27,18 @@ _CHANNEL_OPTIONS: list[tuple[str, Any]] = [
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
-    ("grpc.keepalive_time_ms", 5000),
+    # Pings find a dead etcd under a long watch; etcd allows one per 5 s, and only
+    # while a stream is open (so no pings without calls, or etcd sends GOAWAY).
+    ("grpc.keepalive_time_ms", 10000),
     ("grpc.keepalive_timeout_ms", 5000),
-    ("grpc.keepalive_permit_without_calls", 1),
-    ("grpc.http2.max_pings_without_data", 0),
+    ("grpc.keepalive_permit_without_calls", 0),
 ]
-_RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
+# CANCELLED comes from a channel closed under a call (fail-over), not from etcd.
+_RETRYABLE = {
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.CANCELLED,
+}
 
 
 def _is_unavailable(error: grpc.aio.AioRpcError) -> bool:
@@ -46,6 +52,7 @@ class EtcdTransport:
         self.endpoints: list[Endpoint] = parse_endpoints(endpoints)
         self._current = 0
         self._channel: grpc.aio.Channel | None = None
+        self._retired: list[grpc.aio.Channel] = []
         self._closed = False
 
     @property
@@ -65,19 +72,25 @@ class EtcdTransport:
         return self._channel
 
     async def _rotate(self) -> None:
-        """Move to the next endpoint (only when there is more than one)."""
+        """Move to the next endpoint (only when there is more than one).
+
+        The old channel is closed only in ``close()``: closing it now would cancel
+        other calls still running on it (a lease renewal, a watch).
+        """
         if len(self.endpoints) < 2:
             return
         channel, self._channel = self._channel, None
         self._current = (self._current + 1) % len(self.endpoints)
         if channel is not None:
-            await channel.close()
+            self._retired.append(channel)
 
     async def close(self) -> None:
         self._closed = True
-        channel, self._channel = self._channel, None
-        if channel is not None:
-            await channel.close()
+        channels = [self._channel, *self._retired]
+        self._channel, self._retired = None, []
+        for channel in channels:
+            if channel is not None:
+                await channel.close()
 
     # -- unary calls ---------------------------------------------------------
     async def call(
