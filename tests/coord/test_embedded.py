@@ -124,3 +124,17 @@ def test_cli_check_and_foreground_server() -> None:
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_cli_busy_port_is_one_readable_line() -> None:
+    with EmbeddedEtcd() as first:
+        result = subprocess.run(
+            [sys.executable, "-m", "edl.cli.main", "etcd", "--client-port", str(first.client_port)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"edl etcd: etcd port(s) [{first.client_port}] on 127.0.0.1 already in use"
+    ]

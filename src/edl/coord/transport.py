@@ -11,7 +11,6 @@ and errors mapped to ``edl.coord.errors``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -239,6 +238,3 @@ def op_get(key: bytes, *, prefix: bool = False) -> Any:
 def op_delete(key: bytes) -> Any:
     return rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=key))
 
-
-def suppress_unavailable() -> contextlib.AbstractContextManager[None]:
-    return contextlib.suppress(EtcdUnavailableError)
