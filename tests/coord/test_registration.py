@@ -124,3 +124,22 @@ async def test_register_waits_for_a_free_index(etcd: EmbeddedEtcd) -> None:
     finally:
         await holder.shutdown()
         await waiter.shutdown()
+
+
+async def test_cancelled_registration_leaves_no_claim(etcd: EmbeddedEtcd) -> None:
+    """A register() cancelled mid-way (owner stopping) must not keep an index alive."""
+    holder, cancelled, later = client(etcd, 1), client(etcd, 1), client(etcd, 1)
+    try:
+        await holder.register(7001)
+        attempt = asyncio.create_task(cancelled.register(7002, timeout=None))
+        await asyncio.sleep(0.5)  # it is waiting for the only index
+        attempt.cancel()
+        await asyncio.gather(attempt, return_exceptions=True)
+        await holder.shutdown()
+        # the cancelled client never claims the freed index behind our back
+        assert await later.register(7003, timeout=10) == 0
+        await asyncio.sleep(0.5)
+        assert await later.list_pservers() == {0: "127.0.0.1:7003"}
+    finally:
+        for c in (holder, cancelled, later):
+            await c.shutdown()

@@ -176,8 +176,11 @@ class EtcdClient:
             try:
                 async with asyncio.timeout(timeout):
                     index = await self._register_until_done(f"{self.host}:{port}", problem)
-            except TimeoutError:
+            except asyncio.CancelledError:
                 self._discard_lease()  # a txn cut short may have claimed a key with it
+                raise
+            except TimeoutError:
+                self._discard_lease()
                 if problem[0].startswith("all "):
                     raise IndexUnavailableError(
                         f"register: {problem[0]} after {timeout} s"

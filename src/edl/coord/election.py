@@ -103,7 +103,8 @@ class Election:
         timeout = self.client.dial_timeout
         if self._lease is None or not self._lease.valid():
             if self._lease is not None:
-                self._lease.abandon()
+                # etcd revives leases when it restarts: free a lock we may still hold
+                await self._lease.revoke(timeout)
             self._lease = await KeptLease.grant(
                 self.transport, self.client.ttl, timeout, [self._on_lease_lost]
             )
