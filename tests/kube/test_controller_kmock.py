@@ -116,7 +116,7 @@ async def controller(emulator: Any, cluster_nodes: None) -> AsyncIterator[Contro
         yield process
     finally:
         process.stop.set()
-        await asyncio.wait_for(task, 60)
+        await asyncio.wait_for(task, 120)
 
 
 async def create_job(api: AsyncClient, job: dict[str, Any]) -> None:
