@@ -1,0 +1,77 @@
+"""`edl crd` / `edl controller` command lines, and the pure status and event builders."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+from click.testing import CliRunner
+
+from edl.accounting import ClusterResource
+from edl.cli.main import cli
+from edl.kube.crd import build_crd
+from edl.kube.events import describe_load, scale_event
+from edl.kube.status import kube_status, status_patch
+
+EDL = str(Path(sys.executable).with_name("edl"))
+
+
+def test_edl_crd_prints_the_generated_crd_as_yaml_and_json() -> None:
+    runner = CliRunner()
+    as_yaml = runner.invoke(cli, ["crd"])
+    as_json = runner.invoke(cli, ["crd", "-o", "json"])
+    assert as_yaml.exit_code == as_json.exit_code == 0
+    assert yaml.safe_load(as_yaml.output) == build_crd() == json.loads(as_json.output)
+
+
+def test_edl_controller_rejects_bad_options_in_one_line() -> None:
+    for args in (["--listen", "nowhere"], ["--policy", "nope"],
+                 ["--retry-period", "5", "--renew-deadline", "2"]):
+        result = subprocess.run([EDL, "controller", *args], capture_output=True, text=True,
+                                timeout=120)
+        assert result.returncode == 2, result
+        assert "Traceback" not in result.stderr
+        assert result.stderr.strip().splitlines()[-1].startswith("Error: ")
+
+
+def test_status_conditions_keep_their_transition_time() -> None:
+    first = kube_status({"state": "Created", "message": "waiting",
+                         "trainers": {"desired": 3, "running": 0, "pending": 3}},
+                        None, generation=1, now="2026-01-01T00:00:00Z")
+    assert first["replicas"] == 3 and first["observedGeneration"] == 1
+    conditions = {c["type"]: c for c in first["conditions"]}
+    assert (conditions["Scaling"]["status"], conditions["Scaling"]["reason"]) == ("True",
+                                                                                  "ScalingUp")
+    second = kube_status({"state": "Running", "message": "3 of 3 running",
+                          "trainers": {"desired": 3, "running": 3, "pending": 0}},
+                         first, generation=1, now="2026-01-01T00:01:00Z")
+    by_type = {c["type"]: c for c in second["conditions"]}
+    assert by_type["Ready"]["status"] == "True"
+    assert by_type["Ready"]["lastTransitionTime"] == "2026-01-01T00:01:00Z"  # changed
+    assert by_type["Failed"]["lastTransitionTime"] == "2026-01-01T00:00:00Z"  # unchanged
+    assert by_type["Scaling"]["reason"] == "Stable"
+
+
+def test_failed_status_and_its_patch_clear_stale_counts() -> None:
+    failed = kube_status({"state": "Failed", "message": "spec.port: must be <= 65535"},
+                         None, generation=2)
+    assert {c["type"]: c["reason"] for c in failed["conditions"]}["Failed"] == "InvalidSpec"
+    patch = status_patch(failed)["status"]
+    assert patch["trainers"] is None and patch["replicas"] is None  # removed by merge patch
+    assert patch["state"] == "Failed"
+
+
+def test_scale_event_explains_the_decision() -> None:
+    resources = ClusterResource(cpu_request_milli=3000, cpu_total_milli=4000,
+                                memory_request_mega=1000, memory_total_mega=8000)
+    event = scale_event("ns", "job", "uid-1", before=4, after=2, reason="make room",
+                        resources=resources, max_load_desired=0.9)
+    assert event["reason"] == "ScaledDown"
+    assert event["message"] == ("trainers 4 -> 2: make room; cluster load cpu 0.75, "
+                                "memory 0.12 vs max_load_desired 0.90")
+    assert event["involvedObject"] == {"apiVersion": "edl.dev/v1", "kind": "TrainingJob",
+                                       "namespace": "ns", "name": "job", "uid": "uid-1"}
+    assert describe_load(None, 0.97).startswith("cluster load unknown")
