@@ -84,6 +84,25 @@ def test_ctrl_c_stops_everything_and_leaves_no_process(tmp_path: Path) -> None:
     assert read_snapshot(run_dir).state == "Stopped"
 
 
+def test_sigkilled_edl_run_takes_its_pods_and_etcd_along(tmp_path: Path) -> None:
+    """PR_SET_PDEATHSIG: even with no chance to clean up, nothing of the run survives."""
+    job = digits_job(tmp_path, passes=10_000)
+    proc = start_edl_run(tmp_path, job)
+    try:
+        run_dir = wait_for(lambda: run_dir_of(tmp_path), 60, "the run directory")
+        wait_for(lambda: (read_snapshot(run_dir).tasks_done or 0) > 0, 120, "training")
+        below = descendants(proc.pid)
+        assert len(below) >= 5
+        proc.kill()
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    wait_for(lambda: not [p for p in below if alive(p)], 30, "every child to die with its parent")
+    assert procs.pids_with_env(RUN_MARKER_ENV, str(run_dir)) == []
+
+
 def test_script_that_crashes_at_once_fails_the_job_with_its_error(tmp_path: Path) -> None:
     workspace = tmp_path / "ws"
     workspace.mkdir()

@@ -14,8 +14,13 @@ import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:
+    from edl.api.trainingjob import TrainingJob
+    from edl.local.run import LocalRun, RunOptions
 
 EXIT_FAILED, EXIT_BAD_JOB, EXIT_STOPPED = 1, 2, 130
 
@@ -38,6 +43,31 @@ def parse_reservation(text: str) -> Reservation:
     if reservation.end_s is not None and reservation.end_s <= reservation.start_s:
         raise click.BadParameter(f"{text!r}: END must come after START")
     return reservation
+
+
+def option_problems(
+    cpu: str | None, memory: str | None, policy: str, reserve: list[Reservation]
+) -> list[str]:
+    """Every bad option value, named, before anything starts."""
+    from edl.api.quantity import QuantityError, cpu_milli, memory_mega
+    from edl.policy import get_policy
+
+    problems = []
+    checks = [(cpu, "--cpu", cpu_milli), (memory, "--memory", memory_mega)]
+    checks += [(r.cpu, f"--reserve[{i}]", cpu_milli) for i, r in enumerate(reserve)]
+    for value, option, parse in checks:
+        if value is None:
+            continue
+        try:
+            if parse(value, option) <= 0:
+                problems.append(f"{option}: must be positive, got {value!r}")
+        except QuantityError as error:
+            problems.append(str(error))
+    try:
+        get_policy(policy)
+    except ValueError as error:
+        problems.append(f"--policy: {error}")
+    return problems
 
 
 @click.command("run")
@@ -79,6 +109,11 @@ def run(
     from edl.local.run import RunOptions
 
     reserve = [parse_reservation(r) for r in reservations]
+    problems = option_problems(cpu, memory, policy, reserve)
+    for problem in problems:
+        click.echo(f"edl run: {problem}", err=True)
+    if problems:
+        sys.exit(EXIT_BAD_JOB)
     try:
         job = load_trainingjob(job_file)
         options = RunOptions(
@@ -97,12 +132,14 @@ def run(
     sys.exit(code)
 
 
-async def _run(job: object, options: object, reserve: list[Reservation], plain: bool) -> int:
+async def _run(
+    job: TrainingJob, options: RunOptions, reserve: list[Reservation], plain: bool
+) -> int:
     from edl.local.display import LiveDisplay
     from edl.local.run import SUCCEEDED, LocalRun, RunResult
 
     display = LiveDisplay(plain=True if plain else None)
-    local = LocalRun(job, options, on_update=display.update)  # type: ignore[arg-type]
+    local = LocalRun(job, options, on_update=display.update)
     _log_to(local.run_dir / "edl-run.log")
     loop = asyncio.get_running_loop()
     interrupts = 0
@@ -150,11 +187,8 @@ def _log_to(path: Path) -> None:
     root.setLevel(logging.INFO)
 
 
-async def _hold(local: object, reservation: Reservation, index: int) -> None:
+async def _hold(local: LocalRun, reservation: Reservation, index: int) -> None:
     """Take the reservation at its start time and give it back at its end."""
-    from edl.local.run import LocalRun
-
-    assert isinstance(local, LocalRun)
     name = f"reserved-{index}"
     await asyncio.sleep(reservation.start_s)
     local.reserve(name, reservation.cpu)
