@@ -108,3 +108,31 @@ def test_local_node_is_this_machine_or_as_configured() -> None:
     assert int(alloc["memory"]) == machine_memory_bytes() > 0
     virtual = local_node(cpu="8", memory="16Gi")["status"]["allocatable"]
     assert virtual["cpu"] == "8" and virtual["memory"] == "16Gi"
+
+
+def test_edl_status_watch_follows_until_the_run_ends(tmp_path: Path) -> None:
+    import threading
+
+    run = new_run_dir(tmp_path, "digits")
+    write_snapshot(run, snapshot(pid=os.getpid()))
+    finish = threading.Timer(
+        1.5, lambda: write_snapshot(run, snapshot(state="Succeeded", tasks_done=20, pass_index=2))
+    )
+    finish.start()
+    try:
+        result = CliRunner().invoke(status, ["--runs-dir", str(tmp_path), "--watch", "--plain"])
+    finally:
+        finish.cancel()
+    assert result.exit_code == 0, result.output
+    lines = result.output.strip().splitlines()
+    assert lines[0].startswith("digits: Running, pass 2/3, tasks 7/20")
+    assert lines[-1].startswith("digits: Succeeded, pass 3/3, tasks 20/20")
+
+
+def test_edl_status_of_a_run_whose_edl_run_died_is_stale(tmp_path: Path) -> None:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    write_snapshot(new_run_dir(tmp_path, "digits"), snapshot(pid=dead.pid))
+    result = CliRunner().invoke(status, ["--runs-dir", str(tmp_path), "--watch", "--plain"])
+    assert result.exit_code == 1
+    assert result.output.startswith("digits: Stale")

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import click
 
-from edl.local.status import effective_state, find_runs, read_snapshot
+from edl.local.status import RunSnapshot, effective_state, find_runs, read_snapshot
+
+ACTIVE = ("Starting", "Running", "Stopping")
 
 
 @click.command("status")
@@ -45,18 +47,43 @@ def status(job: str | None, runs_dir: Path, watch: bool, plain: bool) -> None:
         click.echo(f"edl status: {error}", err=True)
         sys.exit(1)
     console = Console()
-    if plain:
-        click.echo(summary_line(snapshot, effective_state(snapshot)))
-    elif not watch:
-        console.print(render(snapshot, effective_state(snapshot)))
+    if not watch:
+        if plain:
+            click.echo(summary_line(snapshot, effective_state(snapshot)))
+        else:
+            console.print(render(snapshot, effective_state(snapshot)))
+    elif plain:
+        snapshot = _follow_lines(run_dir, snapshot)
     else:
         with Live(render(snapshot, effective_state(snapshot)), console=console) as live:
-            while effective_state(snapshot) in ("Starting", "Running", "Stopping"):
+            while effective_state(snapshot) in ACTIVE:
                 time.sleep(1)
-                try:
-                    snapshot = read_snapshot(run_dir)
-                except ValueError:
-                    continue
+                snapshot = _reread(run_dir, snapshot)
                 live.update(render(snapshot, effective_state(snapshot)))
     state = effective_state(snapshot)
     sys.exit(1 if state in ("Failed", "Stale") else 0)
+
+
+def _reread(run_dir: Path, previous: RunSnapshot) -> RunSnapshot:
+    """The newest snapshot; the previous one if the file is being replaced right now."""
+    try:
+        return read_snapshot(run_dir)
+    except ValueError:
+        return previous
+
+
+def _follow_lines(run_dir: Path, snapshot: RunSnapshot) -> RunSnapshot:
+    """--watch --plain: a summary line whenever the figures change, until the run ends."""
+    from edl.local.display import summary_line
+
+    last = ""
+    while True:
+        state = effective_state(snapshot)
+        line = summary_line(snapshot, state)
+        if line.rsplit(", ", 1)[0] != last.rsplit(", ", 1)[0]:
+            click.echo(line)
+            last = line
+        if state not in ACTIVE:
+            return snapshot
+        time.sleep(1)
+        snapshot = _reread(run_dir, snapshot)
