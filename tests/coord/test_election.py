@@ -146,3 +146,26 @@ async def test_campaign_timeout(etcd: EmbeddedEtcd) -> None:
         await b.resign()
         await a_client.shutdown()
         await b_client.shutdown()
+
+
+async def test_leader_through_an_etcd_outage(etcd: EmbeddedEtcd) -> None:
+    """etcd down longer than the TTL: the leader learns it lost the lock, campaigns
+    again once etcd is back, and its old fencing token no longer writes."""
+    leader_client = client(etcd)
+    leader = Election(leader_client, "a:1")
+    try:
+        old_token = await leader.campaign(timeout=10)
+        await etcd.adown()
+        await asyncio.wait_for(leader.lost.wait(), TTL + 5)
+        assert not leader.is_leader()
+        with pytest.raises(NotLeaderError):
+            await leader.store.put("x", b"1")
+        await etcd.aup()
+        new_token = await leader.campaign(timeout=30)
+        assert new_token > old_token and leader.is_leader()
+        await leader.store.put("x", b"2")
+        assert await leader.store.get("x") == b"2"
+        assert await leader.leader() == "a:1"
+    finally:
+        await leader.resign()
+        await leader_client.shutdown()

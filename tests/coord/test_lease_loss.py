@@ -94,12 +94,11 @@ async def test_etcd_restart_short_and_long_without_duplicate_index(etcd: Embedde
         assert await a.list_pservers() == expected
 
         # a long outage: both leases are declared lost locally while etcd is down
-        await asyncio.to_thread(etcd._terminate)
+        await etcd.adown()
         await asyncio.wait_for(a.wait_lease_lost(), TTL + 5)
         assert not a.lease_valid()
         await asyncio.sleep(1.0)
-        etcd._spawn()
-        await asyncio.to_thread(etcd._wait_healthy)
+        await etcd.aup()
         # etcd revives old leases on restart; keep=True revokes them and registers anew
         await until(
             lambda: (

@@ -229,6 +229,15 @@ class EmbeddedEtcd:
         self._spawn()
         self._wait_healthy()
 
+    def down(self) -> None:
+        """Stop the server but keep ports and data, for an outage of any length."""
+        self._terminate()
+
+    def up(self) -> None:
+        """Start the server again after ``down()`` (same ports, same data)."""
+        self._spawn()
+        self._wait_healthy()
+
     def kill(self, sig: int = signal.SIGKILL) -> None:
         """Send a signal to the server (chaos tests: SIGKILL, SIGSTOP, SIGCONT)."""
         if self._proc is not None and self._proc.poll() is None:
@@ -247,6 +256,13 @@ class EmbeddedEtcd:
 
     async def astop(self) -> None:
         await asyncio.to_thread(self.stop)
+
+    async def adown(self) -> None:
+        await asyncio.to_thread(self._terminate)
+
+    async def aup(self) -> None:
+        self._spawn()  # from the loop thread: PDEATHSIG follows the spawning thread
+        await asyncio.to_thread(self._wait_healthy)
 
     async def arestart(self) -> None:
         await asyncio.to_thread(self._terminate)
