@@ -87,11 +87,12 @@ class KubeCluster:
         # Watch streams get their own connection pool: cancelling a stream must never
         # leave the pool that serves ordinary requests (status, scaling, leases) stuck.
         watch_client = watch_client or client
-        self.namespace = namespace  # None: every namespace
+        self.namespace = namespace  # TrainingJobs of this namespace only; None: every namespace
         self.state = ClusterState()
         self.events = events or EventRecorder(client)
-        scope = namespace or "*"
-        self.pod_reflector = Reflector(watch_client, Pod, PodStore(self.state), namespace=scope)
+        # Pods of every namespace: they all take node room, even when only one
+        # namespace's TrainingJobs are managed (`namespace` limits kopf, not accounting).
+        self.pod_reflector = Reflector(watch_client, Pod, PodStore(self.state), namespace="*")
         self.node_reflector = Reflector(watch_client, Node, NodeStore(self.state), namespace=None)
         self._tasks: list[asyncio.Task[None]] = []
         self._handlers: list[TrainingJobHandler] = []
