@@ -146,6 +146,7 @@ def test_cel_rule_min_le_max_is_present() -> None:
 
 @pytest.mark.parametrize("path", [
     "deploy/example-trainingjob.yaml", "examples/jobs/mnist.yaml",
+    "examples/digits/job.yaml", "examples/diabetes/job.yaml",
 ])
 def test_examples_are_admitted(path: str) -> None:
     assert admit(load(path)) == []
@@ -213,6 +214,11 @@ def test_bad_jobs_are_rejected_naming_the_field(mutate: Any, where: str) -> None
     problems = admit(job)
     assert problems, "the schema admitted a bad job"
     assert any(p.startswith(where) for p in problems), problems
+
+
+def test_the_many_problems_example_is_rejected() -> None:
+    problems = admit(load("examples/jobs/invalid/many-problems.yaml"))
+    assert problems  # an empty entrypoint, min > max, a bad quantity, ...
 
 
 def test_defaults_are_filled() -> None:
