@@ -71,6 +71,6 @@ def controller(server: str | None, namespace: str | None, policy: str, max_load_
     except LeadershipLost as error:
         click.echo(f"edl controller: {error}; exiting so a fresh replica can stand by", err=True)
         sys.exit(1)
-    except OSError as error:
-        click.echo(f"edl controller: {error}", err=True)
+    except Exception as error:  # one readable line; the log above has the details
+        click.echo(f"edl controller: {type(error).__name__}: {error}", err=True)
         sys.exit(1)
