@@ -119,7 +119,8 @@ class KeptLease:
             sent = time.monotonic()
             try:
                 granted = await self.transport.keepalive_once(
-                    self.id, timeout=max(0.05, min(interval, self.deadline - sent))
+                    self.id,
+                    timeout=max(0.05, self.deadline - sent),  # a late answer still helps
                 )
             except (EtcdUnavailableError, EtcdRequestError) as error:
                 # Unknown: keep the old deadline and retry soon; only etcd's TTL 0

@@ -237,4 +237,3 @@ def op_get(key: bytes, *, prefix: bool = False) -> Any:
 
 def op_delete(key: bytes) -> Any:
     return rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=key))
-
