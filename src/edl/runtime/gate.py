@@ -13,8 +13,18 @@ from typing import Any
 import grpc
 
 
-def make_gate(base: type, methods: list[str], what: str) -> Any:
+def make_gate(base: type, methods: list[str], what: str, sync: bool = False) -> Any:
     """A `base` servicer whose `methods` forward to `.current` when it is set."""
+
+    def forward_sync(name: str):
+        def handler(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
+            current = self.current
+            if current is None or not current.serving:
+                context.abort(grpc.StatusCode.UNAVAILABLE, f"{what} not serving")
+            return getattr(current, name)(request, context)
+
+        handler.__name__ = name
+        return handler
 
     def forward(name: str):
         async def handler(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -26,7 +36,8 @@ def make_gate(base: type, methods: list[str], what: str) -> Any:
         handler.__name__ = name
         return handler
 
-    cls = type(f"{what.title()}Gate", (base,), {m: forward(m) for m in methods})
+    make = forward_sync if sync else forward
+    cls = type(f"{what.title()}Gate", (base,), {m: make(m) for m in methods})
     gate = cls()
     gate.current = None
     return gate

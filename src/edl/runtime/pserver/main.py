@@ -15,6 +15,7 @@ import logging
 import os
 import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
@@ -100,11 +101,11 @@ async def serve(config: RuntimeConfig, stop: asyncio.Event | None = None) -> Non
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
     client = await connect(config)
-    gate = make_gate(pb_grpc.PServerServicer, METHODS, "pserver")
-    server = grpc.aio.server(options=SERVER_OPTIONS)
+    gate = make_gate(pb_grpc.PServerServicer, METHODS, "pserver", sync=True)
+    server = grpc.server(ThreadPoolExecutor(max_workers=8), options=SERVER_OPTIONS)
     pb_grpc.add_PServerServicer_to_server(gate, server)
     port = server.add_insecure_port(f"{config.pod_ip}:{config.port}")
-    await server.start()
+    server.start()
     directory = Path(config.checkpoint_path)
     try:
         while not stop.is_set():
@@ -117,7 +118,7 @@ async def serve(config: RuntimeConfig, stop: asyncio.Event | None = None) -> Non
                 log.warning("pserver %d: etcd error %s; registering again", index, error)
     finally:
         gate.current = None
-        await server.stop(0.5)
+        server.stop(0.5)
         await client.shutdown()  # revokes the lease: our index frees at once
 
 
@@ -135,7 +136,7 @@ async def serve_shard(
     shard = Shard()
     ckpt = Checkpointer(client, shard, index, directory)
     await ckpt.restore()
-    service = PServerService(shard, index, client.lease_valid)
+    service = PServerService(shard, index, client.lease_valid)  # thread-safe
     gate.current = service
     saver = asyncio.create_task(ckpt.run(config.checkpoint_interval))
     waiters = [asyncio.create_task(e.wait()) for e in (client.lease_lost, stop)]

@@ -5,11 +5,14 @@ answered INVALID_ARGUMENT and change nothing; the server keeps serving.
 Once `serving` is cleared (lease lost, shutdown) every call is refused at
 once with UNAVAILABLE, so a partitioned pserver cannot diverge from the
 replacement that took its index.
+
+Handlers are synchronous, on a thread pool (grpc's sync server): for
+megabyte messages it costs a third of the CPU of grpc.aio, and the shard is
+thread-safe anyway.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 
 import grpc
@@ -51,41 +54,38 @@ class PServerService(pb_grpc.PServerServicer):
     def serving(self, value: bool) -> None:
         self._serving = value
 
-    async def _check(self, context: grpc.aio.ServicerContext) -> None:
+    def _check(self, context: grpc.ServicerContext) -> None:
         if not self.serving:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"pserver {self.index} not serving")
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"pserver {self.index} not serving")
 
-    async def Init(self, request: pb.InitRequest, context: grpc.aio.ServicerContext):
-        await self._check(context)
+    def Init(self, request: pb.InitRequest, context: grpc.ServicerContext) -> pb.Ack:
+        self._check(context)
         try:
             params = {t.id: tensors.decode(t) for t in request.params}
-            accepted = await asyncio.to_thread(
-                self.shard.init, params, optimizer_from_proto(request.optimizer)
-            )
+            accepted = self.shard.init(params, optimizer_from_proto(request.optimizer))
         except (ValueError, ShardError) as error:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
         return pb.Ack(accepted=accepted)
 
-    async def Push(self, request: pb.PushRequest, context: grpc.aio.ServicerContext):
-        await self._check(context)
+    def Push(self, request: pb.PushRequest, context: grpc.ServicerContext) -> pb.ParamsReply:
+        self._check(context)
         if not self.shard.initialized:
             return pb.ParamsReply(initialized=False)
         try:
-            grads = {t.id: tensors.decode(t) for t in request.grads}
-            await asyncio.to_thread(self.shard.apply, grads)
+            self.shard.apply({t.id: tensors.decode(t) for t in request.grads})
         except (ValueError, ShardError) as error:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
-        await self._check(context)
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+        self._check(context)
         if not request.pull:
             return pb.ParamsReply(initialized=True, version=self.shard.version)
-        return await self._params()
+        return self._params()
 
-    async def Pull(self, request: pb.PullRequest, context: grpc.aio.ServicerContext):
-        await self._check(context)
+    def Pull(self, request: pb.PullRequest, context: grpc.ServicerContext) -> pb.ParamsReply:
+        self._check(context)
         if not self.shard.initialized:
             return pb.ParamsReply(initialized=False)
-        return await self._params()
+        return self._params()
 
-    async def _params(self) -> pb.ParamsReply:
-        version, params = await asyncio.to_thread(self.shard.read_into, tensors.encode)
+    def _params(self) -> pb.ParamsReply:
+        version, params = self.shard.read_into(tensors.encode)
         return pb.ParamsReply(initialized=True, version=version, params=params)

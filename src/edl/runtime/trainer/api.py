@@ -31,6 +31,7 @@ import torch
 
 from edl.runtime import tensors
 from edl.runtime.config import RuntimeConfig, from_env
+from edl.runtime.malloc import tune_malloc
 from edl.runtime.proto import runtime_pb2 as pb
 from edl.runtime.pserver.optim import OptimizerConfig, make_optimizer
 from edl.runtime.pserver.partition import DEFAULT_BLOCK_SIZE, Block, partition
@@ -102,6 +103,7 @@ class Job:
         pipeline: bool = True,
     ) -> None:
         make_optimizer(optimizer)  # validate early, with the field named
+        tune_malloc()
         self.model = model
         self.optimizer = optimizer
         self.config = config
