@@ -141,3 +141,13 @@ def test_invalid_job_file_names_every_bad_field(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
     assert "spec.trainer" in result.stderr
     assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").iterdir())
+
+
+def test_timeout_fails_the_run_and_cleans_up(tmp_path: Path) -> None:
+    proc = start_edl_run(tmp_path, digits_job(tmp_path, passes=10_000), "--timeout", "4")
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, f"stdout:\n{out}\nstderr:\n{err}"
+    assert "digits Failed: did not finish within 4 s" in err
+    run_dir = run_dir_of(tmp_path)
+    assert run_dir is not None and read_snapshot(run_dir).state == "Failed"
+    assert procs.pids_with_env(RUN_MARKER_ENV, str(run_dir)) == []

@@ -191,8 +191,7 @@ class LocalRun:
         deadline = (
             self._started + self.options.timeout_s if self.options.timeout_s is not None else None
         )
-        state, message = "", ""
-        while not state:
+        while True:
             await self._refresh()
             state, message = self._outcome()
             if not state and deadline is not None and time.monotonic() > deadline:
@@ -289,6 +288,10 @@ class LocalRun:
         """(state, message) once the run should end, else ("", "")."""
         if self._stop.is_set():
             return STOPPED, self._stop_reason or "stopped"
+        for task in self._tasks:  # the Controller and Autoscaler loops never end by themselves
+            if task.done():
+                error = None if task.cancelled() else task.exception()
+                return FAILED, f"the {task.get_name()} stopped: {error!r}"
         for role, failures in self._failures.items():
             if failures.count >= self.options.max_error_exits:
                 detail = failures.last_message.strip().splitlines()
