@@ -37,6 +37,31 @@ def test_edl_controller_rejects_bad_options_in_one_line() -> None:
         assert result.stderr.strip().splitlines()[-1].startswith("Error: ")
 
 
+def test_edl_controller_names_an_unusable_kubeconfig_in_one_line(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("clusters: [\n")
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    foreign = tmp_path / "pod.yaml"
+    foreign.write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: x}\n")
+    cases = {broken: "not valid YAML", empty: "not a kubeconfig", foreign: "not a kubeconfig",
+             tmp_path / "missing": "not found", tmp_path: "not found"}
+    for kubeconfig, message in cases.items():
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "KUBECONFIG": str(kubeconfig)}
+        result = subprocess.run([EDL, "controller"], capture_output=True, text=True,
+                                timeout=120, env=env)
+        assert result.returncode == 1, result
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("edl controller: "), result.stderr
+        assert message in lines[0], lines[0]
+
+
+def test_edl_controller_rejects_a_port_out_of_range() -> None:
+    result = subprocess.run([EDL, "controller", "--listen", "127.0.0.1:70000"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "0..65535" in result.stderr
+
+
 def test_status_conditions_keep_their_transition_time() -> None:
     first = kube_status({"state": "Created", "message": "waiting",
                          "trainers": {"desired": 3, "running": 0, "pending": 3}},

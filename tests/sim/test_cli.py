@@ -45,9 +45,11 @@ def test_errors_are_one_line_and_exit_1(tmp_path: Path) -> None:
     bad.write_text("name: x\nduration_s: -1\ncluster: {node_groups: []}\nmeasure: {}\n")
     a_file = tmp_path / "a-file"
     a_file.write_text("")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("name: [x\n")
     for args in (
         [str(bad)], ["no-such-scenario"], [TINY, "--policy", "greedy"],
-        [TINY, "--out", str(a_file)],
+        [TINY, "--out", str(a_file)], [str(tmp_path)], [str(a_file)], [str(broken)],
     ):
         done = subprocess.run(
             [sys.executable, "-m", "edl.cli.main", "simulate", *args],

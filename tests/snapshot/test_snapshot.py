@@ -136,6 +136,8 @@ def test_selector_expressions() -> None:
     [
         ("{not json: [", "not JSON or YAML"),
         ("[1, 2]", "expected a Kubernetes List"),
+        ("", "empty: expected a Kubernetes List"),
+        ("---\n---\n", "empty: expected a Kubernetes List"),
         (
             '{"kind": "List", "items": [{"metadata": {"name": "x"}}]}',
             "items[0]: not a Kubernetes object",
@@ -177,10 +179,14 @@ def test_cli_bad_state_exits_1_with_one_line(tmp_path: Path) -> None:
     state = tmp_path / "state.json"
     state.write_text('{"kind": "List", "items": [{"kind": "Node", "metadata": {"name": "n"}, '
                      '"status": {"allocatable": {"cpu": "many"}}}]}')  # fmt: skip
+    empty = tmp_path / "empty.json"
+    empty.write_text("")
     for args in (
         ["plan", str(state)],
         ["plan", str(tmp_path / "missing.json")],
         ["plan", "--max-load", "2", str(state)],
+        ["plan", str(tmp_path)],
+        ["plan", str(empty)],
     ):
         result = subprocess.run(
             [sys.executable, "-m", "edl.cli.main", *args],

@@ -11,8 +11,8 @@ import click
 
 def _listen(value: str) -> tuple[str, int]:
     host, _, port = value.rpartition(":")
-    if not host or not port.isdigit():
-        raise click.BadParameter(f"expected HOST:PORT, got {value!r}")
+    if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise click.BadParameter(f"expected HOST:PORT with a port in 0..65535, got {value!r}")
     return host, int(port)
 
 
@@ -72,5 +72,6 @@ def controller(server: str | None, namespace: str | None, policy: str, max_load_
         click.echo(f"edl controller: {error}; exiting so a fresh replica can stand by", err=True)
         sys.exit(1)
     except Exception as error:  # one readable line; the log above has the details
-        click.echo(f"edl controller: {type(error).__name__}: {error}", err=True)
+        detail = " ".join(str(error).split())  # some library messages span lines
+        click.echo(f"edl controller: {type(error).__name__}: {detail}", err=True)
         sys.exit(1)

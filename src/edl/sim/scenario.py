@@ -426,8 +426,14 @@ def shipped_scenarios() -> list[str]:
 def load_scenario(name_or_path: str | Path) -> Scenario:
     """Load a scenario file, or a shipped scenario by name."""
     path = Path(name_or_path)
+    if path.is_dir():
+        raise ScenarioError([("(file)", "is a directory, not a scenario file")], str(path))
     if path.is_file():
-        text, source = path.read_text(encoding="utf-8"), str(path)
+        try:
+            text, source = path.read_text(encoding="utf-8"), str(path)
+        except (OSError, UnicodeDecodeError) as error:
+            reason = getattr(error, "strerror", None) or str(error)
+            raise ScenarioError([("(file)", f"cannot read: {reason}")], str(path)) from None
     elif str(name_or_path) in shipped_scenarios():
         resource = importlib.resources.files(SHIPPED_PACKAGE) / f"{name_or_path}.yaml"
         text, source = resource.read_text(encoding="utf-8"), str(name_or_path)
@@ -440,5 +446,8 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as error:
-        raise ScenarioError([("(file)", f"not valid YAML: {error}")], source) from None
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(error, "problem", None) or "cannot parse"
+        raise ScenarioError([("(file)", f"not valid YAML{where}: {problem}")], source) from None
     return parse_scenario(data, source)

@@ -75,6 +75,8 @@ def parse_snapshot(text: str) -> list[dict[str, Any]]:
             mark = getattr(error, "problem_mark", None)
             where = f" at line {mark.line + 1}" if mark is not None else ""
             raise SnapshotError(f"not JSON or YAML{where}") from None
+    if not documents:
+        raise SnapshotError("empty: expected a Kubernetes List (an object with `items`)")
     items: list[Any] = []
     for document in documents:
         if isinstance(document, Mapping) and isinstance(document.get("items"), list):
