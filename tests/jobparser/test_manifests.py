@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from edl.api.trainingjob import TrainingJob, load_trainingjob
 from edl.jobparser import JobParser
-from edl.jobparser.manifests import ETCD_IMAGE, TRAINER_BACKOFF_LIMIT
+from edl.jobparser.manifests import ETCD_IMAGE, trainer_backoff_limit
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "jobs"
 VALID_EXAMPLES = sorted(EXAMPLES.glob("*.yaml"))
@@ -172,15 +172,25 @@ def test_trainer_job_is_elastic_and_survives_scale_down() -> None:
     assert (trainer["apiVersion"], trainer["kind"]) == ("batch/v1", "Job")
     assert spec["parallelism"] == 3
     assert "completions" not in spec
-    assert spec["backoffLimit"] == TRAINER_BACKOFF_LIMIT >= 2**31 - 1
+    # finite, so a crashing script fails the Job; drained trainers (143) and evictions don't count
+    assert spec["backoffLimit"] == trainer_backoff_limit(8) == 16
     assert spec["podFailurePolicy"]["rules"] == [
-        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+        {
+            "action": "Ignore",
+            "onExitCodes": {"containerName": "trainer", "operator": "In", "values": [143]},
+        },
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
     ]
     pod = pod_spec(trainer)
     assert pod["restartPolicy"] == "Never"
     (container,) = pod["containers"]
     assert container["command"] == ["edl", "trainer"]
     assert container["resources"] == {"requests": {"cpu": "500m", "memory": "1Gi"}}
+
+
+@pytest.mark.parametrize(("max_instance", "limit"), [(1, 6), (3, 6), (4, 8), (50, 100)])
+def test_trainer_backoff_limit_is_a_small_multiple_of_max_instance(max_instance, limit) -> None:
+    assert trainer_backoff_limit(max_instance) == limit
 
 
 def test_pserver_replicas_and_ports() -> None:

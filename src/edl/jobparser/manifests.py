@@ -20,13 +20,16 @@ __all__ = [
     "ETCD_IMAGE",
     "LABEL_JOB",
     "LABEL_ROLE",
-    "TRAINER_BACKOFF_LIMIT",
+    "TRAINER_BACKOFF_MIN",
+    "TRAINER_BACKOFF_PER_TRAINER",
+    "TRAINER_SIGTERM_EXIT",
     "child_names",
     "etcd_endpoints",
     "master_replica_set",
     "master_service",
     "pserver_replica_set",
     "role_labels",
+    "trainer_backoff_limit",
     "trainer_job",
 ]
 
@@ -35,8 +38,14 @@ LABEL_ROLE = "edl.dev/role"
 ETCD_IMAGE = "quay.io/coreos/etcd:v3.5.17"
 ETCD_CLIENT_PORT = 2379
 ETCD_DATA_VOLUME = "edl-etcd-data"
-# Scaling down deletes trainer pods and evictions fail them; neither may fail the Job.
-TRAINER_BACKOFF_LIMIT = 2_147_483_647  # the largest int32 Kubernetes accepts
+# A trainer drained by SIGTERM (a scale-down, a pod deletion) exits 128 + SIGTERM, not 0:
+# with `completions` unset, one pod exiting 0 would tell Kubernetes the work is done.
+# See edl.runtime.trainer.api.SIGTERM_EXIT (not imported: the parser stays below the runtime).
+TRAINER_SIGTERM_EXIT = 143
+# Failures that count against backoffLimit (crashes, OOM kills, SIGKILLs) may happen this many
+# times per trainer slot before the Job fails; drained scale-downs and evictions never count.
+TRAINER_BACKOFF_PER_TRAINER = 2
+TRAINER_BACKOFF_MIN = 6  # Kubernetes' default backoffLimit
 
 
 def child_names(job_name: str) -> dict[str, str]:
@@ -94,19 +103,38 @@ def trainer_job(job: TrainingJob) -> dict[str, Any]:
         "metadata": _metadata(job, name, "trainer"),
         "spec": {
             "parallelism": _int(job.spec.trainer.min_instance),
-            "backoffLimit": TRAINER_BACKOFF_LIMIT,
-            # Pods removed by eviction or preemption are not the trainer's fault.
+            "backoffLimit": trainer_backoff_limit(_int(job.spec.trainer.max_instance)),
             "podFailurePolicy": {
                 "rules": [
+                    # a trainer drained by SIGTERM (scale-down, pod deletion) did nothing wrong
+                    {
+                        "action": "Ignore",
+                        "onExitCodes": {
+                            "containerName": "trainer",
+                            "operator": "In",
+                            "values": [TRAINER_SIGTERM_EXIT],
+                        },
+                    },
+                    # nor did one removed by eviction, preemption or a node going away
                     {
                         "action": "Ignore",
                         "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
-                    }
+                    },
                 ]
             },
             "template": {"metadata": {"labels": role_labels(job, "trainer")}, "spec": pod_spec},
         },
     }
+
+
+def trainer_backoff_limit(max_instance: int) -> int:
+    """The trainer Job's ``backoffLimit``: room for a few real failures per trainer slot.
+
+    Only failures the podFailurePolicy does not ignore count, so a script that
+    crashes every time fails the Job (reason ``BackoffLimitExceeded``) after
+    ``limit + 1`` attempts, while any number of scale-downs and evictions do not.
+    """
+    return max(TRAINER_BACKOFF_MIN, TRAINER_BACKOFF_PER_TRAINER * max_instance)
 
 
 def master_service(job: TrainingJob) -> dict[str, Any]:
