@@ -84,3 +84,27 @@ def test_chaos_kills_lose_no_task(fault_free: dict, tmp_path: Path, harness) -> 
     harness.once_per_pass(tasks, PASSES)
     baseline = fault_free["progress"]["metrics"]["accuracy"]
     assert progress["metrics"]["accuracy"] >= baseline - 0.02, (progress, baseline)
+
+
+def test_diabetes_regression_matches_least_squares(job) -> None:
+    from sklearn.datasets import load_diabetes
+    from sklearn.linear_model import LinearRegression
+    from sklearn.model_selection import train_test_split
+
+    data = load_diabetes()
+    x_train, x_test, y_train, y_test = train_test_split(
+        data.data, data.target, test_size=0.2, random_state=0
+    )
+    exact = LinearRegression().fit(x_train, y_train).score(x_test, y_test)
+    job.env.update(
+        EDL_WORKSPACE=str(Path(__file__).resolve().parents[2] / "examples" / "diabetes"),
+        EDL_PSERVERS="1", EDL_PASSES="30", EDL_JOB_NAME="diabetes",
+    )  # fmt: skip
+    job.job = "diabetes"
+    job.start("master", "master-0")
+    job.start("pserver", "pserver-0")
+    job.start("trainer", "trainer-a")
+    job.start("trainer", "trainer-b")
+    assert job.wait("trainer-a", 240) == 0 and job.wait("trainer-b", 240) == 0
+    progress = job.wait_for(lambda p: "r2" in p["metrics"], 60, "the reported R^2")
+    assert progress["metrics"]["r2"] >= exact - 0.02, (progress["metrics"], exact)
