@@ -17,7 +17,15 @@ Semantics kept from Kubernetes because the autoscaler's behaviour depends on the
 * a failed pod is replaced after a back-off (10 s, doubling, at most 5 min), as
   CrashLoopBackOff and the Job controller do, so a crashing process cannot spin;
 * a Job without ``completions`` completes once one pod has exited 0 and none is
-  left running; a Job whose pods failed more than ``backoffLimit`` (6) times fails;
+  left running; a Job whose pods failed more than ``backoffLimit`` (default 6)
+  times fails (condition Failed, reason ``BackoffLimitExceeded``; its other pods
+  are deleted). A failure counts unless the Job's ``podFailurePolicy`` says
+  ``Ignore`` (exit codes, pod conditions such as ``DisruptionTarget`` set by
+  `evict_pod`); ``FailJob`` fails the Job at once. As in Kubernetes, a deleted
+  Job pod that exits non-zero is a failure too (that is why trainers drained by
+  SIGTERM exit 143 and their Job ignores 143); a pod deleted before it was bound
+  never counts. The pod's exit code and the runtime's termination message (if
+  it keeps one) go to its ``status.containerStatuses``;
 * optimistic concurrency on every object (`store`).
 
 Not modelled: rolling updates of a Deployment's template (a Deployment owns its
@@ -55,9 +63,15 @@ from edl.cluster.inproc.sampling import ClusterSample, ReplicaCounts, TrainerCou
 from edl.cluster.inproc.scheduler import Node, NodeIndex, Placement, Scheduler
 from edl.cluster.inproc.store import ObjectStore, copy_manifest, object_key
 from edl.cluster.inproc.workloads import (
+    BACKOFF_BASE_S,
+    BACKOFF_MAX_S,
     BACKOFF_RESET_S,
+    FAIL_JOB,
+    IGNORE,
+    POD_FAILURE_POLICY,
     crash_backoff_s,
     owner_status,
+    pod_failure_action,
     pod_from_template,
     wanted_pods,
 )
@@ -101,6 +115,9 @@ class InProcessCluster:
         runtime: runs bound pods; default `SimulatedPodRuntime(clock, Random(seed))`.
         placement: "spread" (kube-scheduler default) or "binpack".
         seed: seeds the default runtime's random draws.
+        backoff_base_s, backoff_max_s: the failed-pod replacement back-off (10 s
+            doubling up to 5 min, as Kubernetes); local runs shorten it so a
+            crashing script reaches its Job's backoffLimit in seconds, not minutes.
 
     Build it, add nodes, then use it from coroutines running on ``clock``'s
     event loop (pod lifecycles are timers/callbacks on that loop).
@@ -113,8 +130,12 @@ class InProcessCluster:
         *,
         placement: Placement = "spread",
         seed: int = 0,
+        backoff_base_s: float = BACKOFF_BASE_S,
+        backoff_max_s: float = BACKOFF_MAX_S,
     ) -> None:
         self.clock = clock
+        self.backoff_base_s = backoff_base_s
+        self.backoff_max_s = backoff_max_s
         self.runtime: PodRuntime = runtime or SimulatedPodRuntime(clock, random.Random(seed))
         self.store = ObjectStore(clock.now)
         self.ledger = ResourceLedger()
@@ -325,6 +346,26 @@ class InProcessCluster:
             raise NotFoundError("Pod", namespace, name)
         self._delete_pod(pod)
 
+    def evict_pod(self, namespace: str, name: str, reason: str = "EvictionByEvictionAPI") -> None:
+        """Delete a pod as the eviction API does: first mark it ``DisruptionTarget``.
+
+        A Job whose podFailurePolicy ignores that condition does not count the
+        pod's failure, whatever its exit code (chaos tests, node drains).
+        """
+        pod = self._pods_by_key.get((namespace, name))
+        if pod is None:
+            raise NotFoundError("Pod", namespace, name)
+        status = pod.manifest["status"]
+        condition = {"type": "DisruptionTarget", "status": "True", "reason": reason}
+        status["conditions"] = [*(status.get("conditions") or ()), condition]
+        self._delete_pod(pod)
+
+    async def last_trainer_failure(self, job: Any) -> str:
+        """``<pod>: <termination message>`` of the last counted failure of a job's trainers."""
+        namespace, name = _job_ref(job)
+        owner = self._owners.get(("Job", namespace, f"{name}-trainer"))
+        return owner.last_failure if owner is not None else ""
+
     def get_pod(self, namespace: str, name: str) -> Manifest:
         pod = self._pods_by_key.get((namespace, name))
         if pod is None:
@@ -410,7 +451,8 @@ class InProcessCluster:
         if event == "ADDED":
             owner = self._owners.setdefault(key, OwnerPods())
             owner.succeeded = owner.failed = 0
-            owner.condition = None
+            owner.condition = owner.failure_reason = None
+            owner.failure_condition_message = owner.last_failure = ""
             owner.generation = -1
         self._mark_dirty(key)
 
@@ -606,9 +648,10 @@ class InProcessCluster:
             )
         self.ledger.remove_pod(pod.namespace, pod.name)
         self._requested_cpu_milli -= pod.resources.cpu_request_milli
+        self._record_exit(pod, code)
         self._forget_owned(pod, code)
         pod.phase = SUCCEEDED if code == 0 and not pod.terminating else FAILED
-        pod.manifest["status"] = {**pod.manifest["status"], "phase": pod.phase, "exitCode": code}
+        pod.manifest["status"]["phase"] = pod.phase
         self._emit("exited", pod)
         if pod.node is not None:
             self.scheduler.room_freed()
@@ -621,16 +664,66 @@ class InProcessCluster:
             return
         owner.count(pod, -1)
         del owner.pods[pod.uid]
-        if not pod.terminating:
-            if code == 0:
+        if code == 0:
+            if not pod.terminating:
                 owner.succeeded += 1
                 owner.crash_streak = 0
-            else:
-                owner.failed += 1
-                ran = self.clock.now() - pod.running_at if pod.running_at is not None else 0.0
-                owner.crash_streak = 1 if ran >= BACKOFF_RESET_S else owner.crash_streak + 1
-                owner.backoff_until = self.clock.now() + crash_backoff_s(owner.crash_streak)
+        elif not pod.terminating or pod.owner[0] == "Job":
+            self._count_failure(pod, owner, code)
         self._mark_dirty(pod.owner)
+
+    def _record_exit(self, pod: PodRecord, code: int) -> None:
+        """Write the exit into the pod's status, where a podFailurePolicy looks for it.
+
+        The runtime reports one exit code per pod (its first failing container's),
+        so every container is shown terminated with that code.
+        """
+        message = ""
+        describe = getattr(self.runtime, "termination_message", None)
+        if code != 0 and describe is not None:
+            message = str(describe(pod.name) or "")
+        terminated: dict[str, Any] = {"exitCode": code}
+        if message:
+            terminated["message"] = message
+        containers = (pod.manifest.get("spec") or {}).get("containers") or ()
+        pod.manifest["status"] = {
+            **pod.manifest["status"],
+            "exitCode": code,
+            "containerStatuses": [
+                {"name": c.get("name", ""), "state": {"terminated": dict(terminated)}}
+                for c in containers
+            ],
+        }
+
+    def _count_failure(self, pod: PodRecord, owner: OwnerPods, code: int) -> None:
+        """A failed pod: ignored, counted (with a back-off before its replacement) or fatal."""
+        assert pod.owner is not None
+        kind, namespace, name = pod.owner
+        obj = self.store.peek(kind, namespace, name)
+        if obj is None or owner.condition is not None:
+            return  # the owner is gone or the Job already ended: leftovers do not count
+        action, rule = (
+            pod_failure_action(obj["spec"], pod.manifest) if kind == "Job" else ("Count", None)
+        )
+        if action == IGNORE:
+            return
+        owner.failed += 1
+        message = ""
+        for container in pod.manifest["status"].get("containerStatuses") or ():
+            message = container["state"]["terminated"].get("message", "") or message
+        owner.last_failure = f"{pod.name} (exit {code})" + (f": {message}" if message else "")
+        if action == FAIL_JOB:
+            owner.condition = FAILED
+            owner.failure_reason = POD_FAILURE_POLICY
+            owner.failure_condition_message = (
+                f"Pod {pod.namespace}/{pod.name} failed with exit code {code} "
+                f"matching FailJob rule at index {rule}"
+            )
+        ran = self.clock.now() - pod.running_at if pod.running_at is not None else 0.0
+        owner.crash_streak = 1 if ran >= BACKOFF_RESET_S else owner.crash_streak + 1
+        owner.backoff_until = self.clock.now() + crash_backoff_s(
+            owner.crash_streak, self.backoff_base_s, self.backoff_max_s
+        )
 
     def _delete_pod(self, pod: PodRecord) -> None:
         """Delete a pod: at once if unbound; else it terminates within its grace period."""

@@ -106,6 +106,9 @@ class OwnerPods:
     backoff_timer: object = None
     created: int = 0  # pods ever created (names the next one)
     condition: str | None = None  # a Job's final condition: "Complete" or "Failed"
+    failure_reason: str | None = None  # a FailJob rule's reason; else BackoffLimitExceeded
+    failure_condition_message: str = ""  # the Failed condition's message, if not the default
+    last_failure: str = ""  # "<pod>: <its termination message>" of the last counted failure
     generation: int = -1  # owner generation the cached template resources belong to
     resources: PodResources = field(default_factory=PodResources)
 

@@ -20,6 +20,14 @@ BACKOFF_MAX_S = 300.0
 BACKOFF_RESET_S = 600.0  # a pod that ran this long before failing starts a new streak
 COMPLETE = "Complete"
 FAILED = "Failed"
+# podFailurePolicy actions (FailIndex only exists for indexed Jobs: counted here)
+IGNORE = "Ignore"
+COUNT = "Count"
+FAIL_JOB = "FailJob"
+# reasons of a Job's Failed condition, and Kubernetes' message for the first
+BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
+BACKOFF_LIMIT_MESSAGE = "Job has reached the specified backoff limit"
+POD_FAILURE_POLICY = "PodFailurePolicy"
 
 
 def wanted_pods(kind: str, spec: Mapping[str, Any], owner: OwnerPods) -> tuple[int, str | None]:
@@ -49,9 +57,57 @@ def wanted_pods(kind: str, spec: Mapping[str, Any], owner: OwnerPods) -> tuple[i
     return min(parallelism, remaining), None
 
 
-def crash_backoff_s(streak: int) -> float:
+def pod_failure_action(spec: Mapping[str, Any], pod: Mapping[str, Any]) -> tuple[str, int | None]:
+    """(action, index of the matching rule) for a failed pod of a Job, as Kubernetes decides.
+
+    The Job's ``podFailurePolicy`` rules are tried in order and the first that
+    matches wins: ``onExitCodes`` looks at the terminated exit codes in the
+    pod's ``status.containerStatuses`` (``containerName`` limits it to one
+    container; ``In`` matches a listed code, ``NotIn`` a non-zero code not
+    listed), ``onPodConditions`` at ``status.conditions`` (``status`` defaults
+    to "True"). No rule matching, or no policy, means ``Count``: the failure
+    counts against ``backoffLimit``.
+    """
+    policy = spec.get("podFailurePolicy") or {}
+    status = pod.get("status") or {}
+    for index, rule in enumerate(policy.get("rules") or ()):
+        exit_codes = rule.get("onExitCodes")
+        if exit_codes is not None and _exit_codes_match(exit_codes, status):
+            return str(rule.get("action", COUNT)), index
+        conditions = rule.get("onPodConditions")
+        if conditions and _conditions_match(conditions, status):
+            return str(rule.get("action", COUNT)), index
+    return COUNT, None
+
+
+def _exit_codes_match(requirement: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
+    name = requirement.get("containerName")
+    values = set(requirement.get("values") or ())
+    operator = requirement.get("operator", "In")
+    for container in status.get("containerStatuses") or ():
+        if name is not None and container.get("name") != name:
+            continue
+        terminated = (container.get("state") or {}).get("terminated")
+        if terminated is None:
+            continue
+        code = int(terminated.get("exitCode", 0))
+        if operator == "In" and code in values:
+            return True
+        if operator == "NotIn" and code != 0 and code not in values:
+            return True
+    return False
+
+
+def _conditions_match(patterns: Any, status: Mapping[str, Any]) -> bool:
+    present = {(c.get("type"), c.get("status")) for c in status.get("conditions") or ()}
+    return any((p.get("type"), p.get("status", "True")) in present for p in patterns)
+
+
+def crash_backoff_s(
+    streak: int, base_s: float = BACKOFF_BASE_S, max_s: float = BACKOFF_MAX_S
+) -> float:
     """Delay before replacing a failed pod, as CrashLoopBackOff: 10 s, doubling, at most 5 min."""
-    return min(BACKOFF_BASE_S * 2 ** (max(streak, 1) - 1), BACKOFF_MAX_S)
+    return min(base_s * 2 ** (max(streak, 1) - 1), max_s)
 
 
 def pod_name(owner_name: str, index: int) -> str:
@@ -105,7 +161,11 @@ def owner_status(kind: str, owner: OwnerPods) -> dict[str, Any]:
             "failed": owner.failed,
         }
         if owner.condition is not None:
-            status["conditions"] = [{"type": owner.condition, "status": "True"}]
+            condition = {"type": owner.condition, "status": "True"}
+            if owner.condition == FAILED:
+                condition["reason"] = owner.failure_reason or BACKOFF_LIMIT_EXCEEDED
+                condition["message"] = owner.failure_condition_message or BACKOFF_LIMIT_MESSAGE
+            status["conditions"] = [condition]
         return status
     return {
         "replicas": owner.active,
