@@ -14,6 +14,9 @@ simulator (virtual time) and local runs (real time).
 * ``run()`` watches TrainingJobs and refreshes every job's status every
   ``status_interval`` seconds: state, trainers desired/running/pending, message.
 * The Autoscaler hears about every valid job (``on_add``/``on_update``/``on_del``).
+* A trainer Job that fails (condition Failed, e.g. ``BackoffLimitExceeded``)
+  makes the job Failed, with the reason and, from clusters that keep it, the
+  last failed trainer's error; a Complete one makes it Succeeded.
 
 Status writes go to the status subresource and do not change
 ``metadata.generation``; ``on_update`` ignores events whose generation it has
@@ -53,6 +56,34 @@ class JobListener(Protocol):
 def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
     metadata = obj.get("metadata") or {}
     return metadata.get("namespace") or "default", metadata.get("name") or ""
+
+
+def trainer_job_outcome(
+    trainer: Mapping[str, Any], last_failure: str = ""
+) -> tuple[str, str] | None:
+    """(state, message) once the trainer Job has ended, else None (pure).
+
+    A Job condition ``Failed`` (e.g. reason ``BackoffLimitExceeded``: its
+    trainers crashed more often than its backoffLimit allows) fails the
+    TrainingJob; the message names the reason and, if the cluster knows it, the
+    last failed trainer pod and its error. ``Complete`` means the trainers
+    finished the work.
+    """
+    status = trainer.get("status") or {}
+    conditions = {
+        c.get("type"): c for c in status.get("conditions") or () if c.get("status") == "True"
+    }
+    if "Failed" in conditions:
+        condition = conditions["Failed"]
+        reason = condition.get("reason") or "unknown reason"
+        detail = condition.get("message")
+        message = f"the trainer Job failed: {reason}" + (f" ({detail})" if detail else "")
+        if last_failure:
+            message += f"; last failed trainer {last_failure}"
+        return FAILED, message
+    if "Complete" in conditions:
+        return SUCCEEDED, "trainers finished"
+    return None
 
 
 def _without_status(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -198,12 +229,10 @@ class Controller:
         except NotFoundError:
             return
         pods = await self.cluster.job_pods(job)
-        conditions = {c.get("type") for c in (trainer.get("status") or {}).get("conditions") or ()}
         desired = int(trainer["spec"].get("parallelism", 0))
-        if "Failed" in conditions:
-            state, message = FAILED, "the trainer Job failed"
-        elif "Complete" in conditions:
-            state, message = SUCCEEDED, "trainers finished"
+        outcome = trainer_job_outcome(trainer, await self._last_trainer_failure(trainer, job))
+        if outcome is not None:
+            state, message = outcome
         elif pods.running > 0:
             state, message = RUNNING, f"{pods.running} of {desired} trainers running"
         else:
@@ -214,6 +243,22 @@ class Controller:
             "trainers": {"desired": desired, "running": pods.running, "pending": pods.pending},
         }
         await self._write_status(*key, known, status)
+
+    async def _last_trainer_failure(self, trainer: Manifest, job: TrainingJob) -> str:
+        """The last failed trainer pod and its error, from clusters that keep it (optional
+        ``last_trainer_failure(job)``); asked only once the trainer Job has failed."""
+        failed = any(
+            c.get("type") == "Failed" and c.get("status") == "True"
+            for c in (trainer.get("status") or {}).get("conditions") or ()
+        )
+        describe = getattr(self.cluster, "last_trainer_failure", None)
+        if not failed or describe is None:
+            return ""
+        try:
+            return str(await describe(job) or "")
+        except ClusterError as error:
+            log.warning("last trainer failure of %s not read: %s", job.metadata.name, error)
+            return ""
 
     async def _write_status(
         self, namespace: str, name: str, known: _Known, status: dict[str, Any]

@@ -89,6 +89,7 @@ from edl.cluster.port import (
 log = logging.getLogger(__name__)
 
 DEFAULT_GRACE_PERIOD_S = 30.0
+LAST_FAILURE_CHARS = 500  # of a failed pod's message, kept for the TrainingJob's status
 TRAINING_JOB = "TrainingJob"
 WORKLOAD_KINDS = ("ReplicaSet", "Deployment", "Job")
 PodListener = Callable[[str, PodRecord], None]
@@ -361,7 +362,9 @@ class InProcessCluster:
         self._delete_pod(pod)
 
     async def last_trainer_failure(self, job: Any) -> str:
-        """``<pod>: <termination message>`` of the last counted failure of a job's trainers."""
+        """``<pod> (exit <code>): <last line of its termination message>``, one line, of the
+        last counted failure of a job's trainers; "" if none (optional `Cluster` extra that
+        the Controller puts in a Failed status)."""
         namespace, name = _job_ref(job)
         owner = self._owners.get(("Job", namespace, f"{name}-trainer"))
         return owner.last_failure if owner is not None else ""
@@ -711,7 +714,9 @@ class InProcessCluster:
         message = ""
         for container in pod.manifest["status"].get("containerStatuses") or ():
             message = container["state"]["terminated"].get("message", "") or message
-        owner.last_failure = f"{pod.name} (exit {code})" + (f": {message}" if message else "")
+        lines = [line.strip() for line in message.splitlines() if line.strip()]
+        why = f": {lines[-1][:LAST_FAILURE_CHARS]}" if lines else ""  # the error is the last line
+        owner.last_failure = f"{pod.name} (exit {code}){why}"
         if action == FAIL_JOB:
             owner.condition = FAILED
             owner.failure_reason = POD_FAILURE_POLICY

@@ -1,0 +1,118 @@
+"""The Controller ends a TrainingJob with its trainer Job: Failed with the error, or Succeeded.
+
+On the in-process cluster (virtual time) with the JobParser's real trainer Job,
+so backoffLimit and podFailurePolicy are the ones users get.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from edl.cluster.inproc.plane import InProcessCluster
+from edl.cluster.inproc.runtime import Fixed, SimulatedPodRuntime
+from edl.controller import Controller, trainer_job_outcome
+
+
+class CrashingTrainers(SimulatedPodRuntime):
+    """Trainer pods exit 1 two seconds after they start and keep a log tail, as a
+    crashing script under the local process runtime does; other pods run on."""
+
+    def start(self, pod, on_running, on_exit):
+        if pod["metadata"]["labels"].get("edl.dev/role") == "trainer":
+            self.clock.call_later(1, on_running)
+            self.clock.call_later(3, on_exit, 1)
+        else:
+            super().start(pod, on_running, on_exit)
+
+    def termination_message(self, name):
+        return "loading data\nTraceback (most recent call last):\n" + (
+            "ZeroDivisionError: division by zero"
+        )
+
+
+def cluster_with(clock, runtime) -> InProcessCluster:
+    cluster = InProcessCluster(clock, runtime)
+    cluster.add_node("n", {"cpu": "32", "memory": "64Gi"})
+    return cluster
+
+
+def run_until_final(clock, cluster, controller, name, limit_s=5000.0):
+    async def scenario():
+        task = asyncio.create_task(controller.run())
+        states = []
+        try:
+            for _ in range(int(limit_s)):
+                await asyncio.sleep(1)
+                status = cluster.get_training_job("default", name).get("status") or {}
+                states.append(status.get("state"))
+                if status.get("state") in {"Failed", "Succeeded"}:
+                    break
+        finally:
+            task.cancel()
+        return status, states
+
+    return clock.run(scenario())
+
+
+def test_a_crashing_trainer_fails_the_training_job_with_its_error(clock, manifests):
+    cluster = cluster_with(clock, CrashingTrainers(clock, start_latency=Fixed(1)))
+    controller = Controller(cluster, status_interval=1.0)
+    cluster.create_training_job(manifests.training_job("crash", 2, 3))
+
+    status, states = run_until_final(clock, cluster, controller, "crash")
+    assert status["state"] == "Failed"
+    message = status["message"]
+    assert message.startswith("the trainer Job failed: BackoffLimitExceeded")
+    assert "last failed trainer crash-trainer-" in message and "(exit 1)" in message
+    assert message.endswith("ZeroDivisionError: division by zero")
+    assert "Running" in states  # it did run before failing
+    trainer = cluster.store.peek("Job", "default", "crash-trainer")
+    # the Job is left in place, Failed, with nothing running or being replaced
+    assert trainer is not None
+    assert cluster.trainer_counts("default", "crash").running == 0
+
+
+def test_finished_trainers_make_the_training_job_succeed(clock, manifests):
+    runtime = SimulatedPodRuntime(clock, start_latency=Fixed(1), run_time={"trainer": Fixed(30)})
+    cluster = cluster_with(clock, runtime)
+    controller = Controller(cluster, status_interval=1.0)
+    cluster.create_training_job(manifests.training_job("done", 2, 3))
+
+    status, _ = run_until_final(clock, cluster, controller, "done")
+    assert status["state"] == "Succeeded"
+    assert status["message"] == "trainers finished"
+
+
+@pytest.mark.parametrize(
+    ("conditions", "last", "expected"),
+    [
+        ([], "", None),
+        ([{"type": "Failed", "status": "False"}], "", None),
+        ([{"type": "Complete", "status": "True"}], "", ("Succeeded", "trainers finished")),
+        (
+            [
+                {
+                    "type": "Failed",
+                    "status": "True",
+                    "reason": "BackoffLimitExceeded",
+                    "message": "Job has reached the specified backoff limit",
+                }
+            ],
+            "t-00007 (exit 1): ValueError: bad",
+            (
+                "Failed",
+                "the trainer Job failed: BackoffLimitExceeded (Job has reached the specified "
+                "backoff limit); last failed trainer t-00007 (exit 1): ValueError: bad",
+            ),
+        ),
+        (
+            [{"type": "Failed", "status": "True", "reason": "DeadlineExceeded"}],
+            "",
+            ("Failed", "the trainer Job failed: DeadlineExceeded"),
+        ),
+    ],
+)
+def test_trainer_job_outcome(conditions, last, expected):
+    assert trainer_job_outcome({"status": {"conditions": conditions}}, last) == expected
