@@ -11,8 +11,10 @@ simulator (virtual time) and local runs (real time).
   created idempotently: one that already exists is left as it is, so replays of
   the same event and controller restarts are harmless.
 * ``on_del`` deletes the children (missing ones are fine).
-* ``run()`` watches TrainingJobs and refreshes every job's status every
-  ``status_interval`` seconds: state, trainers desired/running/pending, message.
+* ``run()`` watches TrainingJobs (`watch_training_jobs`) and refreshes every
+  job's status every ``status_interval`` seconds: state, trainers
+  desired/running/pending, message. Built as the seed's ``New(cluster,
+  max_load_desired)``, it also owns and runs its Autoscaler.
 * The Autoscaler hears about every valid job (``on_add``/``on_update``/``on_del``).
 * A trainer Job that fails (condition Failed, e.g. ``BackoffLimitExceeded``)
   makes the job Failed, with the reason and, from clusters that keep it, the
@@ -34,8 +36,18 @@ from typing import Any, Protocol
 
 from edl.api.errors import JobValidationError
 from edl.api.trainingjob import TrainingJob
-from edl.cluster.port import AlreadyExistsError, Cluster, ClusterError, Manifest, NotFoundError
+from edl.autoscaler import Autoscaler
+from edl.cluster.port import (
+    AlreadyExistsError,
+    Cluster,
+    ClusterError,
+    Manifest,
+    NotFoundError,
+    Unsubscribe,
+    training_job_key,
+)
 from edl.jobparser import JobParser
+from edl.policy import Policy
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +65,14 @@ class JobListener(Protocol):
     def on_del(self, job: TrainingJob) -> None: ...
 
 
-def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
-    metadata = obj.get("metadata") or {}
-    return metadata.get("namespace") or "default", metadata.get("name") or ""
+def _generation(obj: Mapping[str, Any]) -> int | None:
+    generation = (obj.get("metadata") or {}).get("generation")
+    return generation if isinstance(generation, int) else None
+
+
+def _status(obj: Mapping[str, Any]) -> dict[str, Any]:
+    status = obj.get("status")
+    return dict(status) if isinstance(status, Mapping) else {}
 
 
 def trainer_job_outcome(
@@ -105,9 +122,14 @@ class Controller:
 
     Args:
         cluster: any `Cluster` (Kubernetes, in-process).
-        autoscaler: told about valid jobs; optional.
+        autoscaler: told about valid jobs; optional. Callers that run the
+            Autoscaler themselves (simulator, `edl run`, `edl controller`) pass it here.
         parser: the JobParser (defaults to `edl.jobparser.JobParser()`).
         status_interval: seconds between status refreshes in `run()`.
+        max_load_desired: the seed's ``New(cluster, maxLoadDesired)``: build an
+            `edl.autoscaler.Autoscaler` with this load target (and ``policy``)
+            that `run()` runs alongside the watch. Not together with ``autoscaler``.
+        policy: the owned Autoscaler's policy (name or `Policy`).
     """
 
     def __init__(
@@ -116,8 +138,19 @@ class Controller:
         autoscaler: JobListener | None = None,
         parser: JobParser | None = None,
         status_interval: float = 5.0,
+        *,
+        max_load_desired: float | None = None,
+        policy: Policy | str = "default",
     ) -> None:
         self.cluster = cluster
+        self._owned_autoscaler: Autoscaler | None = None
+        if max_load_desired is not None:
+            if autoscaler is not None:
+                raise ValueError("pass either an autoscaler or max_load_desired, not both")
+            if not 0 < max_load_desired <= 1:
+                raise ValueError(f"max_load_desired must be in (0, 1] (got {max_load_desired})")
+            self._owned_autoscaler = Autoscaler(cluster, policy, max_load_desired)
+            autoscaler = self._owned_autoscaler
         self.autoscaler = autoscaler
         self.parser = parser or JobParser()
         self.status_interval = status_interval
@@ -125,32 +158,63 @@ class Controller:
 
     # -- event handlers (the cluster's watch calls these) -----------------------------------
     async def on_add(self, obj: Manifest) -> None:
-        await self._reconcile(obj)
+        key = training_job_key(obj)
+        if key is None:
+            log.warning("ignoring a TrainingJob without a usable metadata.name: %.200r", obj)
+            return
+        await self._reconcile(key, obj)
 
     async def on_update(self, obj: Manifest) -> None:
-        known = self._known.get(_key(obj))
-        generation = (obj.get("metadata") or {}).get("generation")
+        key = training_job_key(obj)
+        if key is None:
+            log.warning("ignoring a TrainingJob without a usable metadata.name: %.200r", obj)
+            return
+        known = self._known.get(key)
+        generation = _generation(obj)
         if known is not None and generation is not None and known.generation == generation:
             return  # a status write (ours or anyone's): the spec we acted on is unchanged
-        await self._reconcile(obj)
+        await self._reconcile(key, obj)
 
     async def on_del(self, obj: Manifest) -> None:
-        namespace, name = _key(obj)
-        known = self._known.pop((namespace, name), None)
+        key = training_job_key(obj)
+        if key is None:
+            return  # never had children: they are named after the job
+        known = self._known.pop(key, None)
         if known is not None and known.job is not None and self.autoscaler is not None:
             self.autoscaler.on_del(known.job)
-        await self._delete_children(namespace, name)
+        await self._delete_children(*key)
 
     # -- the loop ------------------------------------------------------------------------------
+    def watch_training_jobs(self) -> Unsubscribe:
+        """Subscribe to the cluster's TrainingJob events (the seed's WatchTrainingJobs).
+
+        Existing jobs arrive first as ``on_add``. Returns the function that ends
+        the subscription.
+        """
+        return self.cluster.watch_training_jobs(self)
+
     async def run(self) -> None:
-        """Watch TrainingJobs and refresh their status every ``status_interval`` s, forever."""
-        unsubscribe = self.cluster.watch_training_jobs(self)
+        """Watch TrainingJobs and refresh their status every ``status_interval`` s, forever.
+
+        When the Controller built its own Autoscaler (``max_load_desired`` given), that
+        Autoscaler runs here too, as the seed's ``Run`` started both.
+        """
+        unsubscribe = self.watch_training_jobs()
+        scaling = (
+            asyncio.create_task(self._owned_autoscaler.run(), name="autoscaler")
+            if self._owned_autoscaler is not None
+            else None
+        )
         try:
             while True:
                 await asyncio.sleep(self.status_interval)
                 await self.tick()
         finally:
             unsubscribe()
+            if scaling is not None:
+                scaling.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await scaling
 
     async def tick(self) -> None:
         """Refresh the status of every known job (writes only what changed)."""
@@ -163,22 +227,22 @@ class Controller:
                 log.exception("status of %s/%s not refreshed", *key)
 
     # -- internals -------------------------------------------------------------------------------
-    async def _reconcile(self, obj: Manifest) -> None:
-        namespace, name = _key(obj)
-        generation = (obj.get("metadata") or {}).get("generation")
-        previous = self._known.get((namespace, name))
+    async def _reconcile(self, key: tuple[str, str], obj: Manifest) -> None:
+        namespace, name = key
+        generation = _generation(obj)
+        previous = self._known.get(key)
         try:
             job = self.parser.validate(_without_status(obj))
         except (JobValidationError, ValueError) as error:
             log.info("TrainingJob %s/%s is invalid: %s", namespace, name, error)
             if previous is not None and previous.job is not None and self.autoscaler is not None:
                 self.autoscaler.on_del(previous.job)
-            known = _Known(generation, None, dict(obj.get("status") or {}))
+            known = _Known(generation, None, _status(obj))
             self._known[(namespace, name)] = known
             failed = {"state": FAILED, "message": str(error)}
             await self._write_status(namespace, name, known, failed)
             return
-        known = _Known(generation, job, dict(obj.get("status") or {}))
+        known = _Known(generation, job, _status(obj))
         self._known[(namespace, name)] = known
         try:
             await self._create_children(job)

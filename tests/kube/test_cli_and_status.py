@@ -62,6 +62,14 @@ def test_edl_controller_rejects_a_port_out_of_range() -> None:
     assert result.returncode == 2 and "0..65535" in result.stderr
 
 
+def test_status_survives_a_stored_status_of_any_shape() -> None:
+    mine = {"state": "Running", "message": "ok", "trainers": {"desired": 2, "running": 2}}
+    for previous in ({"conditions": "odd"}, {"conditions": ["x", None]}, "odd", None):
+        full = kube_status(mine, previous, 3, now="2026-01-01T00:00:00Z")  # type: ignore[arg-type]
+        conditions = {c["type"]: c["status"] for c in full["conditions"]}
+        assert conditions == {"Ready": "True", "Scaling": "False", "Failed": "False"}
+
+
 def test_status_conditions_keep_their_transition_time() -> None:
     first = kube_status({"state": "Created", "message": "waiting",
                          "trainers": {"desired": 3, "running": 0, "pending": 3}},

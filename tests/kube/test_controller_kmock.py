@@ -22,6 +22,7 @@ from typing import Any
 import aiohttp
 import kmock
 import kubernetes_validate
+import pytest
 import pytest_asyncio
 import yaml
 from lightkube import AsyncClient
@@ -235,6 +236,30 @@ async def test_bad_job_fails_with_the_validation_message_and_the_controller_carr
                     namespace="default", patch_type=PatchType.MERGE)
     await eventually(lambda: exists(emulator, JOBS, "broken-trainer"))
     await eventually(lambda: stored(emulator, TJ, "broken")["status"]["state"] != "Failed")
+
+
+@pytest.mark.parametrize("odd", [
+    {"spec": []},
+    {"spec": {"trainer": "python train.py"}},
+    {"spec": {"trainer": {"entrypoint": ["a", "list"], "min-instance": {"n": 1}}}},
+    {"spec": None},
+])
+async def test_odd_shapes_fail_the_job_and_never_stop_the_controller(
+    api: AsyncClient, emulator: Any, controller: ControllerProcess, odd: dict[str, Any]
+) -> None:
+    # The API server's structural schema would refuse these; kmock's emulator stores them,
+    # which is what a controller must survive (an old CRD, a schema-less install, a bug).
+    odd_job = {"apiVersion": "edl.dev/v1", "kind": "TrainingJob",
+               "metadata": {"name": "odd", "namespace": "default"}, **odd}
+    await create_job(api, odd_job)
+    status = await eventually(lambda: stored(emulator, TJ, "odd")["status"]
+                              if stored(emulator, TJ, "odd")["status"]["state"]
+                              == "Failed" else None)
+    assert "spec" in status["message"]
+    assert controller.health.ready
+    await create_job(api, example_job("good"))
+    await eventually(lambda: exists(emulator, JOBS, "good-trainer"))
+    assert not exists(emulator, JOBS, "odd-trainer")
 
 
 async def test_delete_removes_children(

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from edl.controller import Controller
 
 
@@ -185,3 +189,90 @@ def test_children_go_with_their_job_even_without_a_controller(clock, cluster_fac
     clock.run(scenario())
     assert children(cluster, "orphan") == {}
     assert list(cluster.pod_records()) == []
+
+
+# JSON-like values of any shape, and TrainingJob-ish mappings whose parts have odd shapes.
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner,
+                                                                max_size=3),
+    max_leaves=8,
+)
+_odd_jobs = st.fixed_dictionaries(
+    {"metadata": st.one_of(_json, st.fixed_dictionaries({"name": st.just("odd")},
+                                                        optional={"generation": _json,
+                                                                  "namespace": _json}))},
+    optional={"spec": _json, "status": _json, "apiVersion": _json, "kind": _json},
+)
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(objects=st.lists(_json | _odd_jobs, min_size=1, max_size=4))
+def test_no_object_shape_crashes_the_controller(clock, cluster_factory, manifests, objects):
+    cluster = cluster_factory(nodes=1, cpu="16")  # a fresh cluster per example, same clock
+    listener = RecordingAutoscaler()
+    controller = Controller(cluster, listener, status_interval=1.0)
+
+    async def scenario():
+        for obj in objects:
+            for handler in (controller.on_add, controller.on_update, controller.on_del):
+                await handler(obj)  # must not raise
+        await controller.tick()
+        good = cluster.create_training_job(manifests.training_job("good", 1, 2))
+        await controller.on_add(good)  # and it still does its job afterwards
+
+    clock.run(scenario())
+    assert ("add", "good") in listener.events
+    assert children(cluster, "good")
+    assert all(name == "good" for _, name in listener.events)  # odd objects never reach it
+
+
+def test_seed_style_controller_owns_and_runs_its_autoscaler(clock, cluster_factory, manifests):
+    # The seed's New(cluster, maxLoadDesired) + Run(): one object watches and scales.
+    cluster = cluster_factory(nodes=2, cpu="16")
+    controller = Controller(cluster, max_load_desired=0.9, status_interval=1.0)
+    assert controller.autoscaler is not None
+    assert controller.autoscaler.max_load_desired == 0.9
+    cluster.create_training_job(manifests.training_job("elastic", 1, 20, cpu="2"))
+
+    async def scenario():
+        task = asyncio.create_task(controller.run())
+        await asyncio.sleep(60)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    clock.run(scenario())
+    trainer = cluster.store.peek("Job", "default", "elastic-trainer")
+    # 32 CPUs, 90 % of it, minus master and pserver (1.5 CPU), 2 CPU per trainer -> 13
+    assert 1 < trainer["spec"]["parallelism"] <= 13
+    assert controller.autoscaler.ticks > 0
+
+
+def test_watch_training_jobs_delivers_existing_and_new_jobs_until_unsubscribed(
+    clock, cluster_factory, manifests
+):
+    cluster = cluster_factory(nodes=2, cpu="16")
+    listener = RecordingAutoscaler()
+    controller = Controller(cluster, listener)
+    cluster.create_training_job(manifests.training_job("before", 1, 2))
+
+    async def scenario():
+        unsubscribe = controller.watch_training_jobs()
+        await asyncio.sleep(1)
+        cluster.create_training_job(manifests.training_job("during", 1, 2))
+        await asyncio.sleep(1)
+        unsubscribe()
+        cluster.create_training_job(manifests.training_job("after", 1, 2))
+        await asyncio.sleep(1)
+
+    clock.run(scenario())
+    assert [name for _, name in listener.events] == ["before", "during"]
+
+
+def test_max_load_desired_and_an_autoscaler_are_exclusive(clock, cluster_factory):
+    cluster = cluster_factory()
+    with pytest.raises(ValueError, match="not both"):
+        Controller(cluster, RecordingAutoscaler(), max_load_desired=0.9)
+    with pytest.raises(ValueError, match="max_load_desired"):
+        Controller(cluster, max_load_desired=1.5)

@@ -24,6 +24,7 @@ from typing import Any
 import kopf
 
 from edl.cluster.kube.adapter import KubeCluster
+from edl.cluster.port import training_job_key
 from edl.kube.crd import GROUP, PLURAL, VERSION
 
 log = logging.getLogger(__name__)
@@ -85,13 +86,13 @@ async def _deliver(dispatch: Any, body: kopf.Body, retry: bool = True) -> None:
     except asyncio.CancelledError:
         raise
     except Exception as exc:
+        where = "/".join(training_job_key(body) or ("?", "?"))
         if not retry:  # event handlers are not retried by kopf; the GC still cleans up
-            log.warning("handling deletion of %s failed: %s",
-                        body.get("metadata", {}).get("name"), exc)
+            log.warning("handling deletion of %s failed: %s", where, exc)
             return
         # The Controller reports bad jobs in their status itself; an exception here is
         # an API failure (after our own retries) or a bug: let kopf retry it later.
-        log.warning("handling %s failed: %s", body.get("metadata", {}).get("name"), exc)
+        log.warning("handling %s failed: %s", where, exc)
         raise kopf.TemporaryError(str(exc), delay=5) from exc
 
 

@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from edl.cluster.kube.adapter import KubeCluster
@@ -115,10 +116,13 @@ class ControllerProcess:
 
     def _observe_jobs(self, cluster: KubeCluster) -> None:
         for (namespace, name), body in list(cluster._jobs.items()):
-            trainers = (body.get("status") or {}).get("trainers") or {}
-            if trainers:
-                self.metrics.observe_job(namespace, name, int(trainers.get("desired", 0)),
-                                         int(trainers.get("running", 0)))
+            status = body.get("status")
+            trainers = status.get("trainers") if isinstance(status, Mapping) else None
+            if not isinstance(trainers, Mapping):
+                continue  # not written by this controller yet (or written in another shape)
+            desired, running = trainers.get("desired", 0), trainers.get("running", 0)
+            if isinstance(desired, int) and isinstance(running, int):
+                self.metrics.observe_job(namespace, name, desired, running)
 
     async def _lead(self) -> None:
         options = self.options

@@ -55,7 +55,13 @@ def kube_status(
     state = status.get("state") or "Created"
     message = status.get("message") or ""
     trainers = status.get("trainers") or None
-    old_conditions = {c.get("type"): c for c in (previous or {}).get("conditions") or ()}
+    # `previous` is what the API server stored, which a user (or an old version) may have
+    # written in any shape: read only the conditions that look like conditions.
+    stored = previous.get("conditions") if isinstance(previous, Mapping) else None
+    old_conditions = {
+        c.get("type"): c for c in (stored if isinstance(stored, list) else ())
+        if isinstance(c, Mapping)
+    }
     failed = state == "Failed"
     out: dict[str, Any] = {"state": state, "message": message}
     if trainers is not None:

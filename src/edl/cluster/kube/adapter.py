@@ -44,6 +44,7 @@ from edl.cluster.port import (
     NotFoundError,
     TrainingJobHandler,
     Unsubscribe,
+    training_job_key,
 )
 from edl.kube.client import FIELD_MANAGER
 from edl.kube.crd import GROUP, KIND, PLURAL, VERSION
@@ -306,8 +307,11 @@ class KubeCluster:
         await self._dispatch("on_del", body)
 
     async def _dispatch(self, method: str, body: Mapping[str, Any]) -> None:
+        key = training_job_key(body)
+        if key is None:  # nothing to name children or a status after; never crash the watch
+            log.warning("ignoring a TrainingJob without a usable metadata.name: %.200r", body)
+            return
         obj = copy.deepcopy(dict(body))
-        key = _key(obj)
         async with self._dispatch_lock:  # one event at a time, in order (the port's promise)
             if method == "on_del":
                 self._jobs.pop(key, None)
@@ -320,8 +324,10 @@ class KubeCluster:
         self, namespace: str, name: str, status: Mapping[str, Any]
     ) -> None:
         body = self._jobs.get((namespace, name)) or {}
-        previous = body.get("status") or {}
+        previous = body.get("status")
+        previous = previous if isinstance(previous, Mapping) else {}  # stored by anyone
         generation = _meta(body).get("generation")
+        generation = generation if isinstance(generation, int) else None
         full = kube_status(status, previous, generation)
         await self._call(
             f"status of TrainingJob {namespace}/{name}",
