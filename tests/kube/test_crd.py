@@ -18,6 +18,8 @@ import jsonschema
 import pytest
 import yaml
 
+from edl.api.errors import JobValidationError
+from edl.jobparser import JobParser
 from edl.kube.crd import CRD_NAME, build_crd, openapi_schema
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -238,3 +240,107 @@ def test_quantity_pattern_matches_kubernetes_forms() -> None:
         assert pattern.match(good), good
     for bad in ["-1", "lots", "1GB", "", "1.2.3"]:
         assert not pattern.match(bad), bad
+
+
+# -- one source of truth: the schema and JobParser.validate agree ------------------------------
+
+def _parser_accepts(obj: Any) -> bool:
+    try:
+        JobParser().validate(obj)
+    except JobValidationError:
+        return False
+    return True
+
+
+EXAMPLE_JOBS = [
+    "deploy/example-trainingjob.yaml", "examples/jobs/mnist.yaml",
+    "examples/jobs/paddle-original.yaml", "examples/digits/job.yaml",
+    "examples/diabetes/job.yaml", "examples/jobs/invalid/many-problems.yaml",
+    "examples/jobs/invalid/unknown-fields.yaml",
+]
+
+
+@pytest.mark.parametrize("path", EXAMPLE_JOBS)
+def test_schema_and_parser_agree_on_the_example_jobs(path: str) -> None:
+    job = load(path)
+    assert (admit(job) == []) is _parser_accepts(job), admit(job)
+
+
+def _set(path: str, value: Any) -> Any:
+    """A mutation of the example job: set (or, with value=DROP, remove) a dotted field."""
+    def mutate(job: dict[str, Any]) -> None:
+        *parents, last = path.split(".")
+        node = job
+        for part in parents:
+            node = node.setdefault(part, {})
+        if value is DROP:
+            node.pop(last, None)
+        else:
+            node[last] = value
+    return mutate
+
+
+DROP = object()
+AGREEING_MUTATIONS = {
+    # fields the parser defaults and the schema must therefore not require (issue: b, c)
+    "no image": _set("spec.image", DROP),
+    "no trainer max": _set("spec.trainer.max-instance", DROP),
+    "no pserver": _set("spec.pserver", DROP),
+    "no pserver min": _set("spec.pserver.min-instance", DROP),
+    "no ports": lambda j: [j["spec"].pop(k, None) for k in ("port", "ports_num", "passes")],
+    # rules both sides enforce
+    "pserver min 0": _set("spec.pserver.min-instance", 0),  # issue: a
+    "pserver min > max": _set("spec.pserver.min-instance", 3),
+    "trainer min 0": _set("spec.trainer.min-instance", 0),
+    "trainer max 0": _set("spec.trainer.max-instance", 0),
+    "trainer min > max": _set("spec.trainer.min-instance", 9),
+    "no trainer min": _set("spec.trainer.min-instance", DROP),
+    "not fault tolerant, min < max": _set("spec.fault_tolerant", False),
+    "empty image": _set("spec.image", ""),
+    "blank image": _set("spec.image", "  "),
+    "blank entrypoint": _set("spec.trainer.entrypoint", " "),
+    "no entrypoint": _set("spec.trainer.entrypoint", DROP),
+    "port 0": _set("spec.port", 0),
+    "port 65536": _set("spec.port", 65536),
+    "ports overflow": _set("spec.port", 65534),
+    "ports fit": _set("spec.port", 65000),
+    "ports_num 0": _set("spec.ports_num", 0),
+    "sparse -1": _set("spec.ports_num_for_sparse", -1),
+    "sparse 0": _set("spec.ports_num_for_sparse", 0),
+    "passes 0": _set("spec.passes", 0),
+    "passes text": _set("spec.passes", "ten"),
+    "bad quantity": _set("spec.trainer.resources.requests.memory", "lots"),
+    "negative quantity": _set("spec.trainer.resources.limits.cpu", "-1"),
+    "exponent quantity": _set("spec.trainer.resources.limits.memory", "1e9"),
+    "bad name": _set("metadata.name", "Bad_Name"),
+    "digit-first name": _set("metadata.name", "1job"),
+    "longest name": _set("metadata.name", "a" * 55),
+    "too long name": _set("metadata.name", "a" * 56),
+    "etcd ok": _set("spec.master.etcd-endpoint", "http://etcd:2379,https://e2:2379"),
+    "etcd not a URL": _set("spec.master.etcd-endpoint", "etcd:2379"),
+    "etcd empty": _set("spec.master.etcd-endpoint", ""),
+    "etcd trailing comma": _set("spec.master.etcd-endpoint", "http://etcd:2379,"),
+}
+# Rules the parser enforces that a structural schema with CEL cannot state (quantities
+# compared as numbers, cross-list references); the API server admits these jobs and
+# the controller marks them Failed with the parser's message.
+SCHEMA_CANNOT_EXPRESS = {
+    "requests above limits": _set("spec.trainer.resources.requests.cpu", "2"),
+    "fractional GPU": lambda j: j["spec"]["trainer"]["resources"]["limits"].update(
+        {"nvidia.com/gpu": "0.5"}),
+    "mount of a missing volume": _set("spec.volumeMounts", [{"name": "x", "mountPath": "/x"}]),
+}
+
+
+@pytest.mark.parametrize("mutation", sorted(AGREEING_MUTATIONS))
+def test_schema_and_parser_agree_where_the_schema_can_express_the_rule(mutation: str) -> None:
+    job = load("deploy/example-trainingjob.yaml")
+    AGREEING_MUTATIONS[mutation](job)
+    assert (admit(job) == []) is _parser_accepts(job), admit(job)
+
+
+@pytest.mark.parametrize("mutation", sorted(SCHEMA_CANNOT_EXPRESS))
+def test_rules_only_the_parser_enforces(mutation: str) -> None:
+    job = load("deploy/example-trainingjob.yaml")
+    SCHEMA_CANNOT_EXPRESS[mutation](job)
+    assert admit(job) == [] and not _parser_accepts(job)

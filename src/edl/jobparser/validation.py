@@ -33,6 +33,8 @@ __all__ = [
     "DEFAULT_PORT",
     "DEFAULT_PORTS_NUM",
     "DEFAULT_PORTS_NUM_FOR_SPARSE",
+    "ETCD_ENDPOINTS_PATTERN",
+    "MAX_PORT",
     "ROLE_SUFFIXES",
     "validate_job",
 ]
@@ -48,7 +50,12 @@ ROLE_SUFFIXES = ("-trainer", "-pserver", "-master")
 MAX_NAME_LENGTH = 63  # a Kubernetes object name that is also a label value / DNS label
 _LONGEST_SUFFIX = max(ROLE_SUFFIXES, key=len)
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_ETCD_URL = re.compile(r"^https?://[^\s/,]+(:[0-9]{1,5})?/?$")
+_ETCD_URL_TEXT = r"https?://[^\s/,]+(:[0-9]{1,5})?/?"
+_ETCD_URL = re.compile(rf"^{_ETCD_URL_TEXT}$")
+# The whole spec.master.etcd-endpoint value: what `_etcd_problems` accepts, as one
+# regular expression the CRD schema can carry.
+ETCD_ENDPOINTS_PATTERN = rf"^\s*{_ETCD_URL_TEXT}(\s*,\s*{_ETCD_URL_TEXT})*\s*$"
+MAX_PORT = 65535
 
 Loc = tuple[str | int, ...]
 
@@ -196,9 +203,9 @@ def _port_problems(job: TrainingJob) -> Iterator[tuple[Loc, str]]:
     sparse = spec.ports_num_for_sparse
     sparse = sparse if sparse is not None else DEFAULT_PORTS_NUM_FOR_SPARSE
     ok = True
-    if not 1 <= port <= 65535:
+    if not 1 <= port <= MAX_PORT:
         ok = False
-        yield ("spec", "port"), f"must be between 1 and 65535 (got {port})"
+        yield ("spec", "port"), f"must be between 1 and {MAX_PORT} (got {port})"
     if ports_num < 1:
         ok = False
         yield ("spec", "ports_num"), f"must be >= 1 (got {ports_num})"
@@ -206,10 +213,10 @@ def _port_problems(job: TrainingJob) -> Iterator[tuple[Loc, str]]:
         ok = False
         yield ("spec", "ports_num_for_sparse"), f"must be >= 0 (got {sparse})"
     last = port + ports_num + sparse - 1
-    if ok and last > 65535:
+    if ok and last > MAX_PORT:
         yield (
             ("spec", "port"),
-            f"port + ports_num + ports_num_for_sparse - 1 must be <= 65535: the pserver "
+            f"port + ports_num + ports_num_for_sparse - 1 must be <= {MAX_PORT}: the pserver "
             f"ports {port}..{last} do not fit",
         )
 

@@ -27,7 +27,13 @@ from edl.jobparser import (
     DEFAULT_PORTS_NUM,
     DEFAULT_PORTS_NUM_FOR_SPARSE,
 )
-from edl.jobparser.validation import DEFAULT_PSERVERS, MAX_NAME_LENGTH, ROLE_SUFFIXES
+from edl.jobparser.validation import (
+    DEFAULT_PSERVERS,
+    ETCD_ENDPOINTS_PATTERN,
+    MAX_NAME_LENGTH,
+    MAX_PORT,
+    ROLE_SUFFIXES,
+)
 
 GROUP = "edl.dev"
 VERSION = "v1"
@@ -46,8 +52,12 @@ QUANTITY_PATTERN = (
 
 
 def _cel(field: str) -> str:
-    """A CEL identifier for a field name: Kubernetes escapes '-' as '__dash__'."""
-    return field.replace("_", "__underscores__").replace("-", "__dash__")
+    """A CEL identifier for a field name, escaped as Kubernetes does.
+
+    Only '__', '.', '-' and '/' are escaped; a single '_' stays (``fault_tolerant``).
+    """
+    return (field.replace("__", "__underscores__").replace(".", "__dot__")
+            .replace("-", "__dash__").replace("/", "__slash__"))
 
 
 MIN = _cel("min-instance")
@@ -71,6 +81,12 @@ SPEC_RULES = [{
     "message": ("spec.trainer.max-instance must equal min-instance "
                 "unless spec.fault_tolerant is true"),
     "fieldPath": ".trainer.max-instance",
+}, {
+    # Defaults are applied before validation, so the three fields are present.
+    "rule": (f"!has(self.port) || !has(self.ports_num) || !has(self.ports_num_for_sparse) "
+             f"|| self.port + self.ports_num + self.ports_num_for_sparse - 1 <= {MAX_PORT}"),
+    "message": f"spec.port + ports_num + ports_num_for_sparse - 1 must be <= {MAX_PORT}",
+    "fieldPath": ".port",
 }]
 _NAME_LIMIT = MAX_NAME_LENGTH - max(len(s) for s in ROLE_SUFFIXES)
 ROOT_RULES = [{
@@ -84,8 +100,8 @@ ROOT_RULES = [{
 # Constraints and defaults per field path (dot-joined, original spellings). The
 # structure comes from the model; the values from edl.jobparser's validation.
 FIELD_RULES: dict[str, dict[str, Any]] = {
-    "spec.image": {"minLength": 1, "default": DEFAULT_IMAGE},
-    "spec.port": {"minimum": 1, "maximum": 65535, "default": DEFAULT_PORT},
+    "spec.image": {"minLength": 1, "pattern": r"\S", "default": DEFAULT_IMAGE},
+    "spec.port": {"minimum": 1, "maximum": MAX_PORT, "default": DEFAULT_PORT},
     "spec.ports_num": {"minimum": 1, "default": DEFAULT_PORTS_NUM},
     "spec.ports_num_for_sparse": {"minimum": 0, "default": DEFAULT_PORTS_NUM_FOR_SPARSE},
     "spec.passes": {"minimum": 1, "default": DEFAULT_PASSES},
@@ -97,6 +113,7 @@ FIELD_RULES: dict[str, dict[str, Any]] = {
     "spec.trainer.max-instance": {"minimum": 1},
     "spec.pserver.min-instance": {"minimum": 1, "default": DEFAULT_PSERVERS},
     "spec.pserver.max-instance": {"minimum": 1},
+    "spec.master.etcd-endpoint": {"pattern": ETCD_ENDPOINTS_PATTERN},
 }
 REQUIRED: dict[str, list[str]] = {
     "": ["spec"],
