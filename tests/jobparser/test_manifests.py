@@ -351,3 +351,15 @@ def test_any_valid_job_renders_valid_manifests(
     trainer = manifests[3]
     assert trainer["spec"]["parallelism"] == job["spec"]["trainer"]["min-instance"]
     assert manifests[2]["spec"]["replicas"] == job["spec"]["pserver"]["min-instance"]
+
+
+def test_the_seed_names_parse_the_same_children() -> None:
+    # The seed's DefaultJobParser implemented its JobParser interface: one class here.
+    from edl.jobparser import DefaultJobParser
+
+    job = load_trainingjob(EXAMPLES / "mnist.yaml")
+    seed, ours = DefaultJobParser(), JobParser()
+    assert seed.validate(job) == ours.validate(job)
+    for method in ("parse_to_master", "parse_to_pserver", "parse_to_trainer", "parse_to_service"):
+        assert getattr(seed, method)(job) == getattr(ours, method)(job)
+        assert getattr(ours, method)(job)["metadata"]["name"].startswith("mnist-")

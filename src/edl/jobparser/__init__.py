@@ -3,7 +3,7 @@ into the master/pserver ReplicaSets, the trainer Job and the master Service (pur
 
 from edl.api.errors import JobValidationError
 from edl.jobparser.manifests import LABEL_JOB, LABEL_ROLE, child_names, etcd_endpoints
-from edl.jobparser.parser import JobParser
+from edl.jobparser.parser import DefaultJobParser, JobParser
 from edl.jobparser.validation import (
     DEFAULT_IMAGE,
     DEFAULT_PASSES,
@@ -20,6 +20,7 @@ __all__ = [
     "DEFAULT_PORTS_NUM_FOR_SPARSE",
     "LABEL_JOB",
     "LABEL_ROLE",
+    "DefaultJobParser",
     "JobParser",
     "JobValidationError",
     "child_names",

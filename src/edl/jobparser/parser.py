@@ -9,7 +9,7 @@ from edl.api.trainingjob import TrainingJob
 from edl.jobparser import manifests
 from edl.jobparser.validation import validate_job
 
-__all__ = ["JobParser"]
+__all__ = ["DefaultJobParser", "JobParser"]
 
 
 class JobParser:
@@ -48,3 +48,12 @@ class JobParser:
             manifests.pserver_replica_set(valid),
             manifests.trainer_job(valid),
         ]
+
+
+DefaultJobParser = JobParser
+"""The seed's name for its one JobParser implementation (``DefaultJobParser``).
+
+The seed split an interface (``JobParser``) from its implementation; edl has one
+implementation, so both names are the same class. A different parser only needs
+the same five methods (the Controller takes any object that has them).
+"""
