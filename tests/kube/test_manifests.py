@@ -26,23 +26,42 @@ def test_deploy_manifest_is_valid(path: Path) -> None:
         validate(doc)
 
 
+def _grants(role: dict) -> dict[tuple[str, str], set[str]]:
+    granted: dict[tuple[str, str], set[str]] = {}
+    for rule in role["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                granted.setdefault((group, resource), set()).update(rule["verbs"])
+    return granted
+
+
 def test_rbac_is_least_privilege() -> None:
     docs = list(yaml.safe_load_all((ROOT / "deploy/rbac.yaml").read_text()))
-    role = next(d for d in docs if d["kind"] == "ClusterRole")
-    granted = {
-        (group, resource): set(rule["verbs"])
-        for rule in role["rules"] for group in rule["apiGroups"] for resource in rule["resources"]
-    }
+    cluster_wide = _grants(next(d for d in docs if d["kind"] == "ClusterRole"))
     read = {"get", "list", "watch"}
-    assert granted[("", "nodes")] == read
-    assert granted[("", "pods")] == read
-    assert "*" not in {v for verbs in granted.values() for v in verbs}
-    assert not any(resource in {"secrets", "configmaps"} for _, resource in granted)
-    assert ("", "pods") in granted and "create" not in granted[("", "pods")]
-    assert granted[("coordination.k8s.io", "leases")] >= {"get", "create", "update"}
-    assert granted[("", "events")] >= {"create"}
-    for child in (("batch", "jobs"), ("apps", "replicasets"), ("", "services")):
-        assert granted[child] >= {"create", "patch", "delete"}
+    managed = {"get", "create", "patch", "delete"}  # server-side apply = create + patch
+    assert cluster_wide == {
+        ("", "nodes"): read,
+        ("", "pods"): read,
+        ("batch", "jobs"): managed,
+        ("apps", "replicasets"): managed,
+        ("", "services"): managed,
+        ("edl.dev", "trainingjobs"): read | {"patch"},
+        ("edl.dev", "trainingjobs/status"): {"get", "patch"},
+        ("", "events"): {"create", "patch"},
+        ("events.k8s.io", "events"): {"create", "patch"},
+    }
+    # The leader Lease: only in the controller's namespace, get/patch only by name.
+    leader = next(d for d in docs if d["kind"] == "Role")
+    assert leader["metadata"]["namespace"] == "edl-system"
+    by_name = [r for r in leader["rules"] if r.get("resourceNames")]
+    assert by_name == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                        "resourceNames": ["edl-controller"], "verbs": ["get", "patch"]}]
+    binding = next(d for d in docs if d["kind"] == "RoleBinding")
+    assert binding["roleRef"]["name"] == leader["metadata"]["name"]
+    controller = (ROOT / "deploy/controller.yaml").read_text()
+    assert "--lease-namespace=$(POD_NAMESPACE)" in controller
+    assert "namespace: edl-system" in controller
 
 
 def test_invalid_manifest_is_caught() -> None:
