@@ -51,10 +51,10 @@ class EtcdMasterStore:
         ]
         return meta, records
 
-    async def save(self, meta: QueueMeta | None, records: list[TaskRecord]) -> None:
-        puts = {f"master/tasks/{r.id:07d}": dumps(r.to_dict()) for r in records}
+    async def save(self, meta: dict | None, records: list[dict]) -> None:
+        puts = {f"master/tasks/{r['id']:07d}": dumps(r) for r in records}
         if meta is not None:
-            puts["master/meta"] = dumps(meta.to_dict())
+            puts["master/meta"] = dumps(meta)
         await self._commit(puts)
 
     async def publish_progress(self, progress: dict) -> None:

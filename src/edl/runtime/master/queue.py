@@ -37,7 +37,12 @@ class TaskRecord:
     finished_passes: list[int] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """A detached plain copy (hand-written: dataclasses.asdict is 10x slower)."""
+        return {
+            "id": self.id, "begin": self.begin, "end": self.end, "state": self.state,
+            "epoch": self.epoch, "failures": self.failures, "trainer": self.trainer,
+            "dispatches": self.dispatches, "finished_passes": list(self.finished_passes),
+        }  # fmt: skip
 
     @classmethod
     def from_dict(cls, data: dict) -> TaskRecord:
@@ -189,7 +194,7 @@ class TaskQueue:
             return Dispatch(Kind.DONE, current_pass=self.meta.current_pass)
         # A trainer holds one task at a time: asking again means it never got, or
         # gave up, what it held (e.g. the reply was lost in a master failover).
-        for held in [t for t in self.tasks.values() if t.state == PENDING and t.trainer == trainer]:
+        for held in self._held_by(trainer):
             self._requeue(held, front=True)
         if not self.todo:
             return Dispatch(Kind.WAIT, current_pass=self.meta.current_pass)
@@ -257,9 +262,7 @@ class TaskQueue:
         """Return a lost trainer's tasks to todo at once (no failure counted)."""
         if trainer in self.trainers:
             self.trainers[trainer].gone = True
-        returned = [
-            t.id for t in self.tasks.values() if t.state == PENDING and t.trainer == trainer
-        ]
+        returned = [t.id for t in self._held_by(trainer)]
         for task_id in returned:
             self._requeue(self.tasks[task_id], front=True)
         self._advance(now)
@@ -342,6 +345,10 @@ class TaskQueue:
         else:
             stats.last_seen = max(stats.last_seen, now)
             stats.gone = False
+
+    def _held_by(self, trainer: str) -> list[TaskRecord]:
+        """Pending tasks of one trainer (scans only the pending ones: O(trainers))."""
+        return [self.tasks[i] for i in self.pending_since if self.tasks[i].trainer == trainer]
 
     def _current(self, task_id: int, epoch: int) -> TaskRecord | None:
         task = self.tasks.get(task_id)

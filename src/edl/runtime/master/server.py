@@ -34,8 +34,9 @@ class MasterStore(Protocol):
 
     async def load(self) -> tuple[QueueMeta | None, list[TaskRecord]]: ...
 
-    async def save(self, meta: QueueMeta | None, records: list[TaskRecord]) -> None:
-        """Persist atomically-per-batch; raise LeadershipLost when fenced out."""
+    async def save(self, meta: dict | None, records: list[dict]) -> None:
+        """Persist plain copies (QueueMeta / TaskRecord .to_dict()) in fenced batches;
+        raise LeadershipLost when fenced out."""
         ...
 
     async def publish_progress(self, progress: dict) -> None: ...
@@ -66,8 +67,8 @@ class GroupCommit:
             while self._waiters:
                 waiters, self._waiters = self._waiters, []
                 q = self.queue
-                records = [TaskRecord.from_dict(q.tasks[i].to_dict()) for i in sorted(q.dirty)]
-                meta = QueueMeta.from_dict(q.meta.to_dict()) if q.meta_dirty else None
+                records = [q.tasks[i].to_dict() for i in sorted(q.dirty)]  # detached copies
+                meta = q.meta.to_dict() if q.meta_dirty else None
                 q.dirty, q.meta_dirty = set(), False
                 try:
                     if records or meta:
@@ -75,7 +76,7 @@ class GroupCommit:
                         self.writes += 1
                 except Exception as error:
                     # not persisted: keep it dirty for the next commit, fail these RPCs
-                    q.dirty.update(r.id for r in records)
+                    q.dirty.update(r["id"] for r in records)
                     q.meta_dirty = q.meta_dirty or meta is not None
                     for w in waiters + self._waiters:
                         if not w.done():
