@@ -182,18 +182,12 @@ class Autoscaler:
             leaving = pods.terminating or 0
             per_pod = self._trainer_resources[key]
             views.append(
-                JobView(
-                    namespace=key[0],
-                    name=key[1],
+                JobView.from_pod_resources(
+                    *key,
                     min_instance=int(job.spec.trainer.min_instance or 0),
                     max_instance=int(job.spec.trainer.max_instance or 0),
                     parallelism=int(trainer["spec"].get("parallelism", 1)),
-                    cpu_request_milli=per_pod.cpu_request_milli,
-                    cpu_limit_milli=per_pod.cpu_limit_milli,
-                    memory_request_mega=per_pod.memory_request_mega,
-                    memory_limit_mega=per_pod.memory_limit_mega,
-                    gpu_request=per_pod.gpu_request,
-                    gpu_limit=per_pod.gpu_limit,
+                    per_pod=per_pod,
                     total=pods.total + leaving,
                     running=pods.running + leaving,
                     pending=pods.pending,

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from edl.accounting.types import ClusterResource
+from edl.accounting.types import ClusterResource, PodResources
 
 __all__ = ["POLICIES", "Decision", "JobView", "Policy", "UnknownPolicyError", "get_policy"]
 
@@ -45,6 +45,44 @@ class JobView:
     running: int = 0
     pending: int = 0
     unscheduled: int | None = None
+
+    @classmethod
+    def from_pod_resources(
+        cls,
+        namespace: str,
+        name: str,
+        *,
+        min_instance: int,
+        max_instance: int,
+        parallelism: int,
+        per_pod: PodResources,
+        total: int,
+        running: int,
+        pending: int,
+        unscheduled: int | None,
+    ) -> JobView:
+        """A view from one trainer pod's resources (`edl.accounting.pod_request`) and counts.
+
+        Why here: the Autoscaler (live cluster) and `edl plan` (a snapshot) both build
+        views this way; one place keeps the field mapping from drifting apart.
+        """
+        return cls(
+            namespace=namespace,
+            name=name,
+            min_instance=min_instance,
+            max_instance=max_instance,
+            parallelism=parallelism,
+            cpu_request_milli=per_pod.cpu_request_milli,
+            cpu_limit_milli=per_pod.cpu_limit_milli,
+            memory_request_mega=per_pod.memory_request_mega,
+            memory_limit_mega=per_pod.memory_limit_mega,
+            gpu_request=per_pod.gpu_request,
+            gpu_limit=per_pod.gpu_limit,
+            total=total,
+            running=running,
+            pending=pending,
+            unscheduled=unscheduled,
+        )
 
     @property
     def unbound(self) -> int:

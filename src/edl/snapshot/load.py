@@ -246,18 +246,13 @@ def plan_inputs(items: list[dict[str, Any]]) -> PlanInputs:
             )
             continue
         views.append(
-            JobView(
-                namespace=namespace,
-                name=name,
+            JobView.from_pod_resources(
+                namespace,
+                name,
                 min_instance=int(job.spec.trainer.min_instance or 0),
                 max_instance=int(job.spec.trainer.max_instance or 0),
                 parallelism=parallelism,
-                cpu_request_milli=per_pod.cpu_request_milli,
-                cpu_limit_milli=per_pod.cpu_limit_milli,
-                memory_request_mega=per_pod.memory_request_mega,
-                memory_limit_mega=per_pod.memory_limit_mega,
-                gpu_request=per_pod.gpu_request,
-                gpu_limit=per_pod.gpu_limit,
+                per_pod=per_pod,
                 total=len(mine),
                 running=phases.count("Running"),
                 pending=len(pending),
