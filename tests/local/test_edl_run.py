@@ -116,16 +116,20 @@ def test_script_that_crashes_at_once_fails_the_job_with_its_error(tmp_path: Path
         "  pserver:\n    min-instance: 1\n    max-instance: 1\n"
         "    resources: {requests: {cpu: 100m, memory: 64Mi}}\n"
     )
-    proc = start_edl_run(tmp_path, job, "--max-error-exits", "2")
-    out, err = proc.communicate(timeout=180)
+    # no local crash-loop rule for trainers: the trainer Job's backoffLimit (6) fails it
+    proc = start_edl_run(tmp_path, job)
+    out, err = proc.communicate(timeout=240)
     assert proc.returncode == 1, f"stdout:\n{out}\nstderr:\n{err}"
     assert "crash Failed" in err and "ZeroDivisionError: division by zero" in err
     run_dir = run_dir_of(tmp_path)
     assert run_dir is not None
     snapshot = read_snapshot(run_dir)
     assert snapshot.state == "Failed"
-    assert "ZeroDivisionError" in snapshot.message
-    assert "2 trainer pods exited with an error" in snapshot.message
+    assert "the trainer Job failed: BackoffLimitExceeded" in snapshot.message
+    assert "last failed trainer crash-trainer-" in snapshot.message
+    assert snapshot.message.endswith("ZeroDivisionError: division by zero")
+    attempts = sorted(run_dir.glob("crash-trainer-*.log"))
+    assert len(attempts) >= 7  # backoffLimit + 1 counted failures, each a new pod
     assert procs.pids_with_env(RUN_MARKER_ENV, str(run_dir)) == []
 
 

@@ -89,7 +89,8 @@ def option_problems(
 )
 @click.option("--timeout", type=float, help="Fail the run after this many seconds.")
 @click.option("--max-error-exits", type=int, default=3, show_default=True,
-              help="Fail when this many pods of one role exit with an error (crash loop).")
+              help="Fail when this many master or pserver pods exit with an error (crash "
+                   "loop); crashing trainers fail their Job by its backoffLimit.")
 @click.option("--plain", is_flag=True, help="Summary lines instead of the live panel.")
 def run(
     job_file: Path,

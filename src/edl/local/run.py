@@ -11,10 +11,15 @@ What runs, all in this process except the pods and etcd:
   (read from etcd) into a `RunSnapshot`, hands it to the display and writes
   ``status.json`` for `edl status`.
 
-The run ends when the TrainingJob's status says Succeeded or Failed, when a
-role crash-loops (``max_error_exits`` pods of one role exited with an error code
-— a script that crashes at once; kills by signal do not count, so chaos tests
-are not mistaken for broken scripts), on a deadline, or on `stop()` (Ctrl-C).
+The run ends when the TrainingJob's status says Succeeded or Failed, when the
+master or the pservers crash-loop, on a deadline, or on `stop()` (Ctrl-C).
+Crashing trainers need no rule here: their Job's backoffLimit fails it in the
+control plane (with a back-off of 1 s doubling up to 5 s instead of Kubernetes'
+10 s to 5 min, so a script that crashes at once fails the run in well under a
+minute) and the Controller writes Failed with the error. Master and pserver
+pods belong to ReplicaSets, which Kubernetes retries forever; so ``max_error_exits``
+of them exiting with an error code end the run (kills by signal do not count, so
+chaos tests are not mistaken for broken processes).
 Teardown deletes the workloads first (so no controller replaces a pod), then
 stops every pod (SIGTERM, SIGKILL after the grace period), then etcd.
 """
@@ -50,6 +55,9 @@ log = logging.getLogger(__name__)
 SUCCEEDED, FAILED, STOPPED = "Succeeded", "Failed", "Stopped"
 MAX_POD_LINES = 40
 SIGNAL_EXIT_FLOOR = 128  # exit codes above this are deaths by signal, not script errors
+LOCAL_BACKOFF_BASE_S = 1.0  # failed-pod replacement back-off of a local run
+LOCAL_BACKOFF_MAX_S = 5.0
+JOB_ROLES = ("trainer",)  # roles whose failures the trainer Job's backoffLimit judges
 
 
 @dataclass(frozen=True)
@@ -152,7 +160,12 @@ class LocalRun:
         )
         self.runtime = ProcessPodRuntime(self.run_dir, context, cwd=self.options.job_dir)
         clock = AsyncioClock()
-        self.cluster = InProcessCluster(clock, self.runtime)
+        self.cluster = InProcessCluster(
+            clock,
+            self.runtime,
+            backoff_base_s=LOCAL_BACKOFF_BASE_S,
+            backoff_max_s=LOCAL_BACKOFF_MAX_S,
+        )
         self.cluster.add_node(
             node["metadata"]["name"], node["status"]["allocatable"], node["metadata"]["labels"]
         )
@@ -308,11 +321,18 @@ class LocalRun:
         return "", ""
 
     def _failure_detail(self, message: str) -> str:
-        """A Failed status plus the last pod error we saw, so the reason names the cause."""
-        last = max(self._failures.values(), key=lambda f: f.count, default=None)
+        """A Failed status; if it names no failed pod, plus the last master/pserver error seen.
+
+        The Controller's message already ends with the last failed trainer's error.
+        """
+        if "last failed" in message:
+            return message
+        role, last = max(
+            self._failures.items(), key=lambda item: item[1].count, default=("", None)
+        )
         if last is None or not last.last_message:
             return message
-        return f"{message}: {last.last_message.strip().splitlines()[-1]}"
+        return f"{message}; last {role} error: {last.last_message.strip().splitlines()[-1]}"
 
     def _on_pod_event(self, event: str, pod: Any) -> None:
         """Pod transitions from the control plane: phases for the display, crash counting."""
@@ -322,7 +342,7 @@ class LocalRun:
             message = self.runtime.termination_message(name) if self.runtime else ""
             phase = "Succeeded" if code == 0 else "Failed"
             self._pods[name] = PodLine(name, role, phase, None, code, _last_line(message))
-            if 0 < code < SIGNAL_EXIT_FLOOR and not pod.terminating:
+            if 0 < code < SIGNAL_EXIT_FLOOR and not pod.terminating and role not in JOB_ROLES:
                 failures = self._failures.setdefault(role, _RoleFailures())
                 failures.count += 1
                 failures.last_pod, failures.last_code, failures.last_message = name, code, message
