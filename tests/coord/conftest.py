@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -63,6 +64,21 @@ class RoleProcess:
 
     def signal(self, sig: int) -> None:
         os.kill(self.proc.pid, sig)
+
+    def freeze(self, within: float = 10.0) -> float:
+        """SIGSTOP and wait until the kernel shows it stopped; returns that moment.
+
+        kill() only queues the signal: a child running on the other core may
+        still execute (and print) briefly, so the test waits for state T.
+        """
+        os.kill(self.proc.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            with open(f"/proc/{self.proc.pid}/stat") as stat:
+                if stat.read().rsplit(")", 1)[1].split()[0] in ("T", "t"):
+                    return time.monotonic()
+            time.sleep(0.005)
+        raise AssertionError("process did not stop")
 
     def stop(self) -> None:
         if self.proc.poll() is None:

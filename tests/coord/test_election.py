@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import time
 from collections.abc import Callable
 
 import pytest
 
-from edl.coord import Election, EtcdClient, NotLeaderError, leader_address, watch_leader
+from edl.coord import Election, EtcdClient, NotLeaderError, keys, leader_address, watch_leader
 from edl.coord.embedded import EmbeddedEtcd
 
 TTL = 2
@@ -21,6 +22,30 @@ FAILOVER_BOUND = TTL + 1.0 + 2.0
 
 def client(etcd: EmbeddedEtcd) -> EtcdClient:
     return EtcdClient(etcd.endpoints, 1, 5.0, TTL, prefix=PREFIX)
+
+
+async def history(observer: EtcdClient, key: str) -> list[bytes]:
+    """Every value ``<prefix>/<key>`` ever had, in order, from etcd's revision log."""
+    full_key = keys.under(observer.prefix, key)
+    current = await observer.transport.range(full_key, 5.0)
+    last = int(current.kvs[0].mod_revision) if current.kvs else 0
+    values: list[bytes] = []
+
+    async def collect() -> None:
+        async for _revision, events in observer.transport.watch(full_key, 1):
+            values.extend(bytes(e.kv.value) for e in events if e.type == e.PUT)
+            if any(e.kv.mod_revision >= last for e in events):
+                return
+
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(collect(), 5.0)
+    return values
+
+
+def assert_one_handover(values: list[bytes], old: bytes, new: bytes) -> None:
+    assert values and values[0] == old and values[-1] == new, values
+    first_new = values.index(new)
+    assert set(values[first_new:]) == {new}, f"{old!r} wrote after {new!r} took over"
 
 
 async def test_killed_leader_is_replaced_within_bound(etcd: EmbeddedEtcd, spawn: Callable) -> None:
@@ -41,6 +66,7 @@ async def test_killed_leader_is_replaced_within_bound(etcd: EmbeddedEtcd, spawn:
         assert await leader_address(observer) == "beta:1"
         state = await observer.get_key("state/owner")
         assert state == b"beta"
+        assert_one_handover(await history(observer, "state/owner"), b"alpha", b"beta")
     finally:
         await observer.shutdown()
 
@@ -52,14 +78,15 @@ async def test_frozen_leader_is_fenced_after_resume(etcd: EmbeddedEtcd, spawn: C
         await asyncio.to_thread(first.wait_for, "WROTE")
         second = spawn("candidate", etcd.endpoints, PREFIX, "beta", str(TTL))
         await asyncio.to_thread(second.wait_for, "CAMPAIGN")
-        first.signal(signal.SIGSTOP)
-        frozen = time.monotonic()
+        frozen = first.freeze()
         await asyncio.to_thread(second.wait_for, "WROTE", 30)
         first.signal(signal.SIGCONT)
         await asyncio.to_thread(first.wait_for, "DEPOSED", 15, frozen)
-        assert not any(w == "WROTE" and s > frozen for w, s, _ in first.lines)
         await asyncio.sleep(0.3)
         assert await observer.get_key("state/owner") == b"beta"
+        # etcd's own history: once beta wrote, alpha never wrote again (a write that
+        # was in flight at the freeze may land before beta's term, never after)
+        assert_one_handover(await history(observer, "state/owner"), b"alpha", b"beta")
     finally:
         first.signal(signal.SIGCONT)
         await observer.shutdown()

@@ -79,25 +79,29 @@ def test_port_in_use_is_a_clear_error() -> None:
 
 
 _OWNER = """
-import sys, time
+import sys
 from edl.coord.embedded import EmbeddedEtcd
 server = EmbeddedEtcd().start()
 print(server.pid, flush=True)
-time.sleep(600)
+sys.stdin.readline()  # exit (normally) when the test says so
 """
 
 
 @pytest.mark.parametrize("how", ["SIGKILL", "normal-exit"])
 def test_no_etcd_outlives_its_owner(how: str) -> None:
     """An owner killed with SIGKILL (no atexit) or exiting normally leaves no etcd behind."""
-    script = _OWNER if how == "SIGKILL" else _OWNER.replace("time.sleep(600)", "")
-    owner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    owner = subprocess.Popen(
+        [sys.executable, "-c", _OWNER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
-        assert owner.stdout is not None
+        assert owner.stdout is not None and owner.stdin is not None
         etcd_pid = int(owner.stdout.readline())
         assert _alive(etcd_pid)
         if how == "SIGKILL":
             owner.kill()
+        else:
+            owner.stdin.write("exit\n")
+            owner.stdin.flush()
         owner.wait(30)
         assert _wait_dead(etcd_pid), "etcd survived its owner"
     finally:

@@ -42,8 +42,7 @@ async def test_sigstopped_pserver_notices_lost_lease_before_serving(
     try:
         await asyncio.to_thread(frozen.wait_for, "REGISTERED")
         await asyncio.to_thread(frozen.wait_for, "SERVE")
-        frozen.signal(signal.SIGSTOP)
-        stopped_at = time.monotonic()  # after this, the child prints nothing until SIGCONT
+        stopped_at = frozen.freeze()  # after this, the child prints nothing until SIGCONT
         # the replacement gets index 0 once the frozen process's lease expires in etcd
         assert await replacement.register(7200, timeout=TTL + 15) == 0
         assert time.monotonic() - stopped_at >= TTL - 0.5

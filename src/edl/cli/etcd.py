@@ -22,6 +22,10 @@ from edl.coord.embedded import EmbeddedEtcd, EtcdBinaryNotFound, EtcdStartError
 )
 def etcd(client_port: int | None, peer_port: int | None, data_dir: str | None) -> None:
     """Run an etcd server on 127.0.0.1 until Ctrl-C; prints its endpoints."""
+    # Ctrl-C and SIGTERM only set a flag: no KeyboardInterrupt can cut a shutdown short.
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
     try:
         server = EmbeddedEtcd(client_port=client_port, peer_port=peer_port, data_dir=data_dir)
         server.start()
@@ -29,15 +33,11 @@ def etcd(client_port: int | None, peer_port: int | None, data_dir: str | None) -
         first_line = str(error).splitlines()[0]
         click.echo(f"edl etcd: {first_line}", err=True)
         sys.exit(1)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     click.echo(f"etcd {server.binary} pid {server.pid} serving")
     click.echo(f"EDL_ETCD_ENDPOINTS={server.endpoints}")
     try:
         while not stop.is_set() and server.running:
             stop.wait(0.5)
-    except KeyboardInterrupt:
-        pass
     finally:
         crashed = not server.running
         server.stop()
