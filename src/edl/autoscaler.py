@@ -26,7 +26,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from edl.accounting import pod_request
+from edl.accounting import trainer_request
 from edl.api.trainingjob import TrainingJob
 from edl.cluster.port import Cluster, ClusterError, ConflictError, NotFoundError
 from edl.policy import Decision, JobView, Policy, get_policy
@@ -162,10 +162,7 @@ class Autoscaler:
             self._jobs.pop(key, None)
             return
         self._jobs[key] = job
-        resources = job.spec.trainer.resources.model_dump(by_alias=True, exclude_none=True)
-        self._trainer_resources[key] = pod_request(
-            {"spec": {"containers": [{"name": "trainer", "resources": resources}]}}
-        )
+        self._trainer_resources[key] = trainer_request(job)
 
     async def _job_views(self) -> Sequence[JobView]:
         views = []

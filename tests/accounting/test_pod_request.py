@@ -73,3 +73,20 @@ def test_limit_without_request_requests_the_limit_and_gpu_names() -> None:
 def test_bad_quantity_names_the_field() -> None:
     with pytest.raises(PodRequestError, match=r"spec.initContainers\[0\].resources.requests.cpu"):
         pod_request(_pod([_c({"cpu": "1"})], init=[_c({"cpu": "lots"})]))
+
+
+def test_trainer_request_sizes_a_trainer_as_the_cluster_will() -> None:
+    from edl.accounting import trainer_request
+    from edl.api.trainingjob import TrainingJob
+
+    job = TrainingJob.from_dict({
+        "apiVersion": "edl.dev/v1", "kind": "TrainingJob", "metadata": {"name": "j"},
+        "spec": {"trainer": {"entrypoint": "x", "min-instance": 1, "resources": {
+            "requests": {"cpu": "500m"},
+            "limits": {"cpu": "1", "memory": "100Mi", "nvidia.com/gpu": 2}}}},
+    })
+    per_pod = trainer_request(job)
+    # memory and GPUs have only limits: Kubernetes uses them as the requests
+    assert (per_pod.cpu_request_milli, per_pod.cpu_limit_milli) == (500, 1000)
+    assert (per_pod.memory_request_mega, per_pod.memory_limit_mega) == (105, 105)
+    assert (per_pod.gpu_request, per_pod.gpu_limit) == (2, 2)

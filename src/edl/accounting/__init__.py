@@ -8,7 +8,7 @@ from edl.accounting.ledger import (
     is_trainer_pod,
     node_capacity,
 )
-from edl.accounting.request import PodRequestError, ResourceError, pod_request
+from edl.accounting.request import PodRequestError, ResourceError, pod_request, trainer_request
 from edl.accounting.types import ClusterResource, Nodes, PodResources
 
 __all__ = [
@@ -24,4 +24,5 @@ __all__ = [
     "is_trainer_pod",
     "node_capacity",
     "pod_request",
+    "trainer_request",
 ]

@@ -19,12 +19,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from fractions import Fraction
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edl.accounting.types import PodResources
 from edl.api.quantity import parse_quantity
 
-__all__ = ["PodRequestError", "ResourceError", "field", "pod_request"]
+if TYPE_CHECKING:
+    from edl.api.trainingjob import TrainingJob
+
+__all__ = ["PodRequestError", "ResourceError", "field", "pod_request", "trainer_request"]
 
 _GPU_NAMES = ("nvidia.com/gpu", "alpha.kubernetes.io/nvidia-gpu")
 # internal order of the exact vectors: cpu, memory, gpu
@@ -152,3 +155,14 @@ def pod_request(pod: Mapping[str, Any]) -> PodResources:
         gpu_request=_ceil(requests[2]),
         gpu_limit=_ceil(limits[2]),
     )
+
+
+def trainer_request(job: TrainingJob) -> PodResources:
+    """What one trainer pod of ``job`` asks for (its container's requests and limits).
+
+    Why not read the fields directly: `pod_request` applies Kubernetes' rules
+    (limits stand in for missing requests, GPU spellings), and the autoscaler and
+    `edl plan` must size a trainer exactly as the cluster will.
+    """
+    resources = job.spec.trainer.resources.model_dump(by_alias=True, exclude_none=True)
+    return pod_request({"spec": {"containers": [{"name": "trainer", "resources": resources}]}})

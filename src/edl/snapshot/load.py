@@ -23,7 +23,7 @@ from edl.accounting import (
     ResourceError,
     inquire_resource,
     is_trainer_pod,
-    pod_request,
+    trainer_request,
 )
 from edl.api.errors import JobValidationError, format_problem
 from edl.api.quantity import QuantityError
@@ -202,63 +202,12 @@ def plan_inputs(items: list[dict[str, Any]]) -> PlanInputs:
     for item in items:
         if item["kind"] != "TrainingJob":
             continue
-        namespace, name = _namespace(item), item["metadata"]["name"]
-        try:
-            job = TrainingJob.from_dict(item)
-            resources = job.spec.trainer.resources.model_dump(by_alias=True, exclude_none=True)
-            per_pod = pod_request(
-                {"spec": {"containers": [{"name": "trainer", "resources": resources}]}}
-            )
-        except JobValidationError as error:
-            problems = "; ".join(format_problem(p) for p in error.problems)
-            unplannable.append(Unplannable(namespace, name, f"invalid TrainingJob: {problems}"))
-            continue
-        except (PodRequestError, QuantityError) as error:
-            unplannable.append(
-                Unplannable(namespace, name, f"invalid TrainingJob: spec.trainer.{error}")
-            )
-            continue
-        if not job.elastic():
-            continue
-        trainer = trainer_jobs.get((namespace, name + TRAINER_SUFFIX))
-        if trainer is None:
-            unplannable.append(
-                Unplannable(namespace, name, f"no trainer Job {name}{TRAINER_SUFFIX} yet")
-            )
-            continue
-        mine = [
-            p
-            for p in _job_pods(trainer, pods)
-            if (p.get("status") or {}).get("phase") not in TERMINAL_PHASES
-        ]
-        trainer_pod_ids.update(id(p) for p in mine)
-        phases = [(p.get("status") or {}).get("phase") for p in mine]
-        pending = [p for p, phase in zip(mine, phases, strict=True) if phase == "Pending"]
-        parallelism = (trainer.get("spec") or {}).get("parallelism")
-        parallelism = 1 if parallelism is None else parallelism  # Kubernetes' default
-        if not isinstance(parallelism, int) or isinstance(parallelism, bool):
-            unplannable.append(
-                Unplannable(
-                    namespace,
-                    name,
-                    f"trainer Job spec.parallelism is not an integer: {parallelism!r}",
-                )
-            )
-            continue
-        views.append(
-            JobView.from_pod_resources(
-                namespace,
-                name,
-                min_instance=int(job.spec.trainer.min_instance or 0),
-                max_instance=int(job.spec.trainer.max_instance or 0),
-                parallelism=parallelism,
-                per_pod=per_pod,
-                total=len(mine),
-                running=phases.count("Running"),
-                pending=len(pending),
-                unscheduled=sum(1 for p in pending if not (p.get("spec") or {}).get("nodeName")),
-            )
-        )
+        planned, trainer_pods = _plan_job(item, trainer_jobs, pods)
+        trainer_pod_ids.update(id(p) for p in trainer_pods)
+        if isinstance(planned, JobView):
+            views.append(planned)
+        elif planned is not None:
+            unplannable.append(planned)
     try:
         resources = inquire_resource(
             nodes, pods, is_trainer=lambda pod: id(pod) in trainer_pod_ids or is_trainer_pod(pod)
@@ -266,3 +215,51 @@ def plan_inputs(items: list[dict[str, Any]]) -> PlanInputs:
     except (ResourceError, QuantityError) as error:
         raise SnapshotError(str(error)) from None
     return PlanInputs(views, resources, unplannable)
+
+
+def _plan_job(
+    item: dict[str, Any],
+    trainer_jobs: Mapping[tuple[str, str], dict[str, Any]],
+    pods: list[dict[str, Any]],
+) -> tuple[JobView | Unplannable | None, list[dict[str, Any]]]:
+    """One TrainingJob -> (its view, or why it cannot be planned, or None if not
+    elastic; its non-terminal trainer pods, which are not "pending services")."""
+    namespace, name = _namespace(item), item["metadata"]["name"]
+    try:
+        job = TrainingJob.from_dict(item)
+        per_pod = trainer_request(job)
+    except JobValidationError as error:
+        problems = "; ".join(format_problem(p) for p in error.problems)
+        return Unplannable(namespace, name, f"invalid TrainingJob: {problems}"), []
+    except (PodRequestError, QuantityError) as error:
+        return Unplannable(namespace, name, f"invalid TrainingJob: spec.trainer.{error}"), []
+    if not job.elastic():
+        return None, []
+    trainer = trainer_jobs.get((namespace, name + TRAINER_SUFFIX))
+    if trainer is None:
+        return Unplannable(namespace, name, f"no trainer Job {name}{TRAINER_SUFFIX} yet"), []
+    mine = [
+        p
+        for p in _job_pods(trainer, pods)
+        if (p.get("status") or {}).get("phase") not in TERMINAL_PHASES
+    ]
+    parallelism = (trainer.get("spec") or {}).get("parallelism")
+    parallelism = 1 if parallelism is None else parallelism  # Kubernetes' default
+    if not isinstance(parallelism, int) or isinstance(parallelism, bool):
+        why = f"trainer Job spec.parallelism is not an integer: {parallelism!r}"
+        return Unplannable(namespace, name, why), mine
+    phases = [(p.get("status") or {}).get("phase") for p in mine]
+    pending = [p for p, phase in zip(mine, phases, strict=True) if phase == "Pending"]
+    view = JobView.from_pod_resources(
+        namespace,
+        name,
+        min_instance=int(job.spec.trainer.min_instance or 0),
+        max_instance=int(job.spec.trainer.max_instance or 0),
+        parallelism=parallelism,
+        per_pod=per_pod,
+        total=len(mine),
+        running=phases.count("Running"),
+        pending=len(pending),
+        unscheduled=sum(1 for p in pending if not (p.get("spec") or {}).get("nodeName")),
+    )
+    return view, mine
