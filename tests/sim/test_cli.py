@@ -65,3 +65,12 @@ def test_errors_are_one_line_and_exit_1(tmp_path: Path) -> None:
     )
     for path in ("duration_s", "cluster.node_groups", "measure.steady_state"):
         assert path in done.stderr
+
+
+def test_a_scenario_can_come_from_a_pipe() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "edl.cli.main", "simulate", "/dev/stdin", "--json"],
+        input=Path(TINY).read_text(), capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["policy"] == "default"

@@ -428,7 +428,7 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
     path = Path(name_or_path)
     if path.is_dir():
         raise ScenarioError([("(file)", "is a directory, not a scenario file")], str(path))
-    if path.is_file():
+    if path.exists():  # a regular file, or a pipe such as /dev/stdin
         try:
             text, source = path.read_text(encoding="utf-8"), str(path)
         except (OSError, UnicodeDecodeError) as error:
