@@ -115,6 +115,7 @@ class _Known:
     generation: int | None
     job: TrainingJob | None  # None when the job is invalid
     status: dict[str, Any]
+    last_trainer_failure: str | None = None  # asked once the trainer Job failed
 
 
 class Controller:
@@ -294,7 +295,7 @@ class Controller:
             return
         pods = await self.cluster.job_pods(job)
         desired = int(trainer["spec"].get("parallelism", 0))
-        outcome = trainer_job_outcome(trainer, await self._last_trainer_failure(trainer, job))
+        outcome = trainer_job_outcome(trainer, await self._last_trainer_failure(trainer, known))
         if outcome is not None:
             state, message = outcome
         elif pods.running > 0:
@@ -308,21 +309,25 @@ class Controller:
         }
         await self._write_status(*key, known, status)
 
-    async def _last_trainer_failure(self, trainer: Manifest, job: TrainingJob) -> str:
+    async def _last_trainer_failure(self, trainer: Manifest, known: _Known) -> str:
         """The last failed trainer pod and its error, from clusters that keep it (optional
-        ``last_trainer_failure(job)``); asked only once the trainer Job has failed."""
+        ``last_trainer_failure(job)``); asked once, when the trainer Job has failed."""
         failed = any(
             c.get("type") == "Failed" and c.get("status") == "True"
             for c in (trainer.get("status") or {}).get("conditions") or ()
         )
         describe = getattr(self.cluster, "last_trainer_failure", None)
-        if not failed or describe is None:
+        if not failed or describe is None or known.job is None:
             return ""
-        try:
-            return str(await describe(job) or "")
-        except ClusterError as error:
-            log.warning("last trainer failure of %s not read: %s", job.metadata.name, error)
-            return ""
+        if known.last_trainer_failure is None:
+            try:
+                known.last_trainer_failure = str(await describe(known.job) or "")
+            except ClusterError as error:
+                log.warning(
+                    "last trainer failure of %s not read: %s", known.job.metadata.name, error
+                )
+                return ""
+        return known.last_trainer_failure
 
     async def _write_status(
         self, namespace: str, name: str, known: _Known, status: dict[str, Any]

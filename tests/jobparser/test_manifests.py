@@ -186,6 +186,7 @@ def test_trainer_job_is_elastic_and_survives_scale_down() -> None:
     (container,) = pod["containers"]
     assert container["command"] == ["edl", "trainer"]
     assert container["resources"] == {"requests": {"cpu": "500m", "memory": "1Gi"}}
+    assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"  # the error's text
 
 
 @pytest.mark.parametrize(("max_instance", "limit"), [(1, 6), (3, 6), (4, 8), (50, 100)])

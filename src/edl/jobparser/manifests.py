@@ -93,9 +93,11 @@ def pserver_replica_set(job: TrainingJob) -> dict[str, Any]:
 def trainer_job(job: TrainingJob) -> dict[str, Any]:
     """The trainers as a work-queue Job: parallelism = min-instance, completions unset."""
     name = child_names(_name(job))["trainer"]
-    pod_spec = _pod_spec(
-        job, [_container(job, "trainer", job.spec.trainer.resources, [])], job.spec.volumes
-    )
+    container = _container(job, "trainer", job.spec.trainer.resources, [])
+    # a crashed trainer's log tail becomes its termination message: the Controller puts
+    # it in the TrainingJob's Failed status
+    container["terminationMessagePolicy"] = "FallbackToLogsOnError"
+    pod_spec = _pod_spec(job, [container], job.spec.volumes)
     pod_spec["restartPolicy"] = "Never"
     return {
         "apiVersion": "batch/v1",

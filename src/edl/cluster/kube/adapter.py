@@ -34,6 +34,7 @@ from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import Node, Pod, Service
 from lightkube.types import CascadeType, PatchType
 
+from edl.cluster.kube.failures import last_trainer_failure
 from edl.cluster.kube.reflector import Reflector
 from edl.cluster.kube.state import ClusterState, NodeStore, PodStore
 from edl.cluster.port import (
@@ -274,6 +275,19 @@ class KubeCluster:
 
     async def job_pods(self, job: TrainingJob) -> JobPods:
         return self.state.job_pods(job.metadata.namespace or "default", job.metadata.name or "")
+
+    async def last_trainer_failure(self, job: TrainingJob) -> str:
+        """The trainer that failed last and its error (one pod list, asked once per failure)."""
+        namespace, name = job.metadata.namespace or "default", job.metadata.name or ""
+        labels = {"edl.dev/job": name, "edl.dev/role": "trainer"}
+
+        async def pods() -> list[dict[str, Any]]:
+            listed = self.client.list(Pod, namespace=namespace, labels=labels)
+            return [_to_dict(pod) async for pod in listed]
+
+        found = await self._call(f"list trainer pods of {namespace}/{name}", pods,
+                                 "Pod", namespace, f"{name}-trainer")
+        return last_trainer_failure(found)
 
     async def inquiry_resource(self) -> ClusterResource:
         self.last_resources = self.state.resources()
