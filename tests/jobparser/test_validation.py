@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edl.api.trainingjob import TrainingJob
@@ -275,3 +275,49 @@ def test_instance_rules_match_their_definition(minimum: int, maximum: int, ft: b
         assert isinstance(job, TrainingJob) and job.elastic() == (maximum > minimum)
     else:
         assert all(path.startswith("spec.trainer.") for path, _ in problems(obj))
+
+
+def _field_paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    found = [prefix]
+    if isinstance(node, dict):
+        for key, value in node.items():
+            found += _field_paths(value, (*prefix, key))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            found += _field_paths(value, (*prefix, index))
+    return found
+
+
+_ORIGINAL = yaml.safe_load((EXAMPLES / "paddle-original.yaml").read_text())
+_ANY_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 70000) | st.floats() | st.text(max_size=6),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner,
+                                                                max_size=3),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(_field_paths(_ORIGINAL)[1:]), _ANY_JSON),
+                min_size=1, max_size=3))
+def test_any_value_anywhere_is_a_validation_error_never_a_crash(mutations) -> None:
+    # The controller turns JobValidationError into a Failed status; any other exception
+    # would leave a job without status (found: a list as a volume's name was a TypeError).
+    job = copy.deepcopy(_ORIGINAL)
+    for path, value in mutations:
+        node: Any = job
+        try:
+            for part in path[:-1]:
+                node = node[part]
+            node[path[-1]] = value
+        except (KeyError, IndexError, TypeError):
+            continue  # an earlier mutation replaced the parent
+    parser = JobParser()
+    try:
+        parser.validate(job)
+    except JobValidationError as error:
+        assert error.problems
+        return
+    for parse in (parser.parse_to_master, parser.parse_to_pserver, parser.parse_to_trainer,
+                  parser.parse_to_service):
+        assert parse(job)["metadata"]["name"].startswith(job["metadata"]["name"])

@@ -255,7 +255,7 @@ def _etcd_problems(job: TrainingJob) -> Iterator[tuple[Loc, str]]:
 
 
 def _volume_problems(job: TrainingJob) -> Iterator[tuple[Loc, str]]:
-    names = {v.get("name") for v in job.spec.volumes or []}
+    names = {v["name"] for v in job.spec.volumes or [] if isinstance(v.get("name"), str)}
     for index, volume in enumerate(job.spec.volumes or []):
         if not isinstance(volume.get("name"), str) or not volume["name"]:
             yield ("spec", "volumes", index, "name"), "required"
