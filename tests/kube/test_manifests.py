@@ -48,8 +48,7 @@ def test_rbac_is_least_privilege() -> None:
         ("", "services"): managed,
         ("edl.dev", "trainingjobs"): read | {"patch"},
         ("edl.dev", "trainingjobs/status"): {"get", "patch"},
-        ("", "events"): {"create", "patch"},
-        ("events.k8s.io", "events"): {"create", "patch"},
+        ("", "events"): {"create"},
     }
     # The leader Lease: only in the controller's namespace, get/patch only by name.
     leader = next(d for d in docs if d["kind"] == "Role")
