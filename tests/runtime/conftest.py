@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from edl.coord.embedded import EmbeddedEtcd
+from edl.coord.errors import EtcdUnavailableError
 from edl.runtime.config import RuntimeConfig
 from edl.runtime.coordination import make_client, read_state
 
@@ -125,6 +126,11 @@ class JobProcesses:
             }
             return progress, tasks
 
+        for _ in range(10):  # a loaded machine can make one etcd connection slow
+            try:
+                return asyncio.run(read())
+            except EtcdUnavailableError:
+                time.sleep(0.5)
         return asyncio.run(read())
 
     def wait_for(self, what: Callable[[dict], bool], timeout: float, label: str) -> dict:
