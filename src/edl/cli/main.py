@@ -50,12 +50,27 @@ def cli() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run the CLI; unexpected errors become one readable line and exit status 1."""
+    """Run the CLI; usage and other click errors become one readable line.
+
+    click's standalone mode prints a multi-line usage block for a wrong flag; a
+    user (or a script reading stderr) gets one line naming the command instead.
+    """
     try:
-        cli.main(args=argv, prog_name="edl", standalone_mode=True)
-    except KeyboardInterrupt:
+        result = cli.main(args=argv, prog_name="edl", standalone_mode=False)
+    except click.exceptions.NoArgsIsHelpError as error:
+        click.echo(error.format_message())
+        sys.exit(2)
+    except click.UsageError as error:
+        command = error.ctx.command_path if error.ctx is not None else "edl"
+        click.echo(f"{command}: {error.format_message()} (see '{command} --help')", err=True)
+        sys.exit(error.exit_code)
+    except click.ClickException as error:
+        click.echo(f"edl: {error.format_message()}", err=True)
+        sys.exit(error.exit_code)
+    except (KeyboardInterrupt, click.exceptions.Abort):
         click.echo("edl: interrupted", err=True)
         sys.exit(130)
+    sys.exit(result if isinstance(result, int) else 0)
 
 
 if __name__ == "__main__":
