@@ -142,3 +142,21 @@ def test_cli_busy_port_is_one_readable_line() -> None:
     assert result.stderr.strip().splitlines() == [
         f"edl etcd: etcd port(s) [{first.client_port}] on 127.0.0.1 already in use"
     ]
+
+
+async def test_picked_port_taken_meanwhile_is_retried(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another process may grab a picked port before etcd binds it: start picks again."""
+    import socket
+
+    from edl.coord import embedded
+
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen(1)
+        busy = squatter.getsockname()[1]
+        real_free_port = embedded.free_port
+        picks = iter([busy])
+        monkeypatch.setattr(embedded, "free_port", lambda: next(picks, None) or real_free_port())
+        async with EmbeddedEtcd() as server:
+            assert server.client_port != busy
+            assert b'"health":"true"' in _health(server.endpoints)

@@ -203,19 +203,24 @@ class EmbeddedEtcd:
         Ports picked here are retried on a clash (another process may grab a free
         port between picking and binding); ports given by the caller are not.
         """
-        attempts = 1 if self._fixed_ports else 3
-        for attempt in range(attempts):
+        for attempt in range(self._attempts()):
             try:
                 self._spawn()
                 self._wait_healthy()
                 return self
             except EtcdStartError as error:
                 self._terminate()
-                port_clash = "already in use" in str(error) + self.log_tail(50)
-                if attempt + 1 >= attempts or not port_clash:
-                    raise
-                self.client_port, self.peer_port = free_port(), free_port()
+                self._next_ports_or_raise(error, attempt)
         raise AssertionError("unreachable")
+
+    def _attempts(self) -> int:
+        return 1 if self._fixed_ports else 3
+
+    def _next_ports_or_raise(self, error: EtcdStartError, attempt: int) -> None:
+        port_clash = "already in use" in str(error) + self.log_tail(50)
+        if attempt + 1 >= self._attempts() or not port_clash:
+            raise error
+        self.client_port, self.peer_port = free_port(), free_port()
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the server (SIGTERM, then SIGKILL) and remove a temporary data dir."""
@@ -246,13 +251,18 @@ class EmbeddedEtcd:
     # -- lifecycle (async) ---------------------------------------------------
     async def astart(self) -> EmbeddedEtcd:
         """Async start: spawn from the loop thread (PDEATHSIG is per thread), wait off-loop."""
-        self._spawn()
-        try:
-            await asyncio.to_thread(self._wait_healthy)
-        except BaseException:
-            await asyncio.to_thread(self._terminate)
-            raise
-        return self
+        for attempt in range(self._attempts()):
+            try:
+                self._spawn()
+                await asyncio.to_thread(self._wait_healthy)
+                return self
+            except EtcdStartError as error:
+                await asyncio.to_thread(self._terminate)
+                self._next_ports_or_raise(error, attempt)
+            except BaseException:
+                await asyncio.to_thread(self._terminate)
+                raise
+        raise AssertionError("unreachable")
 
     async def astop(self) -> None:
         await asyncio.to_thread(self.stop)
