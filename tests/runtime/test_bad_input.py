@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from edl.coord import leader_address
+from edl.coord.errors import EtcdUnavailableError
 from edl.runtime import tensors
 from edl.runtime.config import RuntimeConfig
 from edl.runtime.coordination import connect
@@ -84,6 +85,11 @@ def _addresses(endpoints: str, job: str) -> tuple[str | None, dict[int, str]]:
         finally:
             await client.shutdown()
 
+    for _ in range(10):  # a loaded machine can make one etcd connection slow
+        try:
+            return asyncio.run(read())
+        except EtcdUnavailableError:
+            time.sleep(0.5)
     return asyncio.run(read())
 
 
