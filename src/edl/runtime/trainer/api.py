@@ -219,6 +219,9 @@ class Job:
             client.stopping.set()
             client.close()
         self._pool.shutdown(wait=False)
+        stop_discovery = getattr(self.resolver, "stop", None)
+        if stop_discovery is not None:
+            stop_discovery()
 
     def __enter__(self) -> Job:
         return self
