@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -160,3 +161,19 @@ async def test_picked_port_taken_meanwhile_is_retried(monkeypatch: pytest.Monkey
         async with EmbeddedEtcd() as server:
             assert server.client_port != busy
             assert b'"health":"true"' in _health(server.endpoints)
+
+
+def test_binary_that_exits_at_once_is_a_one_line_error(tmp_path: Path) -> None:
+    """Start errors are printed as is by `edl run`/`edl etcd`: one line, the log's last line."""
+    script = tmp_path / "etcd"
+    script.write_text(
+        "#!/bin/sh\necho 'first line' >&2\necho 'flag provided but not defined' >&2\nexit 3\n"
+    )
+    script.chmod(0o755)
+    server = EmbeddedEtcd(binary=script, startup_timeout=20)
+    with pytest.raises(EtcdStartError) as caught:
+        server.start()
+    server.stop()
+    message = str(caught.value)
+    assert "\n" not in message
+    assert "status 3" in message and "flag provided but not defined" in message

@@ -360,15 +360,20 @@ class EmbeddedEtcd:
             if proc is None or proc.poll() is not None:
                 code = None if proc is None else proc.returncode
                 raise EtcdStartError(
-                    f"etcd exited with status {code} while starting:\n{self.log_tail()}"
+                    f"etcd exited with status {code} while starting: {self._last_log_line()}"
                 )
             if self._healthy():
                 return
             time.sleep(0.05)
         raise EtcdStartError(
-            f"etcd on port {self.client_port} not healthy after {self.startup_timeout:.0f} s:\n"
-            f"{self.log_tail()}"
+            f"etcd on port {self.client_port} not healthy after {self.startup_timeout:.0f} s: "
+            f"{self._last_log_line()}"
         )
+
+    def _last_log_line(self) -> str:
+        """The server's last log line: start errors stay one line (CLIs print them as is)."""
+        lines = [line for line in self.log_tail().splitlines() if line.strip()]
+        return lines[-1].strip() if lines else f"no output (binary {self.binary})"
 
     def _terminate(self, timeout: float = 10.0) -> None:
         with self._lock:
