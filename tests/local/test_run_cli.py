@@ -28,9 +28,35 @@ def test_bad_options_are_all_named_and_nothing_starts(tmp_path: Path) -> None:
     ])
     assert result.exit_code == 2
     lines = result.output.strip().splitlines()
-    assert [line.split(":")[1].strip() for line in lines] == [
+    assert len(lines) == 1 and lines[0].startswith("edl run: "), result.output
+    problems = lines[0].removeprefix("edl run: ").split("; ")
+    assert [problem.split(":")[0].strip() for problem in problems] == [
         "--cpu", "--memory", "--reserve[0]", "--policy"
     ]
+    assert not (tmp_path / "runs").exists()
+
+
+def test_invalid_job_is_one_line_naming_every_field(tmp_path: Path) -> None:
+    job = tmp_path / "bad.yaml"
+    job.write_text("kind: Foo\nmetadata: {name: x}\n")
+    result = CliRunner().invoke(run, [str(job), "--runs-dir", str(tmp_path / "runs")])
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1, result.output
+    assert "apiVersion" in lines[0] and "kind" in lines[0]
+    assert not (tmp_path / "runs").exists()
+
+
+def test_missing_etcd_binary_is_one_line_and_nothing_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EDL_ETCD_BIN", str(tmp_path / "no-etcd"))
+    result = CliRunner().invoke(run, [
+        str(DIGITS / "job.yaml"), "--plain", "--runs-dir", str(tmp_path / "runs"),
+    ])
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "EDL_ETCD_BIN" in lines[0], result.output
     assert not (tmp_path / "runs").exists()
 
 

@@ -1,7 +1,8 @@
 """`edl run JOB.yaml`: run a TrainingJob on this machine, elastic, to completion.
 
 Exit status: 0 when the job Succeeded; 1 when it Failed (the reason is the last
-line printed); 2 for a job file that cannot be read or is invalid; 130 when
+line printed) or no etcd binary is found; 2 for a job file that cannot be read or
+is invalid (one line naming every wrong field); 130 when
 stopped with Ctrl-C (a second Ctrl-C kills every pod at once).
 """
 
@@ -107,16 +108,17 @@ def run(
     """Run JOB_FILE locally: embedded etcd, Controller, Autoscaler, pods as processes."""
     from edl.api.errors import JobValidationError, format_problem
     from edl.api.trainingjob import JobLoadError, load_trainingjob
+    from edl.coord.embedded import EtcdBinaryNotFound, find_etcd_binary
     from edl.local.run import RunOptions
 
     reserve = [parse_reservation(r) for r in reservations]
     problems = option_problems(cpu, memory, policy, reserve)
-    for problem in problems:
-        click.echo(f"edl run: {problem}", err=True)
     if problems:
+        click.echo(f"edl run: {'; '.join(problems)}", err=True)
         sys.exit(EXIT_BAD_JOB)
     try:
         job = load_trainingjob(job_file)
+        find_etcd_binary()  # before a run directory or a display exists
         options = RunOptions(
             runs_root=runs_dir, cpu=cpu, memory=memory, policy=policy,
             max_load_desired=max_load, timeout_s=timeout, max_error_exits=max_error_exits,
@@ -127,9 +129,12 @@ def run(
         click.echo(f"edl run: {job_file}: {error}", err=True)
         sys.exit(EXIT_BAD_JOB)
     except JobValidationError as error:
-        for problem in error.problems:
-            click.echo(f"edl run: {job_file}: {format_problem(problem)}", err=True)
+        found = "; ".join(format_problem(problem) for problem in error.problems)
+        click.echo(f"edl run: {job_file}: {found}", err=True)
         sys.exit(EXIT_BAD_JOB)
+    except EtcdBinaryNotFound as error:
+        click.echo(f"edl run: {error}", err=True)
+        sys.exit(EXIT_FAILED)
     sys.exit(code)
 
 
