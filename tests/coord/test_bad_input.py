@@ -18,6 +18,10 @@ from edl.coord import (
 )
 from edl.coord.embedded import EmbeddedEtcd, free_port
 
+# A stated timeout may overshoot by event-loop lag on a loaded 2-core machine; a hang
+# (gRPC's default back-off, a retry loop without deadline) overshoots by far more.
+SLACK = 5.0
+
 
 @pytest.fixture
 def silent_endpoint() -> Iterator[str]:
@@ -40,15 +44,15 @@ async def test_unreachable_etcd_fails_within_timeout(kind: str, silent_endpoint:
         started = time.monotonic()
         with pytest.raises(EtcdUnavailableError, match=r"127\.0\.0\.1"):
             await client.get_key("x")
-        assert time.monotonic() - started < 3.0
+        assert time.monotonic() - started < 1.0 + SLACK
         started = time.monotonic()
         with pytest.raises(EtcdUnavailableError, match="gave up after 2"):
             await client.register(7000, timeout=2.0)
-        assert time.monotonic() - started < 4.0
+        assert time.monotonic() - started < 2.0 + SLACK
         started = time.monotonic()
         with pytest.raises(TimeoutError):
             await Election(client, "m:1").campaign(timeout=2.0)
-        assert time.monotonic() - started < 5.0
+        assert time.monotonic() - started < 2.0 + SLACK
     finally:
         await asyncio.wait_for(client.shutdown(), 5.0)
 
@@ -90,7 +94,7 @@ async def test_ttl_below_etcd_minimum(etcd: EmbeddedEtcd) -> None:
         started = time.monotonic()
         with pytest.raises(EtcdConfigError, match="below etcd's minimum lease TTL of 2 s"):
             await client.register(7000, timeout=10)
-        assert time.monotonic() - started < 5.0
+        assert time.monotonic() - started < 8.0  # no retrying until the timeout
         with pytest.raises(EtcdConfigError, match="minimum"):
             await Election(client, "m:1").campaign(timeout=5)
         assert await client.list_pservers() == {}
