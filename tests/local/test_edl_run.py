@@ -143,6 +143,7 @@ def test_invalid_job_file_names_every_bad_field(tmp_path: Path) -> None:
                             text=True, timeout=60)
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "spec.trainer" in result.stderr
     assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").iterdir())
 
