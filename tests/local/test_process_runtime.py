@@ -208,13 +208,18 @@ def test_port_blocks_are_free_distinct_and_reusable_after_release() -> None:
 
     from edl.local.ports import PortAllocator
 
-    allocator = PortAllocator(first=21000, last=21010, start=21000)
     with socket.socket() as busy:
-        busy.bind(("127.0.0.1", 21001))
+        # No fixed ports (other runs share the machine): the kernel picks the busy one,
+        # and the allocator's range starts right before it, so its first block overlaps.
+        busy.bind(("127.0.0.1", 0))
         busy.listen()
+        held = busy.getsockname()[1]
+        first = held - 1 if held + 40 < 65535 else held - 40
+        allocator = PortAllocator(first=first, last=first + 41, start=first)
         a = allocator.allocate(2)
         b = allocator.allocate(2)
-    assert 21001 not in range(a, a + 2) and 21001 not in range(b, b + 2)
+    assert held not in range(a, a + 2) and held not in range(b, b + 2)
+    assert first <= a < first + 41 and first <= b < first + 41
     assert set(range(a, a + 2)).isdisjoint(range(b, b + 2))
     allocator.release(a, 2)
     taken = {allocator.allocate(1) for _ in range(6)}
