@@ -34,7 +34,9 @@ def test_edl_controller_rejects_bad_options_in_one_line() -> None:
                                 timeout=120)
         assert result.returncode == 2, result
         assert "Traceback" not in result.stderr
-        assert result.stderr.strip().splitlines()[-1].startswith("Error: ")
+        # one line naming the command (the CLI's usage-error format since 602b64c)
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+        assert result.stderr.startswith("edl controller: "), result.stderr
 
 
 def test_edl_controller_names_an_unusable_kubeconfig_in_one_line(tmp_path: Path) -> None:
