@@ -7,7 +7,10 @@ The seed's Autoscaler, async and backend-free. One step is `tick()`:
    -> `edl.policy.JobView`;
 3. ``policy.plan(views, resources, max_load_desired)`` — pure;
 4. ``update_trainer_job`` with the new parallelism, re-reading and retrying on
-   `ConflictError` (someone else wrote the Job meanwhile).
+   `ConflictError` (someone else wrote the Job meanwhile). On a shrink whose
+   Decision names ``victim_nodes``, and on a cluster that offers
+   `edl.cluster.port.VictimScaling`, the trainers on those nodes are named to
+   leave (``scale_trainer_job``) instead of the Job controller's own choice.
 
 `run()` ticks every ``interval`` seconds and, at once, when the Controller reports
 a job event (`on_add`/`on_update`/`on_del`) or the cluster reports pods that do
@@ -28,7 +31,14 @@ from typing import Any
 
 from edl.accounting import trainer_request
 from edl.api.trainingjob import TrainingJob
-from edl.cluster.port import Cluster, ClusterError, ConflictError, NotFoundError
+from edl.cluster.port import (
+    Cluster,
+    ClusterError,
+    ConflictError,
+    NotFoundError,
+    TrainerPod,
+    VictimScaling,
+)
 from edl.policy import Decision, JobView, Policy, get_policy
 
 log = logging.getLogger(__name__)
@@ -41,6 +51,28 @@ CONFLICT_RETRIES = 5
 
 def _job_key(job: TrainingJob) -> tuple[str, str]:
     return job.metadata.namespace or "default", job.metadata.name or ""
+
+
+def pick_victims(
+    pods: Sequence[TrainerPod], target: int, victim_nodes: Sequence[str]
+) -> list[str]:
+    """Names of the bound trainer pods to delete so that `target` remain, best nodes first.
+
+    Pods bound to no node are left to the Job controller, which removes them first
+    anyway (they hold no room); only the rest of the surplus is named, taken from
+    the nodes in `victim_nodes` order (nodes not listed last, by name).
+    """
+    unbound = sum(1 for pod in pods if not pod.node)
+    count = len(pods) - target - unbound
+    if count <= 0:
+        return []
+    rank = {node: index for index, node in enumerate(victim_nodes)}
+    last = len(rank)
+    bound = sorted(
+        (pod for pod in pods if pod.node),
+        key=lambda pod: (rank.get(pod.node, last), pod.node, pod.name),
+    )
+    return [pod.name for pod in bound[:count]]
 
 
 class Autoscaler:
@@ -151,7 +183,7 @@ class Autoscaler:
                     decision.target,
                     decision.reason,
                 )
-                await self._scale(decision.namespace, decision.name, decision.target)
+                await self._scale(decision)
         self.last_decisions = decisions
         return decisions
 
@@ -193,12 +225,29 @@ class Autoscaler:
             )
         return views
 
-    async def _scale(self, namespace: str, name: str, target: int) -> None:
-        """Set the trainer Job's parallelism, re-reading on conflicts."""
+    async def _scale(self, decision: Decision) -> None:
+        """Set the trainer Job's parallelism (naming the leaving pods when the plan and
+        the cluster allow it), re-reading on conflicts."""
+        namespace, name, target = decision.namespace, decision.name, decision.target
+        job = self._jobs.get((namespace, name))
+        choose = (
+            target < decision.parallelism
+            and bool(decision.victim_nodes)
+            and job is not None
+            and isinstance(self.cluster, VictimScaling)
+        )
         for _ in range(CONFLICT_RETRIES):
             try:
                 trainer = await self.cluster.get_trainer_job_by_name(namespace, f"{name}-trainer")
                 trainer["spec"]["parallelism"] = target
+                if choose:
+                    pods = await self.cluster.trainer_pods(job)  # type: ignore[attr-defined]
+                    victims = pick_victims(pods, target, decision.victim_nodes)
+                    if victims:
+                        await self.cluster.scale_trainer_job(  # type: ignore[attr-defined]
+                            trainer, victims
+                        )
+                        return
                 await self.cluster.update_trainer_job(trainer)
                 return
             except ConflictError:

@@ -215,6 +215,34 @@ class Cluster(Protocol):
         ...
 
 
+class TrainerPod(NamedTuple):
+    """One live trainer pod of a TrainingJob and the node it is bound to ("" if none)."""
+
+    name: str
+    node: str
+
+
+@runtime_checkable
+class VictimScaling(Protocol):
+    """Optional `Cluster` capability: shrink a trainer Job choosing which pods leave.
+
+    Without it the Job controller picks (Kubernetes: pending pods, then the newest),
+    which under a spreading scheduler strands freed room in holes no pod fits.
+    The Autoscaler uses it when a `edl.policy.Decision` names ``victim_nodes`` and
+    falls back to `Cluster.update_trainer_job` on clusters that lack it.
+    """
+
+    async def trainer_pods(self, job: TrainingJob) -> list[TrainerPod]:
+        """The job's trainer pods that are not being deleted and have not finished."""
+        ...
+
+    async def scale_trainer_job(self, job: Manifest, victims: list[str]) -> Manifest:
+        """Set ``spec.parallelism`` (guarded by resourceVersion, as `update_trainer_job`)
+        and delete the named trainer pods, so that the Job controller removes these
+        pods rather than its own choice. `ConflictError` leaves every pod in place."""
+        ...
+
+
 # --------------------------------------------------------------------------- plugs
 
 

@@ -104,13 +104,20 @@ class JobView:
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """The plan for one job: its trainer Job's parallelism now and the target, with why."""
+    """The plan for one job: its trainer Job's parallelism now and the target, with why.
+
+    `victim_nodes`: on a shrink, the nodes to take the leaving trainers from, best
+    first (empty = let the cluster choose, as Kubernetes' Job controller does:
+    newest pod first). A cluster that can delete named pods uses it to free room
+    where it can be used again instead of leaving holes too small for any pod.
+    """
 
     namespace: str
     name: str
     parallelism: int
     target: int
     reason: str
+    victim_nodes: tuple[str, ...] = ()
 
     @property
     def diff(self) -> int:

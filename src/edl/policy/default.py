@@ -209,6 +209,53 @@ class _Waiting:
             self.pool = [0, 0, 0]
 
 
+class _VictimOrder:
+    """Which nodes a shrinking job should give its trainers up on, best first.
+
+    Kubernetes' Job controller removes the newest pods, wherever they run; under a
+    spreading scheduler the freed room then lies in holes smaller than any waiting
+    pod. Preferred instead: nodes where the trainer's room plus the node's idle room
+    fits a pod that waits (a pending service pod, or a trainer of a job the plan
+    could not place), then the least allocated nodes, so freed room pools where it
+    is already largest. One ordering per trainer shape, computed on first use.
+    """
+
+    __slots__ = ("_idle", "_orders", "_waiting")
+
+    def __init__(
+        self, nodes: Nodes, deficit: list[tuple[int, int, int]], plans: Sequence[_Job]
+    ) -> None:
+        self._idle = [
+            (
+                nodes.cpu_idle_milli[name],
+                nodes.memory_free_mega.get(name, 0),
+                nodes.gpu_free.get(name, 0),
+                name,
+            )
+            for name in nodes.cpu_idle_milli
+        ]
+        waiting = set(deficit)
+        waiting.update(p.shape for p in plans if p.blocked or p.stopped == "room")
+        self._waiting = sorted(waiting)
+        self._orders: dict[tuple[int, int, int], tuple[str, ...]] = {}
+
+    def for_shape(self, shape: tuple[int, int, int]) -> tuple[str, ...]:
+        order = self._orders.get(shape)
+        if order is None:
+            cpu, memory, gpu = shape
+            waiting = self._waiting
+
+            def rank(node: tuple[int, int, int, str]) -> tuple[bool, int, int, str]:
+                free = (node[0] + cpu, node[1] + memory, node[2] + gpu)
+                opens = any(
+                    free[0] >= w[0] and free[1] >= w[1] and free[2] >= w[2] for w in waiting
+                )
+                return (not opens, -node[0], -node[1], node[3])
+
+            order = self._orders[shape] = tuple(node[3] for node in sorted(self._idle, key=rank))
+        return order
+
+
 class DefaultPolicy:
     """edl's policy (see the module doc for the steps and their guarantees)."""
 
@@ -250,6 +297,9 @@ class DefaultPolicy:
             budget.gpu += view.gpu_limit * (target - view.total)
             if elastic:
                 plans.append(_Job(view, target))
+        # Every step walks the plans in one canonical order, so the plan does not depend
+        # on the order the caller lists the jobs in (e.g. which starving job waits first).
+        plans.sort(key=lambda plan: plan.view.key)
         room = _Room(resources.nodes)
 
         deficit = self._place_pending_pods(resources, room)
@@ -262,6 +312,7 @@ class DefaultPolicy:
 
         by_key = {plan.view.key: plan for plan in plans}
         placement = {plan.view.key: [room.names[i] for i in plan.planned_nodes] for plan in plans}
+        victims = _VictimOrder(resources.nodes, deficit, plans)
         decisions = []
         for view in jobs:
             plan = by_key.get(view.key)
@@ -269,7 +320,10 @@ class DefaultPolicy:
                 reason, target = "not elastic (min-instance = max-instance)", view.parallelism
             else:
                 reason, target = self._reason(plan), plan.target
-            decisions.append(Decision(view.namespace, view.name, view.parallelism, target, reason))
+            nodes = victims.for_shape(plan.shape) if plan and target < view.parallelism else ()
+            decisions.append(
+                Decision(view.namespace, view.name, view.parallelism, target, reason, nodes)
+            )
         return decisions, placement
 
     # -- steps ------------------------------------------------------------------------

@@ -82,6 +82,7 @@ from edl.cluster.port import (
     Manifest,
     NotFoundError,
     PodRuntime,
+    TrainerPod,
     TrainingJobHandler,
     Unsubscribe,
 )
@@ -237,6 +238,31 @@ class InProcessCluster:
 
     async def delete_trainer_job(self, namespace: str, name: str) -> None:
         self.store.delete("Job", namespace, name)
+
+    # ---------------------------------------------------- optional: VictimScaling
+    async def trainer_pods(self, job: Any) -> list[TrainerPod]:
+        namespace, name = _job_ref(job)
+        owner = self._owners.get(("Job", namespace, f"{name}-trainer"))
+        if owner is None:
+            return []
+        return [
+            TrainerPod(pod.name, pod.node or "")
+            for pod in owner.pods.values()
+            if not pod.terminating
+        ]
+
+    async def scale_trainer_job(self, job: Manifest, victims: list[str]) -> Manifest:
+        """Replace the Job and delete the victims in one step (no await in between):
+        the Job controller's reconcile, which runs later on the loop, then finds the
+        active count already at parallelism and picks no victims of its own."""
+        stored = self.store.replace("Job", job)  # ConflictError before any pod is touched
+        namespace = stored["metadata"]["namespace"]
+        owner_key = ("Job", namespace, stored["metadata"]["name"])
+        for pod_name in victims:
+            pod = self._pods_by_key.get((namespace, pod_name))
+            if pod is not None and pod.owner == owner_key:
+                self._delete_pod(pod)
+        return self._with_status("Job", stored)
 
     # ================================================================ Cluster port: observation
     async def job_pods(self, job: Any) -> JobPods:

@@ -1,0 +1,75 @@
+"""The Autoscaler names which trainers leave when the plan and the cluster allow it."""
+
+from __future__ import annotations
+
+import asyncio
+
+from edl.autoscaler import Autoscaler
+from edl.cluster.inproc import InProcessCluster
+from edl.cluster.inproc.runtime import Fixed, SimulatedPodRuntime
+from edl.cluster.port import VictimScaling
+from edl.controller import Controller
+from edl.policy import Decision
+
+NEVER = 10_000.0
+
+
+class JobControllerChooses(InProcessCluster):
+    """An in-process cluster without the optional capability (as a plain `Cluster`)."""
+
+    trainer_pods = None  # type: ignore[assignment]
+    scale_trainer_job = None  # type: ignore[assignment]
+
+
+def trainer_nodes(cluster, leaving: bool) -> list[str]:
+    return sorted(
+        pod.node
+        for pod in cluster.pod_records()
+        if pod.role == "trainer" and pod.terminating == leaving
+    )
+
+
+def run_shrink(cluster, manifests, clock, choose_nodes):
+    """6 trainers; then shrink to 4 naming the nodes `choose_nodes(trainer nodes)` returns."""
+    autoscaler = Autoscaler(cluster, interval=NEVER)
+    controller = Controller(cluster, autoscaler)
+
+    async def scenario():
+        stored = cluster.create_training_job(manifests.training_job("j", 2, 6, cpu="2"))
+        await controller.on_add(stored)
+        await autoscaler.tick()
+        await asyncio.sleep(10)
+        before = trainer_nodes(cluster, leaving=False)
+        named = choose_nodes(before)
+        await autoscaler._scale(Decision("default", "j", 6, 4, "test", named))
+        await asyncio.sleep(0)  # the Job controller reconciles
+        job = await cluster.get_trainer_job_by_name("default", "j-trainer")
+        return before, named, trainer_nodes(cluster, leaving=True), job["spec"]["parallelism"]
+
+    return clock.run(scenario())
+
+
+def fewest_first(nodes: list[str]) -> tuple[str, ...]:
+    """The nodes holding the fewest trainers first (not what a Job controller optimises)."""
+    return tuple(sorted(set(nodes), key=lambda node: (nodes.count(node), node)))
+
+
+def test_trainers_leave_from_the_named_nodes_in_order(clock, cluster_factory, manifests):
+    cluster = cluster_factory(nodes=3, cpu="16", termination=4.0)
+    before, named, leaving, parallelism = run_shrink(cluster, manifests, clock, fewest_first)
+    assert len(before) == 6 and parallelism == 4
+    expected = sorted(sorted(before, key=named.index)[:2])
+    assert leaving == expected
+
+
+def test_a_cluster_without_the_capability_scales_as_before(clock, manifests):
+    runtime = SimulatedPodRuntime(
+        clock, start_latency=Fixed(2.0), termination={"trainer": Fixed(4.0)},
+        other_termination=Fixed(4.0),
+    )
+    plain = JobControllerChooses(clock, runtime, placement="spread")
+    for index in range(3):
+        plain.add_node(f"node-{index}", {"cpu": "16", "memory": "32Gi"})
+    assert not isinstance(plain, VictimScaling)
+    _, _, leaving, parallelism = run_shrink(plain, manifests, clock, fewest_first)
+    assert parallelism == 4 and len(leaving) == 2
