@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 from rich.console import Console
 
@@ -45,6 +46,23 @@ def test_snapshot_survives_the_file(tmp_path: Path) -> None:
 def test_reader_ignores_unknown_keys(tmp_path: Path) -> None:
     (tmp_path / "status.json").write_text('{"job": "x", "future_field": 1, "pods": []}')
     assert read_snapshot(tmp_path).job == "x"
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", '{"job": "x", "pods": [3]}', "", '{"job": '])
+def test_unreadable_or_misshapen_status_is_a_value_error(tmp_path: Path, text: str) -> None:
+    """`edl status` turns ValueError into one line; nothing else may escape."""
+    (tmp_path / "status.json").write_text(text)
+    with pytest.raises(ValueError, match="cannot read run status"):
+        read_snapshot(tmp_path)
+
+
+def test_runs_started_together_get_distinct_dirs(tmp_path: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(8) as pool:
+        made = list(pool.map(lambda _: new_run_dir(tmp_path, "digits", now=1_700_000_000),
+                             range(16)))
+    assert len(set(made)) == 16 and all(path.is_dir() for path in made)
 
 
 def test_runs_are_found_newest_first_and_by_job(tmp_path: Path) -> None:

@@ -93,20 +93,28 @@ def read_snapshot(run_dir: Path) -> RunSnapshot:
     path = run_dir / STATUS_FILE
     try:
         return RunSnapshot.from_dict(json.loads(path.read_text()))
-    except (OSError, json.JSONDecodeError, TypeError) as error:
+    except (OSError, ValueError, TypeError, AttributeError) as error:
+        # AttributeError/TypeError: valid JSON of the wrong shape (a list, a bad pod entry)
         raise ValueError(f"{path}: cannot read run status ({error})") from error
 
 
 def new_run_dir(runs_root: Path, job: str, now: float | None = None) -> Path:
-    """runs/<job>-<UTC timestamp>, made unique if two runs start in the same second."""
+    """runs/<job>-<UTC timestamp>, made unique if two runs start in the same second.
+
+    mkdir itself decides (not an exists() check first), so two `edl run`s of one job
+    started together in two terminals cannot pick the same directory.
+    """
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now if now is not None else time.time()))
-    candidate = runs_root / f"{job}-{stamp}"
+    runs_root.mkdir(parents=True, exist_ok=True)
     n = 1
-    while candidate.exists():
-        n += 1
-        candidate = runs_root / f"{job}-{stamp}-{n}"
-    candidate.mkdir(parents=True)
-    return candidate
+    while True:
+        candidate = runs_root / (f"{job}-{stamp}" if n == 1 else f"{job}-{stamp}-{n}")
+        try:
+            candidate.mkdir()
+        except FileExistsError:
+            n += 1
+            continue
+        return candidate
 
 
 def find_runs(runs_root: Path, job: str | None = None) -> list[Path]:
