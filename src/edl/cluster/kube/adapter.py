@@ -43,6 +43,7 @@ from edl.cluster.port import (
     JobPods,
     Manifest,
     NotFoundError,
+    TrainerPod,
     TrainingJobHandler,
     Unsubscribe,
     training_job_key,
@@ -101,6 +102,7 @@ class KubeCluster:
         self._jobs: dict[JobKey, dict[str, Any]] = {}  # latest TrainingJob bodies seen
         self._dispatch_lock = asyncio.Lock()
         self.last_resources: ClusterResource | None = None
+        self._victims_allowed = True  # False after a 403 on deleting a trainer pod
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -270,6 +272,48 @@ class KubeCluster:
 
     async def delete_trainer_job(self, namespace: str, name: str) -> None:
         await self._delete(Job, "Job", namespace, name)
+
+    # -- optional: VictimScaling (the Autoscaler names which trainers leave) -------------
+
+    async def trainer_pods(self, job: TrainingJob) -> list[TrainerPod]:
+        return self.state.trainer_pods(job.metadata.namespace or "default",
+                                       job.metadata.name or "")
+
+    async def scale_trainer_job(self, job: Manifest, victims: list[str]) -> Manifest:
+        """Delete the victim pods, then patch ``spec.parallelism`` down.
+
+        Why deleting first is race-free: the trainer Job sets a podFailurePolicy,
+        so on Kubernetes >= 1.29 (JobPodReplacementPolicy beta, on by default; GA in
+        1.34) its ``podReplacementPolicy`` defaults to ``Failed``, the only value
+        allowed with a podFailurePolicy: a pod being deleted is not replaced until
+        it has terminated, and the victims' exit
+        (143 after the drain) is ignored by the policy. The patch lands
+        milliseconds later, long before a drained trainer exits, so the Job
+        controller finds the active count already at parallelism and removes no pod
+        of its own choosing. Patching first would let it pick (newest first) before
+        seeing the deletions. A stale resourceVersion still raises `ConflictError`
+        after the deletions: the caller re-reads; the deleted pods are leaving and
+        are not named again. A cluster role without ``delete`` on pods (403) makes
+        this a plain `update_trainer_job` from then on.
+        """
+        namespace, _ = _key(job)
+        if self._victims_allowed:
+            for pod in victims:
+                try:
+                    await self._call(
+                        f"delete trainer Pod {namespace}/{pod}",
+                        lambda pod=pod: self.client.delete(Pod, pod, namespace=namespace),
+                        "Pod", namespace, pod)
+                except NotFoundError:
+                    continue  # already gone: its room is free either way
+                except ClusterError as error:
+                    if http_status(error.__cause__) != 403:
+                        raise
+                    log.warning("cannot delete trainer pods (%s): the Job controller "
+                                "will choose which trainers leave", error)
+                    self._victims_allowed = False
+                    break
+        return await self.update_trainer_job(job)
 
     # -- observation -------------------------------------------------------------------
 

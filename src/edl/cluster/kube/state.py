@@ -23,6 +23,7 @@ from edl.accounting import (
     is_trainer_pod,
     pod_request,
 )
+from edl.cluster import port
 from edl.cluster.port import JobPods
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,7 @@ class TrainerPod:
     phase: str
     leaving: bool  # deletionTimestamp set
     bound: bool  # spec.nodeName set
+    node: str = ""  # spec.nodeName
 
 
 def _key(obj: Mapping[str, Any]) -> PodKey:
@@ -156,11 +158,12 @@ class ClusterState:
             self._unindex_trainer(key)
             return
         leaving = bool((pod.get("metadata") or {}).get("deletionTimestamp"))
-        bound = bool((pod.get("spec") or {}).get("nodeName"))
+        node = (pod.get("spec") or {}).get("nodeName") or ""
+        bound = bool(node)
         previous = self._trainer_of.get(key)
         if previous is not None and previous != job:
             self._unindex_trainer(key)
-        self._trainers.setdefault(job, {})[key] = TrainerPod(phase, leaving, bound)
+        self._trainers.setdefault(job, {})[key] = TrainerPod(phase, leaving, bound, node)
         self._trainer_of[key] = job
 
     def _unindex_trainer(self, key: PodKey) -> None:
@@ -232,6 +235,14 @@ class ClusterState:
                 unscheduled += not pod.bound
         return JobPods(total=running + pending, running=running, pending=pending,
                        unscheduled=unscheduled, terminating=terminating)
+
+    def trainer_pods(self, namespace: str, name: str) -> list[port.TrainerPod]:
+        """A job's trainer pods that are neither leaving nor finished, with their node."""
+        return [
+            port.TrainerPod(key[1], pod.node)
+            for key, pod in self._trainers.get((namespace, name), {}).items()
+            if not pod.leaving
+        ]
 
     @property
     def pod_count(self) -> int:
