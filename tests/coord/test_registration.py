@@ -144,3 +144,37 @@ async def test_cancelled_registration_leaves_no_claim(etcd: EmbeddedEtcd) -> Non
     finally:
         for c in (holder, cancelled, later):
             await c.shutdown()
+
+
+async def test_pserver_watch_survives_an_etcd_outage(etcd: EmbeddedEtcd) -> None:
+    """The discovery watch re-lists after etcd comes back and keeps reporting changes."""
+    # a TTL far above the outage, even on a loaded machine: the leases must survive it
+    watcher, first, second = (
+        EtcdClient(etcd.endpoints, 2, 5.0, 15, prefix=PREFIX) for _ in range(3)
+    )
+    snapshots: list[dict[int, str]] = []
+
+    async def watch() -> None:
+        async for snapshot in watcher.watch_pservers():
+            snapshots.append(dict(snapshot))
+            snapshot.clear()  # the caller's copy: the watch's own map must not change
+
+    watching = asyncio.create_task(watch())
+    try:
+        assert await first.register(7001) == 0
+        await eventually(lambda: snapshots[-1:] == [{0: "127.0.0.1:7001"}], 10, "first seen")
+        await etcd.adown()
+        await asyncio.sleep(0.5)
+        await etcd.aup()
+        assert await second.register(7002, timeout=30) == 1
+        await eventually(
+            lambda: snapshots[-1] == {0: "127.0.0.1:7001", 1: "127.0.0.1:7002"},
+            30,
+            "the watch reports a change made after the outage",
+        )
+        await second.shutdown()
+        await eventually(lambda: snapshots[-1] == {0: "127.0.0.1:7001"}, 30, "and the next one")
+    finally:
+        watching.cancel()
+        for c in (watcher, first, second):
+            await c.shutdown()

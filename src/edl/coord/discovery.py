@@ -7,16 +7,13 @@ re-lists and resumes, yielding a snapshot only when something changed.
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 from edl.coord import keys
-from edl.coord.errors import EtcdRequestError, EtcdUnavailableError
+from edl.coord.follow import follow
 from edl.coord.transport import EtcdTransport
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -49,39 +46,35 @@ async def desired_pservers(transport: EtcdTransport, prefix: str, timeout: float
         return None
 
 
-async def list_pservers(transport: EtcdTransport, prefix: str, timeout: float) -> Snapshot:
-    response = await transport.range(keys.pservers_dir(prefix), timeout, prefix=True)
+def _pservers_in(prefix: str, kvs: Any) -> dict[int, str]:
+    """Pure: index -> address of the pserver keys among ``kvs`` (other keys ignored)."""
     pservers = {
         index: bytes(kv.value).decode()
-        for kv in response.kvs
+        for kv in kvs
         if (index := keys.parse_pserver_key(prefix, bytes(kv.key))) is not None
     }
-    return Snapshot(int(response.header.revision), dict(sorted(pservers.items())))
+    return dict(sorted(pservers.items()))
+
+
+async def list_pservers(transport: EtcdTransport, prefix: str, timeout: float) -> Snapshot:
+    response = await transport.range(keys.pservers_dir(prefix), timeout, prefix=True)
+    return Snapshot(int(response.header.revision), _pservers_in(prefix, response.kvs))
 
 
 async def watch_pservers(
     transport: EtcdTransport, prefix: str, timeout: float, retry_pause: float = 0.2
 ) -> AsyncIterator[dict[int, str]]:
-    """Yield the current pserver map, then a new map after every change; runs until closed."""
-    last: dict[int, str] | None = None
-    while True:
-        try:
-            snapshot = await list_pservers(transport, prefix, timeout)
-        except EtcdUnavailableError:
-            await asyncio.sleep(retry_pause)
-            continue
-        current = snapshot.pservers
-        if current != last:
-            last = current
-            yield dict(current)
-        try:
-            async for _revision, events in transport.watch(
-                keys.pservers_dir(prefix), snapshot.revision + 1, prefix=True
-            ):
-                current = apply_events(prefix, current, events)
-                if current != last:
-                    last = current
-                    yield dict(sorted(current.items()))
-        except (EtcdUnavailableError, EtcdRequestError) as error:
-            log.info("pserver watch interrupted (%s); re-listing", error)
-            await asyncio.sleep(retry_pause)
+    """Yield the current pserver map, then a new map after every change; runs until closed.
+
+    Each map is the caller's own copy: changing it cannot corrupt the next one.
+    """
+    async for pservers in follow(
+        transport,
+        keys.pservers_dir(prefix),
+        prefix=True,
+        timeout=timeout,
+        read=lambda response: _pservers_in(prefix, response.kvs),
+        fold=lambda current, events: dict(sorted(apply_events(prefix, current, events).items())),
+        retry_pause=retry_pause,
+    ):
+        yield dict(pservers)

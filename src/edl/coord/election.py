@@ -17,10 +17,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Iterable, Mapping
+from typing import Any
 
 from edl.coord import keys
 from edl.coord.client import EtcdClient
 from edl.coord.errors import EtcdRequestError, EtcdUnavailableError, NotLeaderError
+from edl.coord.follow import follow
 from edl.coord.lease import KeptLease
 from edl.coord.transport import compare_create, op_delete, op_get, op_put
 
@@ -162,27 +164,25 @@ async def leader_address(
     return bytes(response.kvs[0].value).decode() if response.kvs else None
 
 
-async def watch_leader(client: EtcdClient, *, name: str = "master") -> AsyncIterator[str | None]:
+def watch_leader(client: EtcdClient, *, name: str = "master") -> AsyncIterator[str | None]:
     """Yield the leader's address now and whenever it changes (None: no leader)."""
-    key = keys.leader_key(client.prefix, name)
-    last: object = object()
-    while True:
-        try:
-            response = await client.transport.range(key, client.dial_timeout)
-            current = bytes(response.kvs[0].value).decode() if response.kvs else None
-            if current != last:
-                last = current
-                yield current
-            async for _revision, events in client.transport.watch(
-                key, int(response.header.revision) + 1
-            ):
-                for event in events:
-                    current = None if event.type == event.DELETE else bytes(event.kv.value).decode()
-                if current != last:
-                    last = current
-                    yield current
-        except (EtcdUnavailableError, EtcdRequestError):
-            await asyncio.sleep(0.2)
+
+    def read(response: Any) -> str | None:
+        return bytes(response.kvs[0].value).decode() if response.kvs else None
+
+    def fold(current: str | None, events: list[Any]) -> str | None:
+        for event in events:
+            current = None if event.type == event.DELETE else bytes(event.kv.value).decode()
+        return current
+
+    return follow(
+        client.transport,
+        keys.leader_key(client.prefix, name),
+        prefix=False,
+        timeout=client.dial_timeout,
+        read=read,
+        fold=fold,
+    )
 
 
 class FencedStore:
