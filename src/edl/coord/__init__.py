@@ -2,7 +2,8 @@
 
 Modules: ``embedded`` (a real etcd server process), ``endpoints`` (parsing),
 ``client`` (``EtcdClient``: leases, registration, keys), ``discovery`` (pserver list
-and watch), ``election`` (leader lock and fenced writes).
+and watch), ``follow`` (the list-then-watch loop), ``election`` (leader lock and
+fenced writes).
 """
 
 from edl.coord.client import EtcdClient
