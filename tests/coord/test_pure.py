@@ -54,6 +54,8 @@ def test_key_layout() -> None:
     assert keys.pserver_key(prefix, 3) == b"/edl/ns/job/pservers/3"
     assert keys.parse_pserver_key(prefix, b"/edl/ns/job/pservers/3") == 3
     assert keys.parse_pserver_key(prefix, keys.desired_pservers_key(prefix)) is None
+    for odd in ("pservers/\u00b2", "pservers/1/x", "pservers/-1", "pservers/"):
+        assert keys.parse_pserver_key(prefix, f"{prefix}/{odd}".encode()) is None, odd
     assert keys.under(prefix, "/checkpoints/0") == b"/edl/ns/job/checkpoints/0"
     assert keys.range_end(b"/a/") == b"/a0"
     assert keys.range_end(b"a\xff") == b"b"

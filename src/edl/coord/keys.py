@@ -54,7 +54,8 @@ def leader_key(prefix: str, name: str = "master") -> bytes:
 def parse_pserver_key(prefix: str, key: bytes) -> int | None:
     """The index in ``<prefix>/pservers/<i>``, or None for other keys (like ``desired``)."""
     tail = key.decode(errors="replace").removeprefix(f"{prefix}/pservers/")
-    return int(tail) if tail.isdigit() else None
+    # isascii: str.isdigit() accepts "²", which int() rejects
+    return int(tail) if tail.isascii() and tail.isdigit() else None
 
 
 def range_end(prefix: bytes) -> bytes:
