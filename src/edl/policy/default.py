@@ -220,28 +220,32 @@ class _VictimOrder:
     is already largest. One ordering per trainer shape, computed on first use.
     """
 
-    __slots__ = ("_idle", "_orders", "_waiting")
+    __slots__ = ("_deficit", "_idle", "_nodes", "_orders", "_plans", "_waiting")
 
     def __init__(
         self, nodes: Nodes, deficit: list[tuple[int, int, int]], plans: Sequence[_Job]
     ) -> None:
-        self._idle = [
-            (
-                nodes.cpu_idle_milli[name],
-                nodes.memory_free_mega.get(name, 0),
-                nodes.gpu_free.get(name, 0),
-                name,
-            )
-            for name in nodes.cpu_idle_milli
-        ]
-        waiting = set(deficit)
-        waiting.update(p.shape for p in plans if p.blocked or p.stopped == "room")
-        self._waiting = sorted(waiting)
+        # Most plans shrink nothing: keep the inputs, do the work on first use.
+        self._nodes, self._deficit, self._plans = nodes, deficit, plans
         self._orders: dict[tuple[int, int, int], tuple[str, ...]] = {}
 
     def for_shape(self, shape: tuple[int, int, int]) -> tuple[str, ...]:
         order = self._orders.get(shape)
         if order is None:
+            if not self._orders:
+                nodes = self._nodes
+                self._idle = [
+                    (
+                        nodes.cpu_idle_milli[name],
+                        nodes.memory_free_mega.get(name, 0),
+                        nodes.gpu_free.get(name, 0),
+                        name,
+                    )
+                    for name in nodes.cpu_idle_milli
+                ]
+                waiting = set(self._deficit)
+                waiting.update(p.shape for p in self._plans if p.blocked or p.stopped == "room")
+                self._waiting = sorted(waiting)
             cpu, memory, gpu = shape
             waiting = self._waiting
 
