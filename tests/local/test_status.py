@@ -116,7 +116,16 @@ def test_edl_status_failed_run_exits_nonzero_with_reason(tmp_path: Path) -> None
 def test_edl_status_without_runs_is_one_line(tmp_path: Path) -> None:
     result = CliRunner().invoke(status, ["--runs-dir", str(tmp_path)])
     assert result.exit_code == 1
-    assert result.output.strip().startswith("edl status: no run of any job")
+    expected = f"edl status: no run of any job under {tmp_path}/"
+    assert result.output.strip().splitlines() == [expected]
+
+
+def test_edl_status_of_an_unreadable_status_file_is_one_line(tmp_path: Path) -> None:
+    (new_run_dir(tmp_path, "digits") / "status.json").write_text("[]")
+    result = CliRunner().invoke(status, ["--runs-dir", str(tmp_path)])
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("edl status: ") and "status.json" in lines[0]
 
 
 def test_local_node_is_this_machine_or_as_configured() -> None:
