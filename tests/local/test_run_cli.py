@@ -64,3 +64,23 @@ def test_missing_job_file_is_one_line(tmp_path: Path) -> None:
     result = CliRunner().invoke(run, [str(tmp_path / "nope.yaml")])
     assert result.exit_code == 2
     assert len(result.output.strip().splitlines()) == 1 and "cannot read" in result.output
+
+
+async def test_reserve_holds_its_share_from_start_to_end() -> None:
+    """`--reserve CPU@START-END`: taken at START, given back at END; open-ended kept."""
+    from edl.cli.run import _hold
+
+    calls: list[tuple[str, ...]] = []
+
+    class Recorder:
+        def reserve(self, name: str, cpu: str) -> None:
+            calls.append(("reserve", name, cpu))
+
+        def release(self, name: str) -> None:
+            calls.append(("release", name))
+
+    await _hold(Recorder(), Reservation("500m", 0.01, 0.05), 0)  # type: ignore[arg-type]
+    assert calls == [("reserve", "reserved-0", "500m"), ("release", "reserved-0")]
+    calls.clear()
+    await _hold(Recorder(), Reservation("1", 0.01, None), 3)  # type: ignore[arg-type]
+    assert calls == [("reserve", "reserved-3", "1")]
