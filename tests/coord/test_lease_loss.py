@@ -122,3 +122,29 @@ async def test_etcd_restart_short_and_long_without_duplicate_index(etcd: Embedde
     finally:
         await a.shutdown()
         await b.shutdown()
+
+
+async def test_shutdown_during_reregistration_claims_nothing(etcd: EmbeddedEtcd) -> None:
+    """keep=True re-registers after a loss; shutdown() in the middle ends it for good."""
+    owner, reader = client(etcd, 1), client(etcd, 1)
+    try:
+        assert await owner.register(7001, keep=True) == 0
+        await etcd.adown()
+        await asyncio.wait_for(owner.wait_lease_lost(), TTL + 5)
+        retrying = owner._reregister_task
+        assert retrying is not None and not retrying.done()
+        await asyncio.wait_for(owner.shutdown(), 15)
+        assert retrying.done()
+        await etcd.aup()
+        await until(reader.desired_pservers, 30, "etcd back")
+        # etcd revived the old lease: it must still expire, and nothing claims index 0 again
+        await until(lambda: _listing_is(reader, {}), 3 * TTL + 10, "the old claim to expire")
+        await asyncio.sleep(1.0)
+        assert await reader.list_pservers() == {}
+    finally:
+        await owner.shutdown()
+        await reader.shutdown()
+
+
+async def _listing_is(reader: EtcdClient, expected: dict[int, str]) -> bool:
+    return await reader.list_pservers() == expected

@@ -302,8 +302,11 @@ class EtcdClient:
         if self._closed:
             return
         self._closed = True
-        if self._reregister_task is not None:
-            self._reregister_task.cancel()
+        task, self._reregister_task = self._reregister_task, None
+        if task is not None and task is not asyncio.current_task():
+            # let a re-registration in flight unwind before its lease and channel go away
+            task.cancel()
+            await asyncio.wait([task], timeout=self.dial_timeout)
         lease, self._lease = self._lease, None
         self.index = None
         if lease is not None:
