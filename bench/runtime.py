@@ -141,7 +141,10 @@ def throughput(etcd: EmbeddedEtcd, tmp: Path, steps: int, rounds: int) -> dict[s
         opt.step()
 
     procs = Processes(etcd, tmp, "throughput")
-    out: dict[str, list[float]] = {"plain": [], "edl": [], "edl (no pipelining)": []}
+    plain_threads = torch.get_num_threads()  # torch's default: one per core
+    out: dict[str, list[float]] = {
+        "plain": [], "plain (1 thread)": [], "edl": [], "edl (no pipelining)": [],
+    }  # fmt: skip
     try:
         procs.start("pserver", "ps")
         config = RuntimeConfig(job_name="throughput", etcd_endpoints=etcd.endpoints, pservers=1)
@@ -155,7 +158,13 @@ def throughput(etcd: EmbeddedEtcd, tmp: Path, steps: int, rounds: int) -> dict[s
             job.step(F.cross_entropy(model(x), y))
 
         for _ in range(rounds):
+            # The Job picked its compute threads (one core left for communication);
+            # plain PyTorch runs with torch's default, as a user's loop would.
+            torch.set_num_threads(plain_threads)
             out["plain"].append(timed_steps(plain_step, steps))
+            torch.set_num_threads(1)
+            out["plain (1 thread)"].append(timed_steps(plain_step, steps))
+            torch.set_num_threads(job.compute_threads)
             job.pipeline = True
             out["edl"].append(timed_steps(edl_step, steps))
             job.pipeline = False
@@ -375,10 +384,22 @@ def plot(recovery: dict[str, list[float]], path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+def print_throughput(rates: dict[str, list[float]]) -> None:
+    """The throughput figures alone (--throughput-only), each round and the medians."""
+    plain = statistics.median(rates["plain"])
+    for label, values in rates.items():
+        rounds = ", ".join(f"{v:,.0f}" for v in values)
+        median = statistics.median(values)
+        print(f"{label}: median {median:,.0f} samples/s, ratio {median / plain:.2f} ({rounds})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer steps and runs")
     parser.add_argument("--runs", type=int, default=None)
+    parser.add_argument(
+        "--throughput-only", action="store_true", help="only the trainer/pserver throughput"
+    )
     args = parser.parse_args()
     runs = args.runs or (2 if args.quick else 5)
     steps = 30 if args.quick else 150
@@ -394,6 +415,9 @@ def main() -> None:
         with EmbeddedEtcd() as etcd:
             rates = throughput(etcd, tmp, steps, rounds=3 if args.quick else 5)
             progress.advance(todo)
+            if args.throughput_only:
+                print_throughput(rates)
+                return
             for label, fn in [
                 ("SIGTERM -> trainer exit", sigterm_exit),
                 ("trainer SIGKILL -> task re-dispatched", trainer_death),

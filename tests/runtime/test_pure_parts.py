@@ -113,3 +113,36 @@ def test_shard_rejects_unknown_block_and_wrong_size() -> None:
     with pytest.raises(ValueError, match="expected 4"):
         shard.apply({"w#0": np.ones(3)})
     assert shard.version == 0
+
+
+def test_trainer_threads_leave_a_core_for_communication() -> None:
+    from edl.runtime.config import ConfigError, compute_threads, from_env
+
+    assert compute_threads(0, 2) == 1
+    assert compute_threads(0, 8) == 7
+    assert compute_threads(0, 1) == 1
+    assert compute_threads(0, None) == 1
+    assert compute_threads(3, 2) == 3
+    assert from_env({"EDL_TRAINER_THREADS": "2"}).trainer_threads == 2
+    with pytest.raises(ConfigError, match="EDL_TRAINER_THREADS"):
+        from_env({"EDL_TRAINER_THREADS": "-1"})
+
+
+def test_layout_load_copies_blocks_and_rejects_a_wrong_size() -> None:
+    from edl.runtime.trainer.api import ParameterLayout
+
+    model = torch.nn.Linear(5, 3)
+    layout = ParameterLayout(model, num_pservers=1, block_size=4)
+    wanted = {name: torch.randn_like(p) for name, p in model.named_parameters()}
+    reply = pb.ParamsReply(initialized=True)
+    for b in layout.shards[0]:
+        block = wanted[b.param].reshape(-1)[b.start : b.stop].numpy()
+        reply.params.append(tensors.encode(b.id, block))
+    layout.load(0, reply)
+    for name, p in model.named_parameters():
+        assert torch.equal(p.detach(), wanted[name])
+    short = pb.ParamsReply(initialized=True)
+    short.CopyFrom(reply)
+    short.params[0].CopyFrom(tensors.encode(short.params[0].id, np.zeros(1, np.float32)))
+    with pytest.raises(ValueError, match="values"):
+        layout.load(0, short)

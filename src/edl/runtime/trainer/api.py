@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from edl.runtime import tensors
-from edl.runtime.config import RuntimeConfig, from_env
+from edl.runtime.config import RuntimeConfig, compute_threads, from_env
 from edl.runtime.malloc import tune_malloc
 from edl.runtime.proto import runtime_pb2 as pb
 from edl.runtime.pserver.optim import OptimizerConfig, make_optimizer
@@ -77,13 +77,21 @@ class ParameterLayout:
         return out
 
     def load(self, shard: int, reply: pb.ParamsReply) -> None:
+        """Copy the returned blocks into the model.
+
+        With numpy, not `Tensor.copy_`: torch parallelises a multi-megabyte
+        copy over its intra-op threads, and on a busy 2-core machine waiting
+        for the second thread made each 4 MB copy cost ~8 ms instead of 0.1 ms.
+        """
         by_id = {t.id: t for t in reply.params}
-        with torch.no_grad():
-            for b in self.shards[shard]:
-                t = by_id.get(b.id)
-                if t is None:
-                    raise ValueError(f"pserver {shard} did not return block {b.id}")
-                self._flat(b.param)[b.start : b.stop].copy_(torch.from_numpy(tensors.decode(t)))
+        for b in self.shards[shard]:
+            t = by_id.get(b.id)
+            if t is None:
+                raise ValueError(f"pserver {shard} did not return block {b.id}")
+            values = tensors.decode(t)
+            if values.size != b.size:
+                raise ValueError(f"pserver {shard}: block {b.id} has {values.size} values")
+            np.copyto(self._flat(b.param)[b.start : b.stop].numpy(), values)
 
     def _flat(self, name: str) -> torch.Tensor:
         return self.params[name].data.view(-1)
@@ -104,6 +112,8 @@ class Job:
     ) -> None:
         make_optimizer(optimizer)  # validate early, with the field named
         tune_malloc()
+        self.compute_threads = compute_threads(config.trainer_threads, os.cpu_count())
+        torch.set_num_threads(self.compute_threads)
         self.model = model
         self.optimizer = optimizer
         self.config = config
