@@ -37,7 +37,13 @@ import weakref
 from pathlib import Path
 from types import TracebackType
 
-__all__ = ["EmbeddedEtcd", "EtcdBinaryNotFound", "EtcdStartError", "find_etcd_binary"]
+__all__ = [
+    "EmbeddedEtcd",
+    "EtcdBinaryNotFound",
+    "EtcdStartError",
+    "die_with_parent",
+    "find_etcd_binary",
+]
 
 LOOPBACK = "127.0.0.1"
 _PR_SET_PDEATHSIG = 1
@@ -124,13 +130,23 @@ def port_is_free(port: int) -> bool:
     return True
 
 
-def _die_with_parent() -> None:
-    """Runs in the child before exec: SIGKILL me when my parent thread dies."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except Exception:  # not Linux: atexit and the process group still apply
-        pass
+try:
+    # Loaded once here, not in the child: dlopen between fork and exec can deadlock
+    # when the parent has other threads (gRPC, asyncio.to_thread) holding loader locks.
+    _LIBC: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)
+except OSError:
+    _LIBC = None
+
+
+def die_with_parent() -> None:
+    """A ``preexec_fn``: the kernel SIGKILLs the child when the thread that spawned it dies.
+
+    Shared by the etcd server and local pods so that neither outlives a killed owner.
+    """
+    if _LIBC is None:  # not Linux: atexit and the process group still apply
+        return
+    with contextlib.suppress(AttributeError):  # a libc without prctl (not Linux)
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 _LIVE: weakref.WeakSet[EmbeddedEtcd] = weakref.WeakSet()
@@ -339,7 +355,7 @@ class EmbeddedEtcd:
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
-                    preexec_fn=_die_with_parent,
+                    preexec_fn=die_with_parent,
                 )
             finally:
                 log.close()

@@ -9,20 +9,12 @@ is SIGKILLed, the kernel kills the pod's leader).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
-import signal
 import subprocess
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-PR_SET_PDEATHSIG = 1
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _die_with_parent() -> None:
-    """Runs in the child between fork and exec: the kernel SIGKILLs it when we die."""
-    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+from edl.coord.embedded import die_with_parent
 
 
 def spawn(
@@ -39,7 +31,7 @@ def spawn(
             stdout=log,
             stderr=subprocess.STDOUT,
             process_group=0,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
             close_fds=True,
         )
 
