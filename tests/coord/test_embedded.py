@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -83,7 +84,7 @@ _OWNER = """
 import sys
 from edl.coord.embedded import EmbeddedEtcd
 server = EmbeddedEtcd().start()
-print(server.pid, flush=True)
+print(server.pid, server.data_dir.parent, flush=True)
 sys.stdin.readline()  # exit (normally) when the test says so
 """
 
@@ -96,7 +97,8 @@ def test_no_etcd_outlives_its_owner(how: str) -> None:
     )
     try:
         assert owner.stdout is not None and owner.stdin is not None
-        etcd_pid = int(owner.stdout.readline())
+        pid_text, temp_dir = owner.stdout.readline().split()
+        etcd_pid = int(pid_text)
         assert _alive(etcd_pid)
         if how == "SIGKILL":
             owner.kill()
@@ -108,6 +110,8 @@ def test_no_etcd_outlives_its_owner(how: str) -> None:
     finally:
         owner.kill()
         owner.wait()
+    # a SIGKILLed owner cannot remove its temporary data dir; the test does not leave it
+    shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def test_cli_check_and_foreground_server() -> None:
@@ -131,18 +135,22 @@ def test_cli_check_and_foreground_server() -> None:
         proc.wait()
 
 
-def test_cli_busy_port_is_one_readable_line() -> None:
+def test_cli_busy_port_is_one_readable_line(tmp_path: Path) -> None:
+    private_tmp = tmp_path / "tmp"
+    private_tmp.mkdir()
     with EmbeddedEtcd() as first:
         result = subprocess.run(
             [sys.executable, "-m", "edl.cli.main", "etcd", "--client-port", str(first.client_port)],
             capture_output=True,
             text=True,
             timeout=60,
+            env={**os.environ, "TMPDIR": str(private_tmp)},  # mkdtemp's dir, watched below
         )
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
         f"edl etcd: etcd port(s) [{first.client_port}] on 127.0.0.1 already in use"
     ]
+    assert list(private_tmp.iterdir()) == [], "a failed start must not leave its data dir"
 
 
 async def test_picked_port_taken_meanwhile_is_retried(monkeypatch: pytest.MonkeyPatch) -> None:

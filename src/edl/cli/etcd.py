@@ -28,10 +28,14 @@ def etcd(client_port: int | None, peer_port: int | None, data_dir: str | None) -
         signal.signal(sig, lambda *_: stop.set())
     try:
         server = EmbeddedEtcd(client_port=client_port, peer_port=peer_port, data_dir=data_dir)
+    except EtcdBinaryNotFound as error:
+        click.echo(f"edl etcd: {error}", err=True)
+        sys.exit(1)
+    try:
         server.start()
-    except (EtcdBinaryNotFound, EtcdStartError) as error:
-        first_line = str(error).splitlines()[0]
-        click.echo(f"edl etcd: {first_line}", err=True)
+    except EtcdStartError as error:
+        server.stop()  # removes the temporary data dir a failed start leaves
+        click.echo(f"edl etcd: {error}", err=True)
         sys.exit(1)
     click.echo(f"etcd {server.binary} pid {server.pid} serving")
     click.echo(f"EDL_ETCD_ENDPOINTS={server.endpoints}")
