@@ -29,8 +29,13 @@ def digits_job(tmp_path: Path, name: str = "digits", **spec: Any) -> Path:
 
 
 def start_edl_run(tmp_path: Path, job_file: Path, *args: str) -> subprocess.Popen[str]:
+    # The run's temporary files (etcd's data dir) go under tmp_path, so even a
+    # SIGKILLed run, which cannot clean up, leaves nothing in the machine's /tmp.
+    private_tmp = tmp_path / "tmp"
+    private_tmp.mkdir(exist_ok=True)
     return subprocess.Popen(
         [EDL, "run", str(job_file), "--plain", "--runs-dir", str(tmp_path / "runs"), *args],
+        env={**os.environ, "TMPDIR": str(private_tmp)},
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
