@@ -391,6 +391,8 @@ def print_throughput(rates: dict[str, list[float]]) -> None:
         rounds = ", ".join(f"{v:,.0f}" for v in values)
         median = statistics.median(values)
         print(f"{label}: median {median:,.0f} samples/s, ratio {median / plain:.2f} ({rounds})")
+    best = max(plain, statistics.median(rates["plain (1 thread)"]))
+    print(f"edl against the faster plain loop: {statistics.median(rates['edl']) / best:.2f}")
 
 
 def main() -> None:
@@ -444,6 +446,9 @@ def main() -> None:
         f"{edl / plain:.2f} (target >= 0.6)",
     )
     table.add_row("  same, without pipelining", f"{sync:,.0f}", "", f"{sync / plain:.2f}")
+    one = statistics.median(rates["plain (1 thread)"])
+    table.add_row("  plain PyTorch, 1 thread", f"{one:,.0f}", "", f"edl / faster plain: "
+                  f"{edl / max(plain, one):.2f}")  # fmt: skip
     ops, mem = float(results["ops"]), float(results["ops_memory"])  # type: ignore[arg-type]
     table.add_row(
         "master get+finish pairs/s, persisted (etcd fsync)",
