@@ -1,4 +1,5 @@
-"""Helpers for the in-process control plane tests: a virtual clock and small manifests."""
+"""Shared helpers for the in-process control plane and loop tests (tests/cluster, tests/loops):
+a virtual clock, a small cluster factory and manifest builders, handed out as fixtures."""
 
 from __future__ import annotations
 
@@ -73,22 +74,54 @@ def make_cluster(
     return cluster
 
 
-class Manifests:
-    """Manifest builders, handed to tests as the `manifests` fixture."""
-
-    pod_template = staticmethod(pod_template)
-    replica_set = staticmethod(replica_set)
-    batch_job = staticmethod(batch_job)
-
-
-@pytest.fixture
-def manifests() -> type[Manifests]:
-    return Manifests
-
-
 @pytest.fixture
 def cluster_factory(clock: VirtualClock) -> Any:
     def build(**kwargs: Any) -> InProcessCluster:
         return make_cluster(clock, **kwargs)
 
     return build
+
+
+def training_job(
+    name: str, min_instance: int = 2, max_instance: int = 10, cpu: str = "2", pservers: int = 1
+) -> dict[str, Any]:
+    """A small valid TrainingJob manifest."""
+    return {
+        "apiVersion": "edl.dev/v1",
+        "kind": "TrainingJob",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "image": "edl:test",
+            "fault_tolerant": True,
+            "trainer": {
+                "entrypoint": "python train.py",
+                "workspace": "/workspace",
+                "min-instance": min_instance,
+                "max-instance": max_instance,
+                "resources": {
+                    "requests": {"cpu": cpu, "memory": "1Gi"},
+                    "limits": {"cpu": cpu, "memory": "1Gi"},
+                },
+            },
+            "pserver": {
+                "min-instance": pservers,
+                "max-instance": pservers,
+                "resources": {"requests": {"cpu": "1", "memory": "1Gi"}},
+            },
+            "master": {"resources": {"requests": {"cpu": "500m", "memory": "300Mi"}}},
+        },
+    }
+
+
+class Manifests:
+    """Manifest builders, handed to tests as the `manifests` fixture."""
+
+    pod_template = staticmethod(pod_template)
+    replica_set = staticmethod(replica_set)
+    batch_job = staticmethod(batch_job)
+    training_job = staticmethod(training_job)
+
+
+@pytest.fixture
+def manifests() -> type[Manifests]:
+    return Manifests
