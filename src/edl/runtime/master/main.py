@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import signal
 from collections.abc import Awaitable
 from typing import TypeVar
 
@@ -26,6 +25,7 @@ from edl.runtime.gate import SERVER_OPTIONS, make_gate
 from edl.runtime.master.queue import QueueMeta, TaskQueue, TaskRecord, TimeoutPolicy
 from edl.runtime.master.server import LeadershipLost, MasterService
 from edl.runtime.proto import runtime_pb2_grpc as pb_grpc
+from edl.runtime.signals import stop_on_signals
 
 log = logging.getLogger("edl.master")
 METHODS = [
@@ -80,11 +80,7 @@ def new_queue(
 
 
 async def serve(config: RuntimeConfig, stop: asyncio.Event | None = None) -> None:
-    stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signals(stop)
     client = await connect(config)
     gate = make_gate(pb_grpc.MasterServicer, METHODS, "master")
     server = grpc.aio.server(options=SERVER_OPTIONS)

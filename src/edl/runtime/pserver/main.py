@@ -13,7 +13,6 @@ import contextlib
 import json
 import logging
 import os
-import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -30,6 +29,7 @@ from edl.runtime.proto import runtime_pb2_grpc as pb_grpc
 from edl.runtime.pserver.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
 from edl.runtime.pserver.server import PServerService
 from edl.runtime.pserver.shard import Shard
+from edl.runtime.signals import stop_on_signals
 
 log = logging.getLogger("edl.pserver")
 METHODS = ["Init", "Push", "Pull"]
@@ -95,11 +95,7 @@ class Checkpointer:
 
 
 async def serve(config: RuntimeConfig, stop: asyncio.Event | None = None) -> None:
-    stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signals(stop)
     client = await connect(config)
     gate = make_gate(pb_grpc.PServerServicer, METHODS, "pserver", sync=True)
     server = grpc.server(ThreadPoolExecutor(max_workers=8), options=SERVER_OPTIONS)
