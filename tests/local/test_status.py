@@ -86,6 +86,30 @@ def test_active_run_whose_writer_died_is_stale() -> None:
     assert effective_state(snapshot(pid=dead.pid, state="Succeeded")) == "Succeeded"
 
 
+def test_live_pid_with_another_start_time_is_a_reused_pid_so_stale(tmp_path: Path) -> None:
+    """pids are reused (pid_max 32768): pid + start time name the writer, the pid alone does not."""
+    from edl.local.status import process_start_ticks
+
+    mine = process_start_ticks(os.getpid())
+    assert isinstance(mine, int) and mine > 0
+    assert effective_state(snapshot(pid=os.getpid(), pid_start=mine)) == "Running"
+    assert effective_state(snapshot(pid=os.getpid(), pid_start=mine + 1)) == "Stale"
+    write_snapshot(tmp_path, snapshot(pid=os.getpid(), pid_start=mine + 1))
+    assert effective_state(read_snapshot(tmp_path)) == "Stale"
+    # a status file from before the field existed: the pid alone decides
+    (tmp_path / "status.json").write_text(
+        f'{{"job": "x", "state": "Running", "pid": {os.getpid()}, "pods": []}}'
+    )
+    old = read_snapshot(tmp_path)
+    assert old.pid_start is None and effective_state(old) == "Running"
+
+
+def test_a_new_snapshot_records_its_writers_start_time() -> None:
+    from edl.local.status import process_start_ticks
+
+    assert RunSnapshot(job="x").pid_start == process_start_ticks(os.getpid())
+
+
 def test_render_shows_every_figure() -> None:
     console = Console(width=120, record=True)
     console.print(render(snapshot()))

@@ -3,7 +3,8 @@
 ``edl run`` rewrites the file about once a second (atomically: temp file +
 rename), so ``edl status`` in another terminal reads a consistent snapshot
 without talking to the run. A snapshot whose writer process is gone while it
-still says Running is reported as stale.
+still says Running is reported as stale. The writer is named by pid *and* its
+start time, because pids are reused (pid_max is often only 32768).
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ class RunSnapshot:
     message: str = ""
     run_dir: str = ""
     pid: int = field(default_factory=os.getpid)
+    # the writer's start time (clock ticks since boot, /proc/<pid>/stat field 22);
+    # None in files written before it was recorded
+    pid_start: int | None = field(default_factory=lambda: process_start_ticks(os.getpid()))
     started_at: float = field(default_factory=time.time)
     updated_at: float = field(default_factory=time.time)
     etcd_endpoints: str = ""
@@ -73,6 +77,7 @@ class RunSnapshot:
         """Tolerant reader: unknown keys ignored, so old `edl status` reads newer files."""
         known = {f.name for f in fields(cls)}
         values = {k: v for k, v in data.items() if k in known and k != "pods"}
+        values.setdefault("pid_start", None)  # an older file: not *our* start time
         pods = [
             PodLine(**{k: v for k, v in p.items() if k in PodLine.__dataclass_fields__})
             for p in data.get("pods") or []
@@ -140,19 +145,44 @@ def _belongs_to(dir_name: str, job: str) -> bool:
     return len(rest) >= 2 and rest[0].isdigit() and len(rest[0]) == 8
 
 
-def writer_alive(pid: int) -> bool:
-    """Whether the process that writes a snapshot still exists."""
+def process_start_ticks(pid: int) -> int | None:
+    """When pid started (clock ticks since boot, /proc/<pid>/stat field 22); None if gone.
+
+    pid plus start time names one process for good; a pid alone may be reused.
+    """
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # comm (field 2) may hold spaces and ')': fields 3.. follow the last ')'
+    rest = text[text.rfind(")") + 2 :].split()
+    try:
+        return int(rest[19])  # field 22 is the 20th after comm
+    except (IndexError, ValueError):
+        return None
+
+
+def writer_alive(pid: int, start_ticks: int | None = None) -> bool:
+    """Whether the process that writes a snapshot still exists.
+
+    With start_ticks, a process now holding the same pid but started at another
+    time is a reuse of the pid, not the writer. Without (older status files), the
+    pid alone decides.
+    """
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
+        pass
+    if start_ticks is None:
         return True
-    return True
+    now = process_start_ticks(pid)
+    return now is None or now == start_ticks  # None: /proc unreadable, trust the pid
 
 
 def effective_state(snapshot: RunSnapshot) -> str:
     """The snapshot's state, or Stale if it claims to be active but its writer is gone."""
-    if snapshot.state in ACTIVE_STATES and not writer_alive(snapshot.pid):
+    if snapshot.state in ACTIVE_STATES and not writer_alive(snapshot.pid, snapshot.pid_start):
         return "Stale"
     return snapshot.state
