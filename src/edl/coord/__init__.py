@@ -18,6 +18,7 @@ from edl.coord.errors import (
     IndexUnavailableError,
     LeaseLostError,
     NotLeaderError,
+    NotRegisteredError,
 )
 from edl.coord.keys import job_prefix
 
@@ -34,6 +35,7 @@ __all__ = [
     "IndexUnavailableError",
     "LeaseLostError",
     "NotLeaderError",
+    "NotRegisteredError",
     "job_prefix",
     "leader_address",
     "watch_leader",

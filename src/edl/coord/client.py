@@ -20,9 +20,10 @@ from edl.coord.errors import (
     EtcdUnavailableError,
     IndexUnavailableError,
     LeaseLostError,
+    NotRegisteredError,
 )
 from edl.coord.lease import KeptLease
-from edl.coord.transport import EtcdTransport, compare_create, op_get, op_put
+from edl.coord.transport import EtcdTransport, compare_create, compare_lease, op_get, op_put
 
 log = logging.getLogger(__name__)
 
@@ -277,6 +278,33 @@ class EtcdClient:
         timeout = timeout or self.dial_timeout
         lease_id = (await self._ensure_lease(timeout)).id if with_lease else 0
         await self.transport.put(keys.under(self.prefix, key), bytes(value), timeout, lease_id)
+
+    async def put_if_registered(
+        self, key: str, value: bytes, timeout: float | None = None, *, index: int | None = None
+    ) -> None:
+        """Put ``<prefix>/<key>`` only while this client's pserver key carries its lease.
+
+        One etcd txn: the put commits only if ``pservers/<index>`` is still bound to
+        this client's lease, so a deposed pserver (lease expired, index re-claimed
+        by a replacement) can never overwrite the replacement's data, however late
+        its request arrives. ``index`` is the index the caller believes it holds
+        (default: the current one). Raises NotRegisteredError otherwise.
+        """
+        lease, held = self._lease, self.index
+        if index is None:
+            index = held
+        if self._closed or lease is None or held is None or index != held or not lease.valid():
+            raise NotRegisteredError(f"put {key}: this process does not hold pserver {index}")
+        response = await self.transport.txn(
+            [compare_lease(keys.pserver_key(self.prefix, index), lease.id)],
+            [op_put(keys.under(self.prefix, key), bytes(value))],
+            [],
+            timeout or self.dial_timeout,
+        )
+        if not response.succeeded:
+            raise NotRegisteredError(
+                f"put {key}: pserver {index} is no longer held by this process's lease"
+            )
 
     # -- discovery -----------------------------------------------------------
     async def desired_pservers(self, timeout: float | None = None) -> int | None:

@@ -27,6 +27,10 @@ class LeaseLostError(CoordError):
     """The lease that backs this process's keys expired or was revoked."""
 
 
+class NotRegisteredError(LeaseLostError):
+    """A fenced write was rejected: this process no longer holds its pserver index."""
+
+
 class NotLeaderError(CoordError):
     """A fenced write was rejected: this process no longer holds the leader lock."""
 

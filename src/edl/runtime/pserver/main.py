@@ -20,7 +20,7 @@ from pathlib import Path
 import grpc
 
 from edl.coord import EtcdClient
-from edl.coord.errors import CoordError
+from edl.coord.errors import CoordError, NotRegisteredError
 from edl.runtime.config import RuntimeConfig
 from edl.runtime.coordination import connect, dumps
 from edl.runtime.gate import SERVER_OPTIONS, make_gate
@@ -75,7 +75,14 @@ class Checkpointer:
             path.unlink(missing_ok=True)
             return False
         meta = {"path": str(path), "crc": crc, "timestamp": time.time(), "version": snap.version}
-        await self.client.put_key(f"checkpoints/{self.index}", dumps(meta))
+        try:  # fenced: only while our lease still holds this index
+            await self.client.put_if_registered(
+                f"checkpoints/{self.index}", dumps(meta), index=self.index
+            )
+        except NotRegisteredError as error:
+            log.warning("pserver %d: checkpoint metadata not written: %s", self.index, error)
+            path.unlink(missing_ok=True)
+            return False
         if old:
             old_path = json.loads(old).get("path")
             if old_path and old_path != str(path):
