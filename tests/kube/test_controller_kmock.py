@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from lightkube.types import PatchType
 
 from edl.cluster.kube.adapter import TrainingJobResource
 from edl.kube.runner import ControllerOptions, ControllerProcess
+from polling import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 TJ = kmock.resource("edl.dev/v1/trainingjobs")
@@ -39,20 +40,6 @@ RS = kmock.resource("apps/v1/replicasets")
 SVC = kmock.resource("v1/services")
 EVENTS = kmock.resource("v1/events")
 
-
-async def eventually(check: Callable[[], Any], timeout: float = 45.0) -> Any:
-    """Poll until check() is truthy (generous: the machine is shared and loaded)."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        try:
-            result = check()
-        except (KeyError, TypeError, IndexError):
-            result = None
-        if result:
-            return result
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.1)
 
 
 def stored(emulator: Any, resource: Any, name: str, namespace: str = "default") -> dict[str, Any]:

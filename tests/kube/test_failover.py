@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Node
 
 from edl.cluster.kube.adapter import TrainingJobResource
+from polling import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 EDL = str(Path(sys.executable).with_name("edl"))
@@ -31,19 +31,6 @@ JOBS = kmock.resource("batch/v1/jobs")
 
 pytestmark = pytest.mark.slow
 
-
-async def eventually(check: Callable[[], Any], timeout: float = 60.0) -> Any:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        try:
-            result = check()
-        except (KeyError, TypeError):
-            result = None
-        if result:
-            return result
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.2)
 
 
 def holder(emulator: Any) -> str | None:

@@ -25,6 +25,7 @@ from lightkube.types import PatchType
 from edl.cluster.kube.adapter import TrainingJobResource
 from edl.cluster.kube.failures import last_trainer_failure
 from edl.kube.runner import ControllerOptions, ControllerProcess
+from polling import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 TJ = kmock.resource("edl.dev/v1/trainingjobs")
@@ -66,19 +67,6 @@ def test_the_last_real_failure_is_picked_with_the_last_line_of_its_message() -> 
     assert last_trainer_failure([pods[4]]) == "t-4 (exit 137): Error"
     assert last_trainer_failure([pods[2], pods[3]]) == ""
 
-
-async def eventually(check: Any, timeout: float = 45.0) -> Any:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        try:
-            result = check()
-        except (KeyError, TypeError, IndexError):
-            result = None
-        if result:
-            return result
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.1)
 
 
 def stored(emulator: Any, resource: Any, name: str) -> dict[str, Any]:

@@ -9,8 +9,6 @@ pods degrades to a plain scale.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -21,18 +19,12 @@ from lightkube.resources.core_v1 import Node, Pod
 
 from edl.cluster.kube.adapter import KubeCluster
 from edl.cluster.port import TrainerPod, VictimScaling
+from polling import eventually
 
 PODS = kmock.resource("v1/pods")
 JOBS = kmock.resource("batch/v1/jobs")
 TRAINING_JOB = SimpleNamespace(metadata=SimpleNamespace(namespace="default", name="j"))
 
-
-async def eventually(check: Callable[[], Any], timeout: float = 30.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not check():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.05)
 
 
 def trainer(name: str, node: str) -> dict[str, Any]:

@@ -8,7 +8,6 @@ is exercised on the client side (we send it) but not verified on the server side
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Any
 
 from lightkube import AsyncClient
@@ -18,14 +17,7 @@ from edl.accounting import inquire_resource
 from edl.cluster.kube.reflector import Reflector
 from edl.cluster.kube.state import ClusterState, NodeStore, PodStore
 from edl.cluster.port import JobPods
-
-
-async def eventually(check: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not check():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.05)
+from polling import eventually
 
 
 def node(name: str, cpu: str = "4", memory: str = "8Gi") -> dict[str, Any]:
