@@ -74,12 +74,19 @@ def test_chaos_kills_lose_no_task(fault_free: dict, tmp_path: Path, harness) -> 
                 lambda p: p["finished"] and "accuracy" in p["metrics"], 240, "the job to finish"
             )
             _, tasks = job.state()
-            successor = job.leader()
-            resumed = job.log(successor)
+            # Every master that led after the kill (under load a successor may itself
+            # lose its lease and hand over again, or have exited once the job finished).
+            successors = [
+                name
+                for name in job.procs
+                if name.startswith("master") and name != killed_master
+                and "leading (" in job.log(name)
+            ]
+            resumed = "\n".join(job.log(name) for name in successors)
         finally:
             job.stop_all()
     assert killed_pserver and killed_master and trainer_kills >= 3
-    assert successor != killed_master and "tasks restored" in resumed
+    assert successors and "tasks restored" in resumed
     assert "(pass 0, 0 tasks restored)" not in resumed  # it resumed the job's state
     harness.once_per_pass(tasks, PASSES)
     baseline = fault_free["progress"]["metrics"]["accuracy"]
