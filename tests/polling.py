@@ -7,9 +7,11 @@ deadline only costs time when a test is already failing.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import Any
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
+T = TypeVar("T")
 NOT_YET = (KeyError, TypeError, IndexError)  # the object being polled is not complete yet
 
 
@@ -29,3 +31,19 @@ async def eventually(
         if loop.time() > deadline:
             raise AssertionError(f"condition not reached within {timeout} s")
         await asyncio.sleep(interval)
+
+
+def run_retrying(
+    read: Callable[[], Awaitable[T]],
+    retry_on: tuple[type[BaseException], ...],
+    attempts: int = 10,
+    pause: float = 0.5,
+) -> T:
+    """asyncio.run(read()), retried on `retry_on`: on a loaded machine one etcd connection
+    can be slow to come up, and a test reading state should not fail for that."""
+    for _ in range(attempts - 1):
+        try:
+            return asyncio.run(read())
+        except retry_on:
+            time.sleep(pause)
+    return asyncio.run(read())

@@ -6,7 +6,6 @@ logs to files under tmp_path, and kills every process it started at teardown.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
@@ -24,6 +23,7 @@ from edl.coord.embedded import EmbeddedEtcd
 from edl.coord.errors import EtcdUnavailableError
 from edl.runtime.config import RuntimeConfig
 from edl.runtime.coordination import make_client, read_state
+from polling import run_retrying
 
 EDL = [sys.executable, "-m", "edl.cli.main"]
 REPO = Path(__file__).resolve().parents[2]
@@ -126,12 +126,7 @@ class JobProcesses:
             }
             return progress, tasks
 
-        for _ in range(10):  # a loaded machine can make one etcd connection slow
-            try:
-                return asyncio.run(read())
-            except EtcdUnavailableError:
-                time.sleep(0.5)
-        return asyncio.run(read())
+        return run_retrying(read, (EtcdUnavailableError,))
 
     def wait_for(self, what: Callable[[dict], bool], timeout: float, label: str) -> dict:
         deadline = time.monotonic() + timeout

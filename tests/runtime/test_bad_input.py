@@ -5,7 +5,6 @@ Each is a clear, one-line error; servers keep serving after a malformed call.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import subprocess
@@ -23,6 +22,7 @@ from edl.runtime.config import RuntimeConfig
 from edl.runtime.coordination import connect
 from edl.runtime.proto import runtime_pb2 as pb
 from edl.runtime.proto import runtime_pb2_grpc as pb_grpc
+from polling import run_retrying
 
 EDL = [sys.executable, "-m", "edl.cli.main"]
 
@@ -85,12 +85,7 @@ def _addresses(endpoints: str, job: str) -> tuple[str | None, dict[int, str]]:
         finally:
             await client.shutdown()
 
-    for _ in range(10):  # a loaded machine can make one etcd connection slow
-        try:
-            return asyncio.run(read())
-        except EtcdUnavailableError:
-            time.sleep(0.5)
-    return asyncio.run(read())
+    return run_retrying(read, (EtcdUnavailableError,))
 
 
 def _wait_addresses(endpoints: str, job: str, pservers: int) -> tuple[str, dict[int, str]]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import signal
 import time
@@ -18,6 +17,7 @@ from edl.runtime.config import RuntimeConfig
 from edl.runtime.coordination import connect
 from edl.runtime.proto import runtime_pb2 as pb
 from edl.runtime.proto import runtime_pb2_grpc as pb_grpc
+from polling import run_retrying
 
 
 def etcd_read(job, what: str):
@@ -31,12 +31,7 @@ def etcd_read(job, what: str):
         finally:
             await client.shutdown()
 
-    for _ in range(10):  # a loaded machine can make one etcd connection slow
-        try:
-            return asyncio.run(read())
-        except EtcdUnavailableError:
-            time.sleep(0.5)
-    return asyncio.run(read())
+    return run_retrying(read, (EtcdUnavailableError,))
 
 
 def wait_until(check, timeout: float, label: str):
