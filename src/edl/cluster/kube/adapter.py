@@ -220,12 +220,7 @@ class KubeCluster:
         }}
         if clamped != parallelism:
             patch["spec"] = {"parallelism": clamped}
-        stored = await self._call(
-            f"patch Job {namespace}/{name}",
-            lambda: self.client.patch(Job, name, patch, namespace=namespace,
-                                      patch_type=PatchType.MERGE),
-            "Job", namespace, name)
-        return _to_dict(stored)
+        return await self._merge_patch_job(namespace, name, patch, "patch")
 
     def _trainer_range(self, job: str | None, namespace: str) -> tuple[int, int]:
         body = self._jobs.get((namespace, job or ""))
@@ -263,15 +258,21 @@ class KubeCluster:
         version = _meta(job).get("resourceVersion")
         if version:
             patch["metadata"] = {"resourceVersion": version}
+        return await self._merge_patch_job(namespace, name, patch, "scale")
+
+    async def delete_trainer_job(self, namespace: str, name: str) -> None:
+        await self._delete(Job, "Job", namespace, name)
+
+    async def _merge_patch_job(
+        self, namespace: str, name: str, patch: dict[str, Any], verb: str
+    ) -> Manifest:
+        """A JSON merge patch of a Job (a resourceVersion in the patch makes it conditional)."""
         stored = await self._call(
-            f"scale Job {namespace}/{name}",
+            f"{verb} Job {namespace}/{name}",
             lambda: self.client.patch(Job, name, patch, namespace=namespace,
                                       patch_type=PatchType.MERGE),
             "Job", namespace, name)
         return _to_dict(stored)
-
-    async def delete_trainer_job(self, namespace: str, name: str) -> None:
-        await self._delete(Job, "Job", namespace, name)
 
     # -- optional: VictimScaling (the Autoscaler names which trainers leave) -------------
 
