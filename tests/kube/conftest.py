@@ -25,6 +25,8 @@ that the system works on a Kubernetes cluster.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import datetime as dt
 import itertools
 import uuid
@@ -209,3 +211,28 @@ async def api(emulator: EdlEmulator) -> AsyncIterator[AsyncClient]:
         yield client
     finally:
         await client.close()
+
+
+@pytest_asyncio.fixture
+async def running_controller(emulator: EdlEmulator) -> Callable[[], Any]:
+    """`async with running_controller() as process:` an in-process `edl controller` against
+    the emulator, with short intervals, started once it has synced and stopped afterwards."""
+    from edl.kube.runner import ControllerOptions, ControllerProcess
+    from polling import eventually
+
+    @contextlib.asynccontextmanager
+    async def run() -> AsyncIterator[ControllerProcess]:
+        process = ControllerProcess(ControllerOptions(
+            server=str(emulator.url), port=0, interval=0.5, status_interval=0.3,
+            lease_duration=6, renew_deadline=4, retry_period=0.5, identity="test-controller",
+        ))
+        task = asyncio.create_task(process.run())
+        await eventually(lambda: process.health.synced or task.done())
+        assert not task.done(), task.exception()
+        try:
+            yield process
+        finally:
+            process.stop.set()
+            await asyncio.wait_for(task, 120)
+
+    return run

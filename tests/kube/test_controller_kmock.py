@@ -30,7 +30,7 @@ from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import PatchType
 
 from edl.cluster.kube.adapter import TrainingJobResource
-from edl.kube.runner import ControllerOptions, ControllerProcess
+from edl.kube.runner import ControllerProcess
 from polling import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -92,19 +92,11 @@ async def cluster_nodes(api: AsyncClient) -> None:
 
 
 @pytest_asyncio.fixture
-async def controller(emulator: Any, cluster_nodes: None) -> AsyncIterator[ControllerProcess]:
-    process = ControllerProcess(ControllerOptions(
-        server=str(emulator.url), port=0, interval=0.5, status_interval=0.3,
-        lease_duration=6, renew_deadline=4, retry_period=0.5, identity="test-controller",
-    ))
-    task = asyncio.create_task(process.run())
-    await eventually(lambda: process.health.synced or task.done())
-    assert not task.done(), task.exception()
-    try:
+async def controller(
+    running_controller: Any, cluster_nodes: None
+) -> AsyncIterator[ControllerProcess]:
+    async with running_controller() as process:
         yield process
-    finally:
-        process.stop.set()
-        await asyncio.wait_for(task, 120)
 
 
 async def create_job(api: AsyncClient, job: dict[str, Any]) -> None:

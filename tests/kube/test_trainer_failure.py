@@ -9,7 +9,6 @@ stores a failed trainer pod (its log tail as termination message, as
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ from lightkube.types import PatchType
 
 from edl.cluster.kube.adapter import TrainingJobResource
 from edl.cluster.kube.failures import last_trainer_failure
-from edl.kube.runner import ControllerOptions, ControllerProcess
+from edl.kube.runner import ControllerProcess
 from polling import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,23 +84,15 @@ def _plain(value: Any) -> Any:
 
 
 @pytest_asyncio.fixture
-async def controller(emulator: Any, api: AsyncClient) -> AsyncIterator[ControllerProcess]:
+async def controller(
+    running_controller: Any, api: AsyncClient
+) -> AsyncIterator[ControllerProcess]:
     await api.create(Node.from_dict({
         "metadata": {"name": "node-0"},
         "status": {"allocatable": {"cpu": "4", "memory": "8Gi"}},
     }))
-    process = ControllerProcess(ControllerOptions(
-        server=str(emulator.url), port=0, interval=0.5, status_interval=0.3,
-        lease_duration=6, renew_deadline=4, retry_period=0.5, identity="test-controller",
-    ))
-    task = asyncio.create_task(process.run())
-    await eventually(lambda: process.health.synced or task.done())
-    assert not task.done(), task.exception()
-    try:
+    async with running_controller() as process:
         yield process
-    finally:
-        process.stop.set()
-        await asyncio.wait_for(task, 120)
 
 
 async def test_a_failed_trainer_job_fails_the_training_job_with_the_error(
