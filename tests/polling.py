@@ -47,3 +47,14 @@ def run_retrying(
         except retry_on:
             time.sleep(pause)
     return asyncio.run(read())
+
+
+def wait_until(check: Callable[[], T], timeout: float, label: str, interval: float = 0.2) -> T:
+    """check()'s first truthy result, polled from synchronous tests (processes, files)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out waiting for {label}")

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from edl.coord.embedded import EmbeddedEtcd
+from polling import wait_until
 
 PASSES = 40  # keep equal to conftest.E2E_PASSES
 pytestmark = pytest.mark.slow
@@ -52,10 +53,10 @@ def test_chaos_kills_lose_no_task(fault_free: dict, tmp_path: Path, harness) -> 
             trainer_kills = 0
             deadline = time.monotonic() + 300
             while time.monotonic() < deadline:
-                progress, _ = job.state()
+                time.sleep(rng.uniform(1.0, 2.5))
+                progress, _ = job.state()  # fresh: nothing is killed once the job is done
                 if progress.get("finished"):
                     break
-                time.sleep(rng.uniform(1.0, 2.5))
                 victims = job.alive("trainer")
                 if victims:
                     job.signal(rng.choice(victims))  # SIGKILL
@@ -74,14 +75,19 @@ def test_chaos_kills_lose_no_task(fault_free: dict, tmp_path: Path, harness) -> 
                 lambda p: p["finished"] and "accuracy" in p["metrics"], 240, "the job to finish"
             )
             _, tasks = job.state()
-            # Every master that led after the kill (under load a successor may itself
-            # lose its lease and hand over again, or have exited once the job finished).
-            successors = [
-                name
-                for name in job.procs
-                if name.startswith("master") and name != killed_master
-                and "leading (" in job.log(name)
-            ]
+
+            def successors_that_led() -> list[str]:
+                # Every master that led after the kill (under load a successor may itself
+                # lose its lease and hand over again).
+                return [
+                    name
+                    for name in job.procs
+                    if name.startswith("master") and name != killed_master
+                    and "leading (" in job.log(name)
+                ]
+
+            # The standby takes over within a lease TTL, even when the job finished first.
+            successors = wait_until(successors_that_led, 60, "a standby master to lead")
             resumed = "\n".join(job.log(name) for name in successors)
         finally:
             job.stop_all()

@@ -17,7 +17,7 @@ from edl.runtime.config import RuntimeConfig
 from edl.runtime.coordination import connect
 from edl.runtime.proto import runtime_pb2 as pb
 from edl.runtime.proto import runtime_pb2_grpc as pb_grpc
-from polling import run_retrying
+from polling import run_retrying, wait_until
 
 
 def etcd_read(job, what: str):
@@ -32,16 +32,6 @@ def etcd_read(job, what: str):
             await client.shutdown()
 
     return run_retrying(read, (EtcdUnavailableError,))
-
-
-def wait_until(check, timeout: float, label: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {label}")
 
 
 def stub_for(address: str) -> pb_grpc.PServerStub:
