@@ -1,0 +1,234 @@
+"""End-to-end fixtures: one real control plane per session, `edl controller` as a process.
+
+The control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok) is
+started once for the session; `deploy/namespace.yaml`, `deploy/crd.yaml` and
+`deploy/rbac.yaml` are applied as a cluster admin would. The controller runs outside the
+cluster with a token of the `edl-controller` ServiceAccount, so the API server's RBAC
+authorizer decides every call it makes exactly as `deploy/rbac.yaml` says; a `403` in
+its log fails the test.
+
+EDL_E2E=0 turns this suite off (for a machine that cannot build the Kubernetes binaries);
+otherwise a missing Go toolchain or a failed build is an error, never a skip.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from control_plane import ROOT, ControlPlane, PlaneConfig, k8s_binaries, keep_or_remove
+from edl.coord.embedded import free_port
+from polling import wait_until
+from rest import ApiError, Rest
+
+if os.environ.get("EDL_E2E", "1") == "0":
+    collect_ignore_glob = ["test_*.py"]
+
+EDL = str(Path(sys.executable).with_name("edl"))
+SYSTEM_NAMESPACE = "edl-system"
+# Fast loops for tests: a tick every second, a Lease that expires in 6 s.
+CONTROLLER_ARGS = ["--interval=1", "--status-interval=0.5", "--lease-duration=6",
+                   "--renew-deadline=4", "--retry-period=0.5",
+                   f"--lease-namespace={SYSTEM_NAMESPACE}"]
+FORBIDDEN_MARKS = ("Forbidden", "forbidden", "403 Forbidden", "code=403", "\"code\":403")
+
+
+def load_yaml(name: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all((ROOT / "deploy" / name).read_text()) if d]
+
+
+@pytest.fixture(scope="session")
+def plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
+    """The running control plane, with edl's namespace, CRD and RBAC applied."""
+    work = Path(tempfile.mkdtemp(prefix="edl-e2e-"))
+    cp = ControlPlane(bin_dir=k8s_binaries(), work_dir=work, config=PlaneConfig())
+    try:
+        cp.start()
+        rest = Rest(cp)
+        rest.apply(load_yaml("namespace.yaml"))
+        rest.apply(load_yaml("crd.yaml"))
+        wait_until(lambda: _crd_established(rest), 60, "the TrainingJob CRD Established")
+        rest.apply(load_yaml("rbac.yaml"))
+        yield cp
+    finally:
+        cp.stop()
+        note = keep_or_remove(cp, failed=request.session.testsfailed > 0)
+        if note:
+            print(f"\n{note}", file=sys.stderr)
+
+
+def _crd_established(rest: Rest) -> bool:
+    crd = rest.get("CustomResourceDefinition", "trainingjobs.edl.dev")
+    conditions = crd.get("status", {}).get("conditions", [])
+    return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+
+@pytest.fixture(scope="session")
+def rest(plane: ControlPlane) -> Rest:
+    return Rest(plane)
+
+
+@pytest.fixture(scope="session")
+def controller_kubeconfig(plane: ControlPlane) -> Path:
+    """A kubeconfig with a token of ServiceAccount edl-system/edl-controller, nothing more."""
+    return plane.service_account_kubeconfig(SYSTEM_NAMESPACE, "edl-controller",
+                                            plane.work_dir / "edl-controller.kubeconfig")
+
+
+@pytest.fixture
+def namespace(rest: Rest, plane: ControlPlane) -> Iterator[str]:
+    """A fresh namespace for one test, deleted (and waited for) afterwards."""
+    name = f"e2e-{uuid.uuid4().hex[:6]}"
+    rest.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    wait_until(lambda: _has_default_sa(rest, name), 30, "the default ServiceAccount")
+    yield name
+    rest.delete("Namespace", name)
+    # The next test counts cluster capacity: wait until this one's pods are gone.
+    wait_until(lambda: rest.find("Namespace", name) is None, 120, f"namespace {name} deleted")
+    plane.check_running()
+
+
+def _has_default_sa(rest: Rest, namespace: str) -> bool:
+    return rest.find("ServiceAccount", "default", namespace) is not None
+
+
+@dataclass
+class Controller:
+    """One `edl controller` process and its log."""
+
+    identity: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+    port: int
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+    def forbidden_lines(self) -> list[str]:
+        return [line for line in self.text().splitlines()
+                if any(mark in line for mark in FORBIDDEN_MARKS)]
+
+
+@pytest.fixture
+def start_controller(controller_kubeconfig: Path, plane: ControlPlane,
+                     tmp_path: Path) -> Iterator[Callable[..., Controller]]:
+    """`start_controller(identity)` runs `edl controller` as the ServiceAccount; every process
+    is stopped after the test, and any 403 in its log fails the test."""
+    started: list[Controller] = []
+
+    def start(identity: str = "replica-a", *extra: str) -> Controller:
+        port = free_port()
+        log = tmp_path / f"controller-{identity}.log"
+        env = {**os.environ, "KUBECONFIG": str(controller_kubeconfig), "PYTHONUNBUFFERED": "1",
+               "NO_PROXY": "127.0.0.1,localhost",
+               "POD_NAME": identity}  # Events' reportingInstance, as in the Deployment
+        env.pop("HTTPS_PROXY", None)
+        env.pop("https_proxy", None)
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                [EDL, "controller", f"--listen=127.0.0.1:{port}", f"--identity={identity}",
+                 *CONTROLLER_ARGS, *extra],
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+        controller = Controller(identity, proc, log, port)
+        started.append(controller)
+        return controller
+
+    yield start
+    for controller in started:
+        controller.stop()
+    keep = plane.logs / "controllers"
+    keep.mkdir(exist_ok=True)
+    problems = []
+    for controller in started:
+        with contextlib.suppress(OSError):
+            (keep / f"{tmp_path.name}-{controller.log.name}").write_text(controller.text())
+        problems += [f"{controller.identity}: {line}" for line in controller.forbidden_lines()]
+    assert not problems, "the controller was refused by RBAC:\n" + "\n".join(problems[:20])
+
+
+def trainingjob(name: str, *, min_instance: int = 2, max_instance: int = 6,
+                trainer_cpu: str = "500m", **spec: Any) -> dict[str, Any]:
+    """The README's example job (deploy/example-trainingjob.yaml) renamed and resized."""
+    job = load_yaml("example-trainingjob.yaml")[0]
+    job["metadata"] = {"name": name}
+    trainer = job["spec"]["trainer"]
+    trainer["min-instance"], trainer["max-instance"] = min_instance, max_instance
+    trainer["resources"]["requests"]["cpu"] = trainer_cpu
+    job["spec"].update(spec)
+    return job
+
+
+def wait_tj(rest: Rest, namespace: str, name: str, check: Callable[[dict[str, Any]], Any],
+            timeout: float = 90, label: str = "") -> Any:
+    """Poll TrainingJob `name` until `check(obj)` is truthy; its value."""
+    def probe() -> Any:
+        try:
+            return check(rest.get("TrainingJob", name, namespace))
+        except (KeyError, TypeError, IndexError, ApiError):
+            return None
+    return wait_until(probe, timeout, label or f"TrainingJob {name}")
+
+
+def trainer_pods(rest: Rest, namespace: str, job: str, phase: str = "Running") -> list[str]:
+    """Names of the job's trainer pods in `phase` that are not being deleted."""
+    pods = rest.list("Pod", namespace, f"edl.dev/job={job},edl.dev/role=trainer")
+    return sorted(p["metadata"]["name"] for p in pods
+                  if p.get("status", {}).get("phase") == phase
+                  and not p["metadata"].get("deletionTimestamp"))
+
+
+def parallelism(rest: Rest, namespace: str, job: str) -> int | None:
+    found = rest.find("Job", f"{job}-trainer", namespace)
+    return None if found is None else found["spec"].get("parallelism")
+
+
+def wait_trainers(rest: Rest, namespace: str, job: str, count: int, timeout: float = 90) -> None:
+    """Until the trainer Job asks for `count` trainers and exactly that many run."""
+    def settled() -> bool:
+        return (parallelism(rest, namespace, job) == count
+                and len(trainer_pods(rest, namespace, job)) == count)
+    try:
+        wait_until(settled, timeout, f"{job}: {count} trainers running")
+    except AssertionError as error:
+        raise AssertionError(
+            f"{error}; now parallelism {parallelism(rest, namespace, job)}, running "
+            f"{len(trainer_pods(rest, namespace, job))}") from None
+
+
+def filler(rest: Rest, namespace: str, replicas: int, cpu: str = "500m") -> None:
+    """The README's `filler` Deployment (pause pods requesting `cpu`), created or scaled."""
+    rest.apply([{
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "filler", "namespace": namespace},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": "filler"}},
+            "template": {
+                "metadata": {"labels": {"app": "filler"}},
+                "spec": {"containers": [{
+                    "name": "pause", "image": "registry.k8s.io/pause:3.9",
+                    "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}}}]},
+            },
+        },
+    }])
