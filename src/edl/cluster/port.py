@@ -3,7 +3,7 @@
 Three teams code against this module:
 
 * the Controller and Autoscaler use **only** `Cluster` — so Kubernetes
-  (`edl.cluster.kube`), simulation and local runs (`edl.cluster.inproc`)
+  (`edl.kube`), simulation and local runs (`edl.cluster.inproc`)
   are interchangeable behind it;
 * the in-process control plane takes a `Clock` (virtual time for `edl simulate`,
   real time for `edl run`) and a `PodRuntime` (simulated pods, or real

@@ -12,7 +12,7 @@ import pytest
 
 from edl.cluster.inproc.plane import InProcessCluster
 from edl.cluster.inproc.runtime import Fixed, SimulatedPodRuntime
-from edl.controller import Controller, trainer_job_outcome
+from edl.control.controller import Controller, trainer_job_outcome
 
 
 class CrashingTrainers(SimulatedPodRuntime):
