@@ -15,38 +15,23 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 import sys
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
-from control_plane import ROOT, ControlPlane, PlaneConfig, k8s_binaries, keep_or_remove
+from e2e.control_plane import ControlPlane, PlaneConfig, k8s_binaries, keep_or_remove
+from e2e.helpers import CONTROLLER_ARGS, EDL, SYSTEM_NAMESPACE, Controller, load_yaml
+from e2e.rest import Rest
 from edl.coord.embedded import free_port
 from polling import wait_until
-from rest import ApiError, Rest
 
 if os.environ.get("EDL_E2E", "1") == "0":
     collect_ignore_glob = ["test_*.py"]
-
-EDL = str(Path(sys.executable).with_name("edl"))
-SYSTEM_NAMESPACE = "edl-system"
-# Fast loops for tests: a tick every second, a Lease that expires in 6 s.
-CONTROLLER_ARGS = ["--interval=1", "--status-interval=0.5", "--lease-duration=6",
-                   "--renew-deadline=4", "--retry-period=0.5",
-                   f"--lease-namespace={SYSTEM_NAMESPACE}"]
-FORBIDDEN_MARKS = ("Forbidden", "forbidden", "403 Forbidden", "code=403", "\"code\":403")
-
-
-def load_yaml(name: str) -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all((ROOT / "deploy" / name).read_text()) if d]
 
 
 @pytest.fixture(scope="session")
@@ -104,32 +89,6 @@ def _has_default_sa(rest: Rest, namespace: str) -> bool:
     return rest.find("ServiceAccount", "default", namespace) is not None
 
 
-@dataclass
-class Controller:
-    """One `edl controller` process and its log."""
-
-    identity: str
-    proc: subprocess.Popen[bytes]
-    log: Path
-    port: int
-
-    def text(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-
-    def forbidden_lines(self) -> list[str]:
-        return [line for line in self.text().splitlines()
-                if any(mark in line for mark in FORBIDDEN_MARKS)]
-
-
 @pytest.fixture
 def start_controller(controller_kubeconfig: Path, plane: ControlPlane,
                      tmp_path: Path) -> Iterator[Callable[..., Controller]]:
@@ -167,68 +126,3 @@ def start_controller(controller_kubeconfig: Path, plane: ControlPlane,
     assert not problems, "the controller was refused by RBAC:\n" + "\n".join(problems[:20])
 
 
-def trainingjob(name: str, *, min_instance: int = 2, max_instance: int = 6,
-                trainer_cpu: str = "500m", **spec: Any) -> dict[str, Any]:
-    """The README's example job (deploy/example-trainingjob.yaml) renamed and resized."""
-    job = load_yaml("example-trainingjob.yaml")[0]
-    job["metadata"] = {"name": name}
-    trainer = job["spec"]["trainer"]
-    trainer["min-instance"], trainer["max-instance"] = min_instance, max_instance
-    trainer["resources"]["requests"]["cpu"] = trainer_cpu
-    job["spec"].update(spec)
-    return job
-
-
-def wait_tj(rest: Rest, namespace: str, name: str, check: Callable[[dict[str, Any]], Any],
-            timeout: float = 90, label: str = "") -> Any:
-    """Poll TrainingJob `name` until `check(obj)` is truthy; its value."""
-    def probe() -> Any:
-        try:
-            return check(rest.get("TrainingJob", name, namespace))
-        except (KeyError, TypeError, IndexError, ApiError):
-            return None
-    return wait_until(probe, timeout, label or f"TrainingJob {name}")
-
-
-def trainer_pods(rest: Rest, namespace: str, job: str, phase: str = "Running") -> list[str]:
-    """Names of the job's trainer pods in `phase` that are not being deleted."""
-    pods = rest.list("Pod", namespace, f"edl.dev/job={job},edl.dev/role=trainer")
-    return sorted(p["metadata"]["name"] for p in pods
-                  if p.get("status", {}).get("phase") == phase
-                  and not p["metadata"].get("deletionTimestamp"))
-
-
-def parallelism(rest: Rest, namespace: str, job: str) -> int | None:
-    found = rest.find("Job", f"{job}-trainer", namespace)
-    return None if found is None else found["spec"].get("parallelism")
-
-
-def wait_trainers(rest: Rest, namespace: str, job: str, count: int, timeout: float = 90) -> None:
-    """Until the trainer Job asks for `count` trainers and exactly that many run."""
-    def settled() -> bool:
-        return (parallelism(rest, namespace, job) == count
-                and len(trainer_pods(rest, namespace, job)) == count)
-    try:
-        wait_until(settled, timeout, f"{job}: {count} trainers running")
-    except AssertionError as error:
-        raise AssertionError(
-            f"{error}; now parallelism {parallelism(rest, namespace, job)}, running "
-            f"{len(trainer_pods(rest, namespace, job))}") from None
-
-
-def filler(rest: Rest, namespace: str, replicas: int, cpu: str = "500m") -> None:
-    """The README's `filler` Deployment (pause pods requesting `cpu`), created or scaled."""
-    rest.apply([{
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": "filler", "namespace": namespace},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": "filler"}},
-            "template": {
-                "metadata": {"labels": {"app": "filler"}},
-                "spec": {"containers": [{
-                    "name": "pause", "image": "registry.k8s.io/pause:3.9",
-                    "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}}}]},
-            },
-        },
-    }])

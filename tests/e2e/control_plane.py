@@ -25,16 +25,17 @@ from typing import Any
 
 import yaml
 
+from e2e.kwok_stages import kwok_config
+from e2e.pki import Pki, make_pki
 from edl.coord.embedded import EmbeddedEtcd, free_port
-from kwok_stages import kwok_config
-from pki import Pki, make_pki
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = ROOT / "tools" / "k8s" / "build.sh"
 # The upstream controllers edl relies on, plus the ServiceAccount controller: without the
 # "default" ServiceAccount in a namespace the API server's admission refuses every pod.
-CONTROLLERS = ("job", "replicaset", "deployment", "garbagecollector", "namespace", "podgc",
-               "serviceaccount")
+CONTROLLERS = ("job-controller", "replicaset-controller", "deployment-controller",
+               "garbage-collector-controller", "namespace-controller",
+               "pod-garbage-collector-controller", "serviceaccount-controller")
 FAKE_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 
 

@@ -73,7 +73,7 @@ nodeInfo:
 phase: Running
 """
 
-POD_CREATED = """
+POD_CREATED = ("""
 {{ $now := Now }}
 conditions:
 - lastTransitionTime: {{ $now | Quote }}
@@ -99,9 +99,10 @@ containerStatuses:
       reason: ContainerCreating
 {{ end }}
 hostIP: {{ NodeIPWith .spec.nodeName | Quote }}
-podIP: {{ PodIPWith .spec.nodeName ( or .spec.hostNetwork false ) ( or .metadata.uid "" ) ( or .metadata.name "" ) ( or .metadata.namespace "" ) | Quote }}
+podIP: {{ PodIPWith .spec.nodeName ( or .spec.hostNetwork false ) ( or .metadata.uid "" ) """
+    """( or .metadata.name "" ) ( or .metadata.namespace "" ) | Quote }}
 phase: Pending
-"""
+""")
 
 POD_RUNNING = """
 {{ $now := Now }}

@@ -11,7 +11,7 @@ import urllib.error
 from collections.abc import Iterable
 from typing import Any
 
-from control_plane import ControlPlane
+from e2e.control_plane import ControlPlane
 
 # kind -> (group/version path prefix, plural, namespaced)
 KINDS: dict[str, tuple[str, str, bool]] = {

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import urllib.request
 
-from conftest import filler, trainingjob, wait_tj, wait_trainers
-from control_plane import ControlPlane
+from e2e.control_plane import ControlPlane
+from e2e.helpers import filler, trainingjob, wait_tj, wait_trainers
+from e2e.rest import Rest
 from polling import wait_until
-from rest import Rest
 
 
 def metrics(port: int) -> dict[str, float]:

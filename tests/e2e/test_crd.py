@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 import yaml
 
-from conftest import EDL, load_yaml, trainingjob
-from control_plane import ControlPlane
+from e2e.control_plane import ControlPlane
+from e2e.helpers import EDL, load_yaml, trainingjob
+from e2e.rest import ApiError, Rest
 from polling import wait_until
-from rest import ApiError, Rest
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import time
 
-from conftest import filler, parallelism, trainer_pods, trainingjob, wait_tj, wait_trainers
-from rest import Rest
+from e2e.helpers import filler, parallelism, trainer_pods, trainingjob, wait_tj, wait_trainers
+from e2e.rest import Rest
 
 CYCLES = 3
 

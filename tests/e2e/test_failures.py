@@ -10,9 +10,9 @@ about 6 minutes in.
 
 from __future__ import annotations
 
-from conftest import trainingjob, wait_tj, wait_trainers
-from kwok_stages import CRASH_MESSAGE
-from rest import Rest
+from e2e.helpers import trainingjob, wait_tj, wait_trainers
+from e2e.kwok_stages import CRASH_MESSAGE
+from e2e.rest import Rest
 
 
 def failed_condition(tj: dict) -> dict:

@@ -11,9 +11,9 @@ import datetime as dt
 import signal
 import time
 
-from conftest import SYSTEM_NAMESPACE, filler, parallelism, trainingjob, wait_trainers
+from e2e.helpers import SYSTEM_NAMESPACE, filler, parallelism, trainingjob, wait_trainers
+from e2e.rest import Rest
 from polling import wait_until
-from rest import Rest
 
 LEASE_DURATION = 6.0  # conftest.CONTROLLER_ARGS
 

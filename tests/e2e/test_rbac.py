@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from control_plane import ControlPlane
-from rest import Rest
+from e2e.control_plane import ControlPlane
+from e2e.rest import Rest
 
 USER = "system:serviceaccount:edl-system:edl-controller"
 ALLOWED = [

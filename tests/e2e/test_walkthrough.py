@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import urllib.request
 
-from conftest import (
+from e2e.helpers import (
     SYSTEM_NAMESPACE,
     filler,
     parallelism,
@@ -18,8 +18,8 @@ from conftest import (
     wait_tj,
     wait_trainers,
 )
+from e2e.rest import Rest
 from polling import wait_until
-from rest import Rest
 
 CHILDREN = (("Service", "digits-master"), ("ReplicaSet", "digits-master"),
             ("ReplicaSet", "digits-pserver"), ("Job", "digits-trainer"))
