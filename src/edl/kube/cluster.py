@@ -85,7 +85,7 @@ class KubeCluster:
 
     def __init__(self, client: AsyncClient, *, namespace: str | None = None,
                  events: EventRecorder | None = None,
-                 watch_client: AsyncClient | None = None) -> None:
+                 watch_client: AsyncClient | None = None, delete_victims: bool = True) -> None:
         self.client = client
         # Watch streams get their own connection pool: cancelling a stream must never
         # leave the pool that serves ordinary requests (status, scaling, leases) stuck.
@@ -102,7 +102,9 @@ class KubeCluster:
         self._jobs: dict[JobKey, dict[str, Any]] = {}  # latest TrainingJob bodies seen
         self._dispatch_lock = asyncio.Lock()
         self.last_resources: ClusterResource | None = None
-        self._victims_allowed = True  # False after a 403 on deleting a trainer pod
+        # Delete the trainer pods the policy names on a shrink (needs `delete` on pods);
+        # False when not asked to, or after a 403: the Job controller then picks.
+        self._victims_allowed = delete_victims
 
     # -- lifecycle -----------------------------------------------------------------------
 
