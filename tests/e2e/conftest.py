@@ -56,7 +56,7 @@ def plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
 
 def _crd_established(rest: Rest) -> bool:
     crd = rest.get("CustomResourceDefinition", "trainingjobs.edl.dev")
-    conditions = crd.get("status", {}).get("conditions", [])
+    conditions = (crd.get("status") or {}).get("conditions") or []
     return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
 
