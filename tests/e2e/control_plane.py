@@ -88,7 +88,9 @@ class Component:
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> None:
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 5.0) -> None:
+        """`sig`, then SIGKILL after `timeout` s (kube-apiserver can linger for tens of
+        seconds after it stopped listening, waiting for long-running requests)."""
         if self.proc is None:
             return
         if self.proc.poll() is None:
