@@ -10,7 +10,7 @@ import asyncio
 
 import pytest
 
-from edl.cluster.inproc.plane import InProcessCluster
+from edl.cluster.inproc.cluster import InProcessCluster
 from edl.cluster.inproc.runtime import Fixed, SimulatedPodRuntime
 from edl.control.controller import Controller, trainer_job_outcome
 

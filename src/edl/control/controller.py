@@ -42,6 +42,7 @@ from edl.cluster.port import (
     ClusterError,
     Manifest,
     NotFoundError,
+    TrainerFailures,
     Unsubscribe,
     training_job_key,
 )
@@ -279,18 +280,18 @@ class Controller:
         await self._write_status(*key, known, status)
 
     async def _last_trainer_failure(self, trainer: Manifest, known: _Known) -> str:
-        """The last failed trainer pod and its error, from clusters that keep it (optional
-        ``last_trainer_failure(job)``); asked once, when the trainer Job has failed."""
+        """The last failed trainer pod and its error, from clusters that keep it
+        (`TrainerFailures`); asked once, when the trainer Job has failed."""
         failed = any(
             c.get("type") == "Failed" and c.get("status") == "True"
             for c in (trainer.get("status") or {}).get("conditions") or ()
         )
-        describe = getattr(self.cluster, "last_trainer_failure", None)
-        if not failed or describe is None or known.job is None:
+        if not failed or not isinstance(self.cluster, TrainerFailures) or known.job is None:
             return ""
         if known.last_trainer_failure is None:
             try:
-                known.last_trainer_failure = str(await describe(known.job) or "")
+                failure = await self.cluster.last_trainer_failure(known.job)
+                known.last_trainer_failure = str(failure or "")
             except ClusterError as error:
                 log.warning(
                     "last trainer failure of %s not read: %s", known.job.metadata.name, error

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from edl.cluster.inproc.clock import VirtualClock
-from edl.cluster.inproc.plane import ClusterSample, InProcessCluster
+from edl.cluster.inproc.cluster import ClusterSample, InProcessCluster
 from edl.cluster.inproc.runtime import Fixed, SimulatedPodRuntime, Uniform
 from edl.cluster.port import ConflictError, NotFoundError
 from edl.control.loops import ControlLoops
