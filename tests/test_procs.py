@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from edl.procs import die_with_parent, free_port, port_is_free
+from edl.procs import free_port, port_is_free
 
 
 def test_a_listened_port_is_busy_and_a_free_one_is_free():

@@ -62,22 +62,6 @@ class AlreadyExistsError(ClusterError):
     """A create named an object that already exists (HTTP 409 AlreadyExists)."""
 
 
-def training_job_key(obj: object) -> tuple[str, str] | None:
-    """(namespace, name) of a TrainingJob event's object; None if it cannot be addressed.
-
-    Events come from outside (an API server, a test, a user's file). An object
-    with no usable ``metadata.name`` can get neither a status nor children, so
-    receivers skip it instead of letting it crash the watch that delivered it.
-    """
-    metadata = obj.get("metadata") if isinstance(obj, Mapping) else None
-    if not isinstance(metadata, Mapping):
-        return None
-    name, namespace = metadata.get("name"), metadata.get("namespace") or "default"
-    if not isinstance(name, str) or not name or not isinstance(namespace, str):
-        return None
-    return namespace, name
-
-
 # --------------------------------------------------------------------------- Cluster
 
 

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from edl.api.names import LABEL_ROLE
 from edl.api.trainingjob import TrainingJob
 from edl.cluster.inproc import AsyncioClock, InProcessCluster
 from edl.cluster.port import ClusterError, NotFoundError
@@ -391,7 +392,7 @@ def reservation_pod(name: str, namespace: str, cpu: str, memory: str) -> dict[st
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "labels": {"edl.dev/role": "reservation"},
+            "labels": {LABEL_ROLE: "reservation"},
         },
         "spec": {
             "terminationGracePeriodSeconds": 2,

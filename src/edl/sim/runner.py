@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from edl.api.names import trainer_job_name
 from edl.cluster.inproc.clock import VirtualClock
 from edl.cluster.inproc.cluster import ClusterSample, InProcessCluster
 from edl.cluster.inproc.runtime import Fixed, SimulatedPodRuntime, Uniform
@@ -144,7 +145,7 @@ class _Run:
         }
         self.recorder = _Recorder(keys)
         self._start_trainers = {
-            (plan.namespace, f"{plan.name}-trainer"): plan.start_trainers
+            (plan.namespace, trainer_job_name(plan.name)): plan.start_trainers
             for plan in self.plans
             if self.elastic and plan.start_trainers is not None
         }
