@@ -76,7 +76,7 @@ def test_no_hand_written_module_is_over_the_size_limit():
     }
     unexpected = {path: n for path, n in oversized.items() if path not in KNOWN_OVERSIZED}
     assert not unexpected, f"modules over {MAX_MODULE_LINES} lines: {unexpected}"
-    assert KNOWN_OVERSIZED <= set(oversized), "remove the split modules from KNOWN_OVERSIZED"
+    assert set(oversized) >= KNOWN_OVERSIZED, "remove the split modules from KNOWN_OVERSIZED"
 
 
 def test_the_graph_builder_sees_cycles_and_layer_breaks(tmp_path):
