@@ -38,7 +38,6 @@ import aiohttp.web
 import attrs
 import kmock
 import pytest_asyncio
-from kmock._internal import enums, rendering
 from lightkube import AsyncClient
 
 from edl.kube.client import make_client
@@ -67,7 +66,7 @@ RESOURCES: dict[str, kmock.ResourceInfo] = {
 
 @dataclass
 class Fault:
-    match: Callable[[rendering.Request], bool]
+    match: Callable[[kmock.Request], bool]
     status: int
     remaining: int
     hits: int = 0
@@ -89,7 +88,7 @@ class EdlEmulator(kmock.KubernetesEmulator):
     # -- test controls ---------------------------------------------------------------
 
     def fail_next(
-        self, match: Callable[[rendering.Request], bool], status: int, times: int = 1
+        self, match: Callable[[kmock.Request], bool], status: int, times: int = 1
     ) -> Fault:
         """Answer the next `times` requests for which `match(request)` with `status`."""
         fault = Fault(match, status, times)
@@ -106,7 +105,7 @@ class EdlEmulator(kmock.KubernetesEmulator):
 
     # -- request handling --------------------------------------------------------------
 
-    async def _handle(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+    async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
         for fault in self.faults:
             if fault.remaining > 0 and fault.match(request):
                 fault.remaining -= 1
@@ -123,7 +122,7 @@ class EdlEmulator(kmock.KubernetesEmulator):
                 return await self._apply_create(request)
         return await super()._handle(request)
 
-    async def _apply_create(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+    async def _apply_create(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
         """Server-side apply of an object that does not exist yet creates it."""
         key = (request.resource, request.namespace, request.name)
         async with self._lock:
@@ -136,27 +135,27 @@ class EdlEmulator(kmock.KubernetesEmulator):
         return aiohttp.web.json_response(raw, status=201, content_type="application/json")
 
     @staticmethod
-    def _is_apply(request: rendering.Request) -> bool:
+    def _is_apply(request: kmock.Request) -> bool:
         content_type = request.headers.get("Content-Type", "")
-        return request.method == enums.method.PATCH and content_type.startswith(APPLY_CONTENT_TYPE)
+        return request.method == kmock.method.PATCH and content_type.startswith(APPLY_CONTENT_TYPE)
 
-    def _stored(self, request: rendering.Request) -> Any:
+    def _stored(self, request: kmock.Request) -> Any:
         key = (request.resource, request.namespace, request.name)
         if key not in self._objects:
             return None
         obj = self._objects[key]
         return None if obj.deleted else obj
 
-    def _missing(self, request: rendering.Request) -> bool:
+    def _missing(self, request: kmock.Request) -> bool:
         return self._stored(request) is None
 
-    def _stamp(self, request: rendering.Request) -> aiohttp.web.StreamResponse | None:
+    def _stamp(self, request: kmock.Request) -> aiohttp.web.StreamResponse | None:
         """Assign versions on writes; refuse a stale resourceVersion with 409."""
         action = request.action
         data = request.data
-        creating = action == enums.action.CREATE or (
+        creating = action == kmock.action.CREATE or (
             self._is_apply(request) and self._missing(request))
-        if not isinstance(data, dict) or action not in {enums.action.CREATE, enums.action.UPDATE}:
+        if not isinstance(data, dict) or action not in {kmock.action.CREATE, kmock.action.UPDATE}:
             return None
         meta = data.setdefault("metadata", {})
         if creating:
@@ -186,7 +185,7 @@ class EdlEmulator(kmock.KubernetesEmulator):
         meta["resourceVersion"] = str(self.current_version)
         return None
 
-    async def _serve_list(self, request: rendering.Request) -> rendering.Payload:
+    async def _serve_list(self, request: kmock.Request) -> kmock.Payload:
         payload = await super()._serve_list(request)
         assert isinstance(payload, dict)
         payload["metadata"] = {"resourceVersion": str(self.current_version)}
