@@ -112,7 +112,12 @@ class Cluster(Protocol):
 
     # -- children of a TrainingJob -------------------------------------------------
     async def create_job(self, job: Manifest) -> Manifest:
-        """Create a batch/v1 Job; returns the stored object. `AlreadyExistsError` if present."""
+        """Create a batch/v1 Job; returns the stored object.
+
+        For every ``create_*``: a child that already exists is never duplicated. The
+        in-process cluster raises `AlreadyExistsError`; Kubernetes applies the manifest
+        (server-side apply), converging the existing object. Callers accept both.
+        """
         ...
 
     async def create_replica_set(self, replica_set: Manifest) -> Manifest:
