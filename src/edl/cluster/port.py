@@ -101,7 +101,7 @@ class TrainingJobHandler(Protocol):
 
 @runtime_checkable
 class Cluster(Protocol):
-    """What the Controller and Autoscaler need from a cluster (PaddlePaddle EDL's ``Cluster``, async).
+    """What the Controller and Autoscaler need from a cluster (PaddlePaddle EDL's ``Cluster``).
 
     Names follow PaddlePaddle EDL's. "Trainer job" means the batch/v1 Job that runs a
     TrainingJob's trainers (``<job>-trainer``); its ``spec.parallelism`` is

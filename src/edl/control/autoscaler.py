@@ -103,7 +103,7 @@ class Autoscaler:
         self.ticks = 0
         self.last_decisions: list[Decision] = []
 
-    # -- PaddlePaddle EDL's notifications ---------------------------------------------------------------
+    # -- PaddlePaddle EDL's notifications -----------------------------------------------
     def on_add(self, job: TrainingJob) -> None:
         """A (valid) job was added: plan it at once."""
         self._remember(job)

@@ -1,4 +1,4 @@
-"""`JobParser`: PaddlePaddle EDL's interface, validate + parse a TrainingJob into child manifests."""
+"""`JobParser`: validate a TrainingJob and parse it into child manifests (EDL's interface)."""
 
 from __future__ import annotations
 
