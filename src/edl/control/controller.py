@@ -1,6 +1,6 @@
 """`Controller`: turns TrainingJob events into child objects and a current ``status``.
 
-The seed's Controller, async and backend-free: it talks to a cluster only
+PaddlePaddle EDL's Controller, async and backend-free: it talks to a cluster only
 through `edl.cluster.port.Cluster`, so the same code serves Kubernetes, the
 simulator (virtual time) and local runs (real time).
 
@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from edl.api.errors import JobValidationError
+from edl.api.names import trainer_job_name, training_job_key
 from edl.api.trainingjob import TrainingJob
 from edl.cluster.port import (
     AlreadyExistsError,
@@ -42,8 +43,8 @@ from edl.cluster.port import (
     ClusterError,
     Manifest,
     NotFoundError,
+    TrainerFailures,
     Unsubscribe,
-    training_job_key,
 )
 from edl.jobparser import JobParser
 
@@ -56,7 +57,7 @@ SUCCEEDED = "Succeeded"
 
 
 class JobListener(Protocol):
-    """What the Controller tells the Autoscaler (the seed's OnAdd/OnUpdate/OnDel)."""
+    """What the Controller tells the Autoscaler (PaddlePaddle EDL's OnAdd/OnUpdate/OnDel)."""
 
     def on_add(self, job: TrainingJob) -> None: ...
     def on_update(self, job: TrainingJob) -> None: ...
@@ -169,7 +170,7 @@ class Controller:
 
     # -- the loop ------------------------------------------------------------------------------
     def watch_training_jobs(self) -> Unsubscribe:
-        """Subscribe to the cluster's TrainingJob events (the seed's WatchTrainingJobs).
+        """Subscribe to the cluster's TrainingJob events (PaddlePaddle EDL's WatchTrainingJobs).
 
         Existing jobs arrive first as ``on_add``. Returns the function that ends
         the subscription.
@@ -244,7 +245,7 @@ class Controller:
 
     async def _delete_children(self, namespace: str, name: str) -> None:
         deletions = [
-            (self.cluster.delete_trainer_job, f"{name}-trainer"),
+            (self.cluster.delete_trainer_job, trainer_job_name(name)),
             (self.cluster.delete_replica_set, f"{name}-pserver"),
             (self.cluster.delete_replica_set, f"{name}-master"),
             (self.cluster.delete_service, f"{name}-master"),
@@ -279,18 +280,18 @@ class Controller:
         await self._write_status(*key, known, status)
 
     async def _last_trainer_failure(self, trainer: Manifest, known: _Known) -> str:
-        """The last failed trainer pod and its error, from clusters that keep it (optional
-        ``last_trainer_failure(job)``); asked once, when the trainer Job has failed."""
+        """The last failed trainer pod and its error, from clusters that keep it
+        (`TrainerFailures`); asked once, when the trainer Job has failed."""
         failed = any(
             c.get("type") == "Failed" and c.get("status") == "True"
             for c in (trainer.get("status") or {}).get("conditions") or ()
         )
-        describe = getattr(self.cluster, "last_trainer_failure", None)
-        if not failed or describe is None or known.job is None:
+        if not failed or not isinstance(self.cluster, TrainerFailures) or known.job is None:
             return ""
         if known.last_trainer_failure is None:
             try:
-                known.last_trainer_failure = str(await describe(known.job) or "")
+                failure = await self.cluster.last_trainer_failure(known.job)
+                known.last_trainer_failure = str(failure or "")
             except ClusterError as error:
                 log.warning(
                     "last trainer failure of %s not read: %s", known.job.metadata.name, error
