@@ -27,7 +27,7 @@ import pytest
 from e2e.control_plane import ControlPlane, PlaneConfig, k8s_binaries, keep_or_remove
 from e2e.helpers import CONTROLLER_ARGS, EDL, SYSTEM_NAMESPACE, Controller, load_yaml
 from e2e.rest import Rest
-from edl.coord.embedded import free_port
+from edl.procs import free_port
 from polling import wait_until
 
 if os.environ.get("EDL_E2E", "1") == "0":

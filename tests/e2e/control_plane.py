@@ -27,7 +27,8 @@ import yaml
 
 from e2e.kwok_stages import kwok_config
 from e2e.pki import Pki, make_pki
-from edl.coord.embedded import EmbeddedEtcd, free_port
+from edl.coord.embedded import EmbeddedEtcd
+from edl.procs import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = ROOT / "tools" / "k8s" / "build.sh"
