@@ -10,6 +10,8 @@ about 6 minutes in.
 
 from __future__ import annotations
 
+import pytest
+
 from e2e.helpers import trainingjob, wait_tj, wait_trainers
 from e2e.kwok_stages import CRASH_MESSAGE
 from e2e.rest import Rest
@@ -43,6 +45,7 @@ def test_invalid_job_fails_with_every_problem_and_can_be_fixed(
     wait_tj(rest, namespace, "invalid", lambda t: t["status"]["state"] == "Running")
 
 
+@pytest.mark.timeout(1200)
 def test_crashing_trainer_fails_the_job_after_its_backoff_limit(
         rest: Rest, namespace: str, start_controller) -> None:
     controller = start_controller("replica-a")

@@ -1,9 +1,11 @@
 """Scale: 500 kwok nodes and 20 elastic jobs (about 500 pods) on the real control plane.
 
-bench/kube_inquiry.py's targets are for 5,000 nodes and 150,000 pods: a tick under 100 ms
-and the cache under 500 MB. Scaled down by ten in nodes (and ~300 in pods), the controller
-here must tick in under 50 ms on average and the whole process stay under 400 MB RSS
-(Python, kopf, lightkube and the caches included).
+bench/kube_inquiry.py's targets are for 5,000 nodes and 150,000 pods: the in-memory part
+of a tick under 100 ms and the cache under 500 MB. Here the tick is the whole autoscaler
+tick as `edl_plan_duration_seconds` measures it — including one API read of each job's
+trainer Job, which the bench does not count — so it keeps the bench's 100 ms at a tenth
+of its nodes; memory is the whole process's RSS (Python, kopf, lightkube and the caches),
+held to 200 MB.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from __future__ import annotations
 import time
 import urllib.request
 from pathlib import Path
+
+import pytest
 
 from e2e.control_plane import ControlPlane
 from e2e.helpers import trainingjob, wait_trainers
@@ -20,8 +24,8 @@ from polling import wait_until
 NODES = 500
 JOBS = 20
 MAX_TRAINERS = 20
-TARGET_TICK_S = 0.050
-TARGET_RSS_MB = 400
+TARGET_TICK_S = 0.100
+TARGET_RSS_MB = 200
 
 
 def metric_values(port: int) -> dict[str, float]:
@@ -38,6 +42,7 @@ def rss_mb(pid: int) -> float:
     raise AssertionError("no VmRSS")
 
 
+@pytest.mark.timeout(1200)
 def test_500_nodes_and_20_jobs(rest: Rest, plane: ControlPlane, namespace: str,
                                start_controller) -> None:
     nodes = plane.add_nodes(NODES, prefix="kwok-scale")

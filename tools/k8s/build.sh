@@ -28,7 +28,11 @@ mod_version() {
 k8s_version="$(mod_version "$here/go.mod" k8s.io/kubernetes)"
 kwok_version="$(mod_version "$here/kwok/go.mod" sigs.k8s.io/kwok)"
 cache_root="${EDL_K8S_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/edl/k8s}"
-out="$cache_root/$k8s_version-$kwok_version"
+# Versions in the name for people; a digest of the pins and this script so that any
+# change to them (a replace directive, a flag) builds afresh instead of reusing.
+digest="$(cat "$here/go.mod" "$here/go.sum" "$here/kwok/go.mod" "$here/kwok/go.sum" \
+  "${BASH_SOURCE[0]}" | sha256sum | cut -c1-8)"
+out="$cache_root/$k8s_version-$kwok_version-$digest"
 
 if has_all "$out"; then
   echo "$out"
@@ -45,14 +49,19 @@ mkdir -p "$out"
 tmp="$(mktemp -d "$out/.build.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
 export CGO_ENABLED=0 GOFLAGS="${GOFLAGS:-} -mod=mod"
-flags=(-trimpath -ldflags "-s -w")
+minor="${k8s_version#v1.}"; minor="${minor%%.*}"
+stamp="-X k8s.io/component-base/version.gitVersion=$k8s_version"
+stamp+=" -X k8s.io/component-base/version.gitMajor=1"
+stamp+=" -X k8s.io/component-base/version.gitMinor=$minor"
+stamp+=" -X k8s.io/client-go/pkg/version.gitVersion=$k8s_version"
+flags=(-trimpath -ldflags "-s -w $stamp")
 start=$SECONDS
 echo "building Kubernetes $k8s_version and kwok $kwok_version into $out (first time only)" >&2
 (cd "$here" && go build "${flags[@]}" -o "$tmp/" \
   k8s.io/kubernetes/cmd/kube-apiserver \
   k8s.io/kubernetes/cmd/kube-controller-manager \
   k8s.io/kubernetes/cmd/kube-scheduler)
-(cd "$here/kwok" && go build "${flags[@]}" -o "$tmp/" sigs.k8s.io/kwok/cmd/kwok)
+(cd "$here/kwok" && go build -trimpath -ldflags "-s -w" -o "$tmp/" sigs.k8s.io/kwok/cmd/kwok)
 for b in "${bins[@]}"; do mv "$tmp/$b" "$out/$b"; done
 echo "built in $((SECONDS - start)) s: $(du -sh "$out" | cut -f1)" >&2
 echo "$out"
