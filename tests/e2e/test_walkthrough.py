@@ -79,12 +79,17 @@ def test_readme_walkthrough(rest: Rest, namespace: str, start_controller) -> Non
     # Step 5: metrics, then delete the job with the controller stopped: the garbage
     # collector alone must remove every child and their pods.
     url = f"http://127.0.0.1:{controller.port}/metrics"
-    with urllib.request.urlopen(url, timeout=10) as answer:
-        metrics = answer.read().decode()
-    desired = [line for line in metrics.splitlines()
-               if line.startswith("edl_job_trainers_desired{") and 'job="digits"' in line
-               and f'namespace="{namespace}"' in line]
-    assert desired and desired[0].endswith(" 4.0"), desired
+
+    def desired_metric() -> str:
+        """The gauge follows the TrainingJob's status (refreshed each second), so it may
+        trail the Job's parallelism by a moment."""
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            text = answer.read().decode()
+        lines = [line for line in text.splitlines()
+                 if line.startswith("edl_job_trainers_desired{") and 'job="digits"' in line
+                 and f'namespace="{namespace}"' in line]
+        return text if lines and lines[0].endswith(" 4.0") else ""
+    metrics = wait_until(desired_metric, 30, "edl_job_trainers_desired 4 for digits")
     assert "edl_leader 1.0" in metrics
     controller.stop()
     rest.delete("TrainingJob", "digits", namespace)
