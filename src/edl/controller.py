@@ -265,9 +265,10 @@ class Controller:
         creations = [
             (self.cluster.create_service, parser.parse_to_service(job)),
             (self.cluster.create_replica_set, parser.parse_to_master(job)),
-            (self.cluster.create_replica_set, parser.parse_to_pserver(job)),
-            (self.cluster.create_job, parser.parse_to_trainer(job)),
         ]
+        if not job.collective():  # a collective job has no pservers
+            creations.append((self.cluster.create_replica_set, parser.parse_to_pserver(job)))
+        creations.append((self.cluster.create_job, parser.parse_to_trainer(job)))
         for create, manifest in creations:
             # idempotent: a child that exists from an earlier event or run is kept
             with contextlib.suppress(AlreadyExistsError):

@@ -42,6 +42,7 @@ __all__ = [
     "MasterSpec",
     "ObjectMeta",
     "PserverSpec",
+    "CollectiveSpec",
     "ResourceRequirements",
     "TrainerSpec",
     "TrainingJob",
@@ -139,9 +140,29 @@ class MasterSpec(_Strict):
     )
 
 
+class CollectiveSpec(_Strict):
+    """`spec.collective`: how a collective job's trainers rendezvous and may be resized.
+
+    Trainers are nodes of torch's elastic agent; each runs `nproc-per-node`
+    workers, so the world size is trainers x nproc-per-node. `world-sizes` or
+    `world-size-multiple` (not both) restrict the world sizes the Autoscaler may
+    choose; a resize restarts every worker, so it happens at most once per
+    `resize-cooldown` seconds.
+    """
+
+    nproc_per_node: StrictInt | None = Field(default=None, alias="nproc-per-node")
+    world_sizes: list[StrictInt] | None = Field(default=None, alias="world-sizes")
+    world_size_multiple: StrictInt | None = Field(default=None, alias="world-size-multiple")
+    resize_cooldown: StrictInt | None = Field(default=None, alias="resize-cooldown")
+    max_restarts: StrictInt | None = Field(default=None, alias="max-restarts")
+
+
 class TrainingJobSpec(_Strict):
     """`spec`: every field of the original TrainingJobSpec, original spellings as aliases."""
 
+    # `parameter-server` (the original's, the default) or `collective` (torch's elastic agent)
+    mode: Literal["parameter-server", "collective"] | None = None
+    collective: CollectiveSpec | None = None
     image: StrictStr | None = None
     port: StrictInt | None = None
     ports_num: StrictInt | None = None
@@ -191,6 +212,10 @@ class TrainingJob(_Strict):
         if trainer.min_instance is None or trainer.max_instance is None:
             return False
         return trainer.min_instance < trainer.max_instance
+
+    def collective(self) -> bool:
+        """True for a collective job: trainers run the entrypoint under torch's elastic agent."""
+        return self.spec.mode == "collective"
 
     def gpu(self) -> int:
         """GPUs each trainer is limited to, under either GPU resource name."""
@@ -275,6 +300,7 @@ def _spellings() -> dict[str, tuple[str, ...]]:
     models: list[type[BaseModel]] = [
         TrainingJob,
         TrainingJobSpec,
+        CollectiveSpec,
         TrainerSpec,
         PserverSpec,
         MasterSpec,

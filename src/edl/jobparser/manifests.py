@@ -90,10 +90,14 @@ def pserver_replica_set(job: TrainingJob) -> dict[str, Any]:
     return _replica_set(job, "pserver", replicas, containers, list(spec.volumes or []))
 
 
-def trainer_job(job: TrainingJob) -> dict[str, Any]:
-    """The trainers as a work-queue Job: parallelism = min-instance, completions unset."""
+def trainer_job(job: TrainingJob, container: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The trainers as a work-queue Job: parallelism = min-instance, completions unset.
+
+    ``container``: the trainer container to run (collective jobs pass their agent's).
+    """
     name = child_names(_name(job))["trainer"]
-    container = _container(job, "trainer", job.spec.trainer.resources, [])
+    if container is None:
+        container = _container(job, "trainer", job.spec.trainer.resources, [])
     # a crashed trainer's log tail becomes its termination message: the Controller puts
     # it in the TrainingJob's Failed status
     container["terminationMessagePolicy"] = "FallbackToLogsOnError"

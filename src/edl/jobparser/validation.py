@@ -25,6 +25,7 @@ from edl.api.trainingjob import (
     schema_errors,
     user_parts,
 )
+from edl.jobparser.collective import COLLECTIVE, collective_defaults, collective_problems
 from edl.jobparser.manifests import ETCD_DATA_VOLUME
 
 __all__ = [
@@ -137,6 +138,7 @@ def _semantic_problems(job: TrainingJob) -> Iterator[tuple[Loc, str]]:
         yield from _resource_problems(("spec", role, "resources"), resources)
     yield from _etcd_problems(job)
     yield from _volume_problems(job)
+    yield from collective_problems(job)
 
 
 def _name_problems(job: TrainingJob) -> Iterator[tuple[Loc, str]]:
@@ -175,7 +177,8 @@ def _instance_problems(job: TrainingJob) -> Iterator[tuple[Loc, str]]:
     yield from _min_max_problems(
         "trainer", trainer.min_instance, trainer.max_instance, job.spec.fault_tolerant is True
     )
-    yield from _min_max_problems("pserver", pserver.min_instance, pserver.max_instance, True)
+    if job.spec.mode != COLLECTIVE:  # a collective job has no pservers
+        yield from _min_max_problems("pserver", pserver.min_instance, pserver.max_instance, True)
 
 
 def _min_max_problems(
@@ -213,7 +216,7 @@ def _port_problems(job: TrainingJob) -> Iterator[tuple[Loc, str]]:
         ok = False
         yield ("spec", "ports_num_for_sparse"), f"must be >= 0 (got {sparse})"
     last = port + ports_num + sparse - 1
-    if ok and last > MAX_PORT:
+    if ok and last > MAX_PORT and spec.mode != COLLECTIVE:
         yield (
             ("spec", "port"),
             f"port + ports_num + ports_num_for_sparse - 1 must be <= {MAX_PORT}: the pserver "
@@ -281,6 +284,8 @@ def _with_defaults(job: TrainingJob) -> TrainingJob:
     """The job with the original's defaults written in (so `to_dict()` shows them)."""
     data = job.to_dict()
     spec = data.setdefault("spec", {})
+    if spec.get("mode") == COLLECTIVE:
+        return _with_collective_defaults(data)
     spec.setdefault("image", DEFAULT_IMAGE)
     spec.setdefault("port", DEFAULT_PORT)
     spec.setdefault("ports_num", DEFAULT_PORTS_NUM)
@@ -295,4 +300,19 @@ def _with_defaults(job: TrainingJob) -> TrainingJob:
     pserver.setdefault("min-instance", DEFAULT_PSERVERS)
     pserver.setdefault("max-instance", pserver["min-instance"])
     spec.setdefault("master", {})
+    return TrainingJob.from_dict(data)
+
+
+def _with_collective_defaults(data: dict[str, Any]) -> TrainingJob:
+    """A collective job's defaults: no pserver, pass or pserver-port fields at all."""
+    spec = data["spec"]
+    spec.setdefault("image", DEFAULT_IMAGE)
+    spec.setdefault("port", DEFAULT_PORT)
+    spec.setdefault("fault_tolerant", False)
+    spec.setdefault("hostNetwork", False)
+    trainer = spec.setdefault("trainer", {})
+    trainer.setdefault("workspace", "")
+    trainer.setdefault("max-instance", trainer["min-instance"])
+    spec.setdefault("master", {})
+    collective_defaults(spec)
     return TrainingJob.from_dict(data)
