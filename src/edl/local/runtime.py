@@ -161,9 +161,9 @@ class ProcessPodRuntime:
             for e in self._pods.values()
         ]
 
-    def termination_message(self, name: str) -> str:
+    def termination_message(self, pod_name: str) -> str:
         """Why the pod failed (tail of its log), or "" while it runs or if it succeeded."""
-        entry = self._pods.get(name)
+        entry = self._pods.get(pod_name)
         return entry.message if entry else ""
 
     def live_pids(self) -> list[int]:

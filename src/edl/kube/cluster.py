@@ -34,9 +34,6 @@ from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import Node, Pod, Service
 from lightkube.types import CascadeType, PatchType
 
-from edl.cluster.kube.failures import last_trainer_failure
-from edl.cluster.kube.reflector import Reflector
-from edl.cluster.kube.state import ClusterState, NodeStore, PodStore
 from edl.cluster.port import (
     ClusterError,
     ConflictError,
@@ -51,7 +48,10 @@ from edl.cluster.port import (
 from edl.kube.client import FIELD_MANAGER
 from edl.kube.crd import GROUP, KIND, PLURAL, VERSION
 from edl.kube.events import EventRecorder, make_event
+from edl.kube.failures import last_trainer_failure
+from edl.kube.reflector import Reflector
 from edl.kube.retry import http_status, is_conflict, is_not_found, retry_call
+from edl.kube.state import ClusterState, NodeStore, PodStore
 from edl.kube.status import failure_reason, kube_status, status_patch
 
 if TYPE_CHECKING:
@@ -355,6 +355,10 @@ class KubeCluster:
 
     def training_job(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._jobs.get((namespace, name))
+
+    def training_jobs(self) -> list[tuple[JobKey, dict[str, Any]]]:
+        """Every TrainingJob body seen last, with its (namespace, name)."""
+        return list(self._jobs.items())
 
     async def dispatch_add(self, body: Mapping[str, Any]) -> None:
         await self._dispatch("on_add", body)
