@@ -38,11 +38,11 @@ from edl.api.resources import gpu_of
 __all__ = [
     "API_GROUPS",
     "API_VERSIONS",
+    "CollectiveSpec",
     "JobLoadError",
     "MasterSpec",
     "ObjectMeta",
     "PserverSpec",
-    "CollectiveSpec",
     "ResourceRequirements",
     "TrainerSpec",
     "TrainingJob",

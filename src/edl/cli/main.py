@@ -26,6 +26,8 @@ COMMANDS: dict[str, str] = {
     "master": "edl.cli.master:master",
     "pserver": "edl.cli.pserver:pserver",
     "trainer": "edl.cli.trainer:trainer",
+    "agent": "edl.cli.agent:agent",
+    "rendezvous": "edl.cli.rendezvous:rendezvous",
 }
 
 

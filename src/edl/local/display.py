@@ -49,6 +49,8 @@ def summary_line(s: RunSnapshot, state: str | None = None) -> str:
     if s.tasks_total:
         parts.append(f"tasks {s.tasks_done or 0}/{s.tasks_total}")
     parts.append(f"trainers {s.trainers_running}/{s.trainers_desired}")
+    if s.mode == "collective":
+        parts += _collective_parts(s)
     if s.loss is not None:
         parts.append(f"loss {s.loss:.4f}")
     if s.samples_per_s is not None:
@@ -76,22 +78,29 @@ def render(s: RunSnapshot, state: str | None = None) -> RenderableType:
     if s.passes:
         figures.add_row("pass", f"{(s.pass_index or 0) + 1} / {s.passes}")
     done, total = s.tasks_done or 0, s.tasks_total or 0
-    figures.add_row(
-        "tasks",
-        Group(
-            Text(f"{done} / {total}" if total else "–"),
-            ProgressBar(total=max(total, 1), completed=done, width=30),
+    if s.mode == "collective":
+        figures.add_row("collective", ", ".join(_collective_parts(s)) or "–")
+        if s.world_history:
+            changes = " → ".join(f"{int(w)} at {fmt_duration(t)}" for t, w, *_ in s.world_history)
+            figures.add_row("world sizes", changes)
+    else:
+        figures.add_row(
+            "tasks",
+            Group(
+                Text(f"{done} / {total}" if total else "–"),
+                ProgressBar(total=max(total, 1), completed=done, width=30),
+            )
+            if total
+            else Text("–"),
         )
-        if total
-        else Text("–"),
-    )
     figures.add_row(
         "trainers",
         f"{s.trainers_running} running / {s.trainers_desired} desired"
         f"  (min {s.trainers_min}, max {s.trainers_max})",
     )
     figures.add_row("loss", fmt_optional(s.loss, ".4f"))
-    figures.add_row("samples/s", fmt_optional(s.samples_per_s, ".0f"))
+    if s.mode != "collective":  # the script's throughput is not reported
+        figures.add_row("samples/s", fmt_optional(s.samples_per_s, ".0f"))
     if s.accuracy is not None:
         figures.add_row("accuracy", f"{s.accuracy:.3f}")
     if s.tasks_failed or s.redispatched:
@@ -171,3 +180,14 @@ def _final(snapshot: RunSnapshot) -> bool:
 def _figures(line: str) -> str:
     """A summary line without its elapsed time, to tell real changes from the clock ticking."""
     return line.rsplit(", ", 1)[0] if line else ""
+
+
+def _collective_parts(s: RunSnapshot) -> list[str]:
+    """World size, restarts and epoch of a collective job, as short phrases."""
+    parts = []
+    if s.world_size is not None:
+        parts.append(f"world {s.world_size}")
+    parts.append(f"restarts {s.restarts}")
+    if s.epoch is not None:
+        parts.append(f"epoch {s.epoch}")
+    return parts

@@ -43,6 +43,7 @@ from edl.control.loops import ControlLoops
 from edl.coord.embedded import EmbeddedEtcd
 from edl.jobparser import JobParser, child_names
 from edl.local import snapshot as snap
+from edl.local.collective import CollectiveReader, apply_collective
 from edl.local.node import local_node
 from edl.local.podspec import default_context
 from edl.local.progress import ProgressReader
@@ -117,6 +118,7 @@ class LocalRun:
         self.cluster: InProcessCluster | None = None
         self.loops: ControlLoops | None = None
         self._progress: ProgressReader | None = None
+        self._collective: CollectiveReader | None = None  # collective jobs only
         self._stop = asyncio.Event()
         self._stop_reason = ""
         self._failures: dict[str, _RoleFailures] = {}
@@ -131,6 +133,7 @@ class LocalRun:
             trainers_min=int(trainer.min_instance or 0),
             trainers_max=int(trainer.max_instance or 0),
             passes=self.job.spec.passes,
+            mode=self.job.spec.mode or "parameter-server",
         )
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -176,6 +179,8 @@ class LocalRun:
         )
         self.loops.start()
         self._progress = ProgressReader(endpoints, self.namespace, self.name)
+        if self.job.collective():
+            self._collective = CollectiveReader(endpoints, self.namespace, self.name)
         self.snapshot = replace(self.snapshot, etcd_endpoints=endpoints)
         self.cluster.create_training_job(self.job.to_dict())
         self._publish(snap.touch(self.snapshot, "Starting", "job submitted"))
@@ -254,12 +259,15 @@ class LocalRun:
         if not self._desired_history or self._desired_history[-1][1] != counts.desired:
             elapsed = round(time.monotonic() - self._started, 2)
             self._desired_history.append((elapsed, counts.desired))
-        progress = await self._progress.read()
+        progress = await self._progress.read() if self._collective is None else None
         s = snap.apply_trainers(
             self.snapshot, counts.running, counts.desired,
             self.snapshot.trainers_min, self.snapshot.trainers_max,
         )
         s = snap.apply_progress(s, progress)
+        if self._collective is not None:
+            view = await self._collective.read()
+            s = apply_collective(s, view, time.monotonic() - self._started)
         job_status = self._job_status()
         state = "Running" if counts.running else "Starting"
         self.snapshot = replace(s, desired_history=[list(x) for x in self._desired_history])
@@ -269,6 +277,11 @@ class LocalRun:
     async def _final_progress(self, wait_s: float = 3.0) -> None:
         """After success, give the master a moment to publish the last figures (accuracy)."""
         assert self._progress is not None
+        if self._collective is not None:  # the agents published the script's last line
+            view = await self._collective.read()
+            elapsed = time.monotonic() - self._started
+            self.snapshot = apply_collective(self.snapshot, view, elapsed)
+            return
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             progress = await self._progress.read()

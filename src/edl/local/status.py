@@ -64,6 +64,13 @@ class RunSnapshot:
     pods: list[PodLine] = field(default_factory=list)
     # [seconds since start, trainer parallelism] at every change the Autoscaler made
     desired_history: list[list[float]] = field(default_factory=list)
+    # collective jobs (spec.mode: collective): torch's elastic agent, no task master
+    mode: str = "parameter-server"
+    world_size: int | None = None  # workers of the last completed rendezvous
+    restarts: int = 0  # rendezvous rounds after the first: every worker restarted
+    epoch: int | None = None  # from the script's `epoch=N ...` metric lines
+    # [seconds since start, world size, round] at every new rendezvous round
+    world_history: list[list[float]] = field(default_factory=list)
 
     @property
     def elapsed_s(self) -> float:

@@ -9,6 +9,7 @@ size changes and restarts. The rendezvous protocol itself is torch's, unchanged.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -20,10 +21,10 @@ from torch.distributed.elastic.rendezvous import (
     RendezvousHandler,
     RendezvousInfo,
     RendezvousParameters,
+    dynamic_rendezvous,
     rendezvous_handler_registry,
 )
 from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend as c10d
-from torch.distributed.elastic.rendezvous import dynamic_rendezvous
 
 from edl.runtime.collective import gateway, keys
 
@@ -113,7 +114,5 @@ def create_handler(params: RendezvousParameters) -> RendezvousHandler:
 
 def register() -> None:
     """Make ``--rdzv-backend=edl`` known to torch (idempotent)."""
-    try:
+    with contextlib.suppress(ValueError):  # already registered in this process
         rendezvous_handler_registry.register(BACKEND, create_handler)
-    except ValueError:
-        pass  # already registered in this process

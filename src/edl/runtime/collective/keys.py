@@ -26,3 +26,4 @@ def agent_key(namespace: str, job: str, pod: str) -> str:
 
 def metrics_key(namespace: str, job: str) -> str:
     return job_prefix(namespace, job) + "metrics"
+

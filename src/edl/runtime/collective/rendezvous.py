@@ -40,11 +40,18 @@ def serve(
     )
     address = f"{advertise}:{store.port}"
     log.info("c10d rendezvous store listening on %s:%d (advertised %s)", host, store.port, address)
-    if etcd_endpoints:
-        gateway.put(etcd_endpoints, keys.rendezvous_key(namespace, job), address)
     done = stop or threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: done.set())
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: done.set())
+    key = keys.rendezvous_key(namespace, job)
+    while etcd_endpoints and not done.is_set():  # etcd (a sidecar) may still be starting
+        try:
+            gateway.put(etcd_endpoints, key, address)
+            break
+        except OSError as error:
+            log.warning("rendezvous address not published yet: %s", error)
+            done.wait(1.0)
     done.wait()
     log.info("rendezvous store stopping")
     del store
