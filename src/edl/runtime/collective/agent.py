@@ -28,6 +28,12 @@ from edl.runtime.collective.launch import AgentConfig, LaunchError, config_from_
 from edl.runtime.collective.metrics import parse_metrics
 
 SIGTERM_EXIT = 128 + signal.SIGTERM
+# Each rendezvous round's workers get a fresh store, hosted by their rank 0 on a new
+# port, instead of sharing the rank-0 agent's store across rounds: there, keys are
+# prefixed by each agent's own restart count, which drifts apart when one agent's
+# workers fail and another's are restarted for a membership change, and workers then
+# read the previous round's addresses (gloo: "connection refused", round after round).
+WORKER_STORE_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 ENDPOINT_WAIT_S = 120.0
 
 
@@ -104,7 +110,7 @@ def run_agent(env: Mapping[str, str], endpoint_wait_s: float = ENDPOINT_WAIT_S) 
     workspace = env.get("EDL_WORKSPACE") or os.getcwd()
     if not os.path.isdir(workspace):
         raise AgentError(f"EDL_WORKSPACE: not a directory: {workspace}", 2)
-    child_env = {**env, "PYTHONUNBUFFERED": "1"}
+    child_env = {**env, "PYTHONUNBUFFERED": "1", **WORKER_STORE_ENV}
     argv = [sys.executable, "-m", "edl.runtime.collective.torchrun", *args]
     print(f"edl agent: torchrun {' '.join(args)}", file=sys.stderr, flush=True)
     child = subprocess.Popen(

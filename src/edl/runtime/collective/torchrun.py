@@ -8,6 +8,7 @@ the agent's signal handling and exit codes stay exactly torch's.
 
 from __future__ import annotations
 
+import logging
 import sys
 
 from torch.distributed import run
@@ -16,6 +17,8 @@ from edl.runtime.collective.handler import register
 
 
 def main(argv: list[str] | None = None) -> None:
+    logging.basicConfig(format="%(asctime)s agent %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("edl").setLevel(logging.INFO)
     register()
     run.main(sys.argv[1:] if argv is None else argv)
 
