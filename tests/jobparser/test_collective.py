@@ -115,7 +115,8 @@ def test_min_instance_must_give_an_allowed_world_size() -> None:
 
 
 def test_allowed_counts_of_a_job() -> None:
-    job = parser.validate(collective_job(collective={"nproc-per-node": 2, "world-sizes": [4, 8, 12]}))
+    rules = {"nproc-per-node": 2, "world-sizes": [4, 8, 12]}
+    job = parser.validate(collective_job(collective=rules))
     assert job_allowed_counts(job) == (2, 4, 6)
     job = parser.validate(collective_job(collective={"world-size-multiple": 2}))
     assert job_allowed_counts(job) == (2, 4, 6, 8)

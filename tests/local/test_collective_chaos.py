@@ -62,7 +62,8 @@ def worker_pids(run: LocalRun) -> list[int]:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if any(a.endswith(b"train.py") for a in argv) and b"edl.runtime.collective.torchrun" not in argv:
+        agent = b"edl.runtime.collective.torchrun" in argv
+        if any(a.endswith(b"train.py") for a in argv) and not agent:
             found.append(pid)
     return found
 

@@ -18,7 +18,9 @@ def decision(parallelism: int, target: int, name: str = "ddp") -> Decision:
 
 
 @given(st.integers(0, 40), allowed_sets)
-def test_snap_picks_the_largest_allowed_not_above_the_target(target: int, allowed: tuple[int, ...]) -> None:
+def test_snap_picks_the_largest_allowed_not_above_the_target(
+    target: int, allowed: tuple[int, ...]
+) -> None:
     got = snap(target, allowed)
     assert got in allowed
     if got > target:
