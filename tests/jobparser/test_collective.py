@@ -71,6 +71,7 @@ def test_every_bad_collective_field_is_named_at_once() -> None:
         pserver={"min-instance": 2},
         passes=3,
         ports_num=2,
+        ports_num_for_sparse=1,  # the default the CRD fills in on Kubernetes: harmless
         collective={
             "nproc-per-node": 2,
             "world-sizes": [4, 5, 0],

@@ -148,7 +148,7 @@ def test_cel_rule_min_le_max_is_present() -> None:
 
 @pytest.mark.parametrize("path", [
     "deploy/example-trainingjob.yaml", "examples/jobs/mnist.yaml",
-    "examples/digits/job.yaml", "examples/diabetes/job.yaml",
+    "examples/digits/job.yaml", "examples/diabetes/job.yaml", "examples/digits-ddp/job.yaml",
 ])
 def test_examples_are_admitted(path: str) -> None:
     assert admit(load(path)) == []
@@ -230,6 +230,19 @@ def test_defaults_are_filled() -> None:
     filled = _apply_defaults(openapi_schema(), job)
     spec = filled["spec"]
     assert (spec["port"], spec["ports_num"], spec["passes"]) == (7164, 1, 1)
+
+
+def test_a_collective_job_defaulted_by_the_api_server_is_still_valid() -> None:
+    from edl.jobparser import JobParser
+
+    job = load("examples/digits-ddp/job.yaml")
+    filled = _apply_defaults(openapi_schema(), job)
+    assert filled["spec"]["passes"] == 1 and filled["spec"]["collective"]["max-restarts"] == 100
+    valid = JobParser().validate(filled)  # the CRD's defaults are not "pserver fields"
+    assert valid.collective() and valid.spec.collective.resize_cooldown == 30
+    bad = copy.deepcopy(job)
+    bad["spec"]["collective"]["nproc-per-node"] = 0
+    assert any("nproc-per-node" in problem for problem in admit(bad))
 
 
 def test_quantity_pattern_matches_kubernetes_forms() -> None:

@@ -33,8 +33,12 @@ COLLECTIVE = "collective"
 DEFAULT_NPROC_PER_NODE = 1
 DEFAULT_RESIZE_COOLDOWN_S = 60
 DEFAULT_MAX_RESTARTS = 100
-# spec fields that only mean something with pservers and a task master
-PS_ONLY_FIELDS = ("pserver", "passes", "ports_num", "ports_num_for_sparse")
+# spec fields that only mean something with pservers and a task master, with the
+# default a collective job may carry anyway (the CRD's defaulting fills them in on
+# Kubernetes); None: any value is an error
+PS_ONLY_FIELDS: dict[str, int | None] = {
+    "pserver": None, "passes": 1, "ports_num": 1, "ports_num_for_sparse": 1,
+}
 
 Loc = tuple[str | int, ...]
 
@@ -78,8 +82,8 @@ def collective_problems(job: TrainingJob) -> Iterator[tuple[Loc, str]]:
         if spec.collective is not None:
             yield ("spec", "collective"), "only for spec.mode: collective"
         return
-    for name in PS_ONLY_FIELDS:
-        if name in spec.model_fields_set:
+    for name, harmless in PS_ONLY_FIELDS.items():
+        if name in spec.model_fields_set and getattr(spec, name) != harmless:
             alias = type(spec).model_fields[name].alias or name
             yield (
                 ("spec", alias),

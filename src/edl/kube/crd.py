@@ -27,6 +27,11 @@ from edl.jobparser import (
     DEFAULT_PORTS_NUM,
     DEFAULT_PORTS_NUM_FOR_SPARSE,
 )
+from edl.jobparser.collective import (
+    DEFAULT_MAX_RESTARTS,
+    DEFAULT_NPROC_PER_NODE,
+    DEFAULT_RESIZE_COOLDOWN_S,
+)
 from edl.jobparser.validation import (
     DEFAULT_PSERVERS,
     ETCD_ENDPOINTS_PATTERN,
@@ -114,6 +119,10 @@ FIELD_RULES: dict[str, dict[str, Any]] = {
     "spec.pserver.min-instance": {"minimum": 1, "default": DEFAULT_PSERVERS},
     "spec.pserver.max-instance": {"minimum": 1},
     "spec.master.etcd-endpoint": {"pattern": ETCD_ENDPOINTS_PATTERN},
+    "spec.collective.nproc-per-node": {"minimum": 1, "default": DEFAULT_NPROC_PER_NODE},
+    "spec.collective.world-size-multiple": {"minimum": 1},
+    "spec.collective.resize-cooldown": {"minimum": 0, "default": DEFAULT_RESIZE_COOLDOWN_S},
+    "spec.collective.max-restarts": {"minimum": 0, "default": DEFAULT_MAX_RESTARTS},
 }
 REQUIRED: dict[str, list[str]] = {
     "": ["spec"],
