@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -17,8 +18,9 @@ import yaml
 from edl.local import procs
 from edl.local.run import LocalRun, RunOptions
 from edl.local.runtime import RUN_MARKER_ENV
+from edl.local.status import read_snapshot
 
-from .conftest import REPO
+from .conftest import REPO, run_dir_of, start_edl_run
 
 pytestmark = pytest.mark.slow
 
@@ -137,3 +139,47 @@ async def test_reservation_shrinks_the_world_and_release_grows_it_back(tmp_path:
     assert worlds[worlds.index(1) - 1] == 2 and 2 in worlds[worlds.index(1):], worlds
     assert run.snapshot.restarts >= 2
     assert run.snapshot.epoch == 39
+
+
+def test_the_ddp_example_runs_with_edl_run_and_prints_its_accuracy(tmp_path: Path) -> None:
+    proc = start_edl_run(tmp_path, DDP / "job.yaml")
+    out, err = proc.communicate(timeout=280)
+    assert proc.returncode == 0, f"stdout:\n{out}\nstderr:\n{err}"
+    final = out.strip().splitlines()[-1]
+    match = re.search(r"digits-ddp Succeeded, accuracy ([0-9.]+)", final)
+    assert match and float(match.group(1)) >= 0.95, final
+    assert re.search(r"world \d, restarts \d", out), out  # the display's collective figures
+    run_dir = run_dir_of(tmp_path)
+    assert run_dir is not None
+    snapshot = read_snapshot(run_dir)
+    assert snapshot.mode == "collective" and snapshot.world_size in (1, 2, 4)
+    assert snapshot.epoch == 19
+    logs = sorted(p.name for p in run_dir.glob("*.log"))
+    assert not [n for n in logs if "pserver" in n], "a collective job has no pservers"
+    assert (run_dir / "checkpoints" / "digits-ddp.pt").exists(), "checkpoints go to the run"
+    assert not (DDP / "checkpoint.pt").exists()
+    assert procs.pids_with_env(RUN_MARKER_ENV, str(run_dir)) == []
+
+
+async def test_a_sigkilled_trainer_pod_is_replaced_and_rejoins(tmp_path: Path) -> None:
+    # the whole pod (agent and worker) dies at once, as on a lost node: the trainer Job
+    # replaces it, the survivor's workers fail and re-rendezvous once the dead node's
+    # heartbeats have stopped long enough, and the new pod joins that round
+    job = paced_job(tmp_path, "ddp-pod", epochs=16, **{"min-instance": 2, "max-instance": 2})
+    run = LocalRun(job, RunOptions(runs_root=tmp_path / "runs", job_dir=DDP, timeout_s=280))
+    result = None
+    try:
+        await run.start()
+        waiter = asyncio.create_task(run.wait())
+        await until(lambda: (run.snapshot.epoch or 0) >= 2, 150, "two epochs with 2 workers")
+        assert run.runtime is not None
+        victim = next(r for r in run.runtime.records() if "trainer" in r.name and r.pids)
+        os.killpg(victim.pids[0], signal.SIGKILL)
+        await until(lambda: run.snapshot.restarts >= 1 and run.snapshot.world_size == 2,
+                    120, "a new round with 2 nodes")
+        result = await asyncio.wait_for(waiter, 240)
+    finally:
+        await run.close(result)
+    assert_finished_well(run, result)
+    assert len(list(run.run_dir.glob("ddp-pod-trainer-*.log"))) >= 3, "the pod was replaced"
+    assert run.snapshot.epoch == 15

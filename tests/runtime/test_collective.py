@@ -3,11 +3,15 @@ gateway, and torch's rendezvous through the registered `edl` handler on a real s
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import subprocess
 import sys
 import threading
+import time
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,15 +38,50 @@ ENV = {
 
 
 def test_torchrun_arguments_of_a_pod() -> None:
-    args = torchrun_args(config_from_env(ENV), "ddp-master.team-a.svc:7164")
+    args = torchrun_args(config_from_env(ENV), "ddp-master.team-a.svc:7164", "/py")
     assert args[:6] == [
         "--nnodes=2:4", "--nproc-per-node=2", "--max-restarts=7", "--rdzv-backend=edl",
         "--rdzv-endpoint=ddp-master.team-a.svc:7164", "--rdzv-id=team-a-ddp",
     ]
     assert "--local-addr=10.0.0.7" in args
-    assert args[-5:] == ["train.py", "--checkpoint", "/shared/a.pt", "--x", "$HOME"]
-    other = torchrun_args(config_from_env({**ENV, "EDL_ENTRYPOINT": "./run.sh 3"}), "h:1")
-    assert other[-3:] == ["--no-python", "./run.sh", "3"]
+    worker = ["--no-python", "/py", "-m", "edl.runtime.collective.worker"]
+    assert args[-11:] == [*worker, "/py", "-u", "train.py", "--checkpoint", "/shared/a.pt",
+                          "--x", "$HOME"]
+    assert torchrun_args(config_from_env(ENV), "h:1", "/py")[-11:] == args[-11:]
+    other = torchrun_args(config_from_env({**ENV, "EDL_ENTRYPOINT": "./run.sh 3"}), "h:1", "/py")
+    assert other[-6:] == [*worker, "./run.sh", "3"]
+
+
+def test_a_worker_dies_with_its_agent(tmp_path: Path) -> None:
+    # agent: starts a worker in a new session (as torch does), prints its pid, then hangs
+    agent = subprocess.Popen(
+        [sys.executable, "-c",
+         "import subprocess, sys, time\n"
+         "w = subprocess.Popen([sys.executable, '-m', 'edl.runtime.collective.worker',"
+         " sys.executable, '-c', 'import time; time.sleep(600)'], start_new_session=True)\n"
+         "print(w.pid, flush=True); time.sleep(600)"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    assert agent.stdout is not None
+    worker = int(agent.stdout.readline())
+    time.sleep(1.0)  # the worker has exec'd its command
+    assert b"time.sleep(600)" in Path(f"/proc/{worker}/cmdline").read_bytes()
+    agent.kill()
+    agent.wait()
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{worker}").exists() and time.monotonic() < deadline:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(worker, os.WNOHANG)
+        time.sleep(0.1)
+    assert not _alive(worker), "the worker outlived its SIGKILLed agent"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2:].split()[0] != "Z"
 
 
 def test_every_bad_agent_variable_is_named() -> None:

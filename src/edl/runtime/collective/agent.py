@@ -104,7 +104,7 @@ def run_agent(env: Mapping[str, str], endpoint_wait_s: float = ENDPOINT_WAIT_S) 
     try:
         config = config_from_env(env)
         endpoint = find_endpoint(env, config, endpoint_wait_s)
-        args = torchrun_args(config, endpoint)
+        args = torchrun_args(config, endpoint, sys.executable)
     except LaunchError as error:
         raise AgentError(str(error), 2) from None
     workspace = env.get("EDL_WORKSPACE") or os.getcwd()

@@ -27,6 +27,7 @@ RDZV_CONF = {
     "read_timeout": 60,
 }
 PYTHONS = ("python", "python3")
+WORKER_MODULE = "edl.runtime.collective.worker"
 
 
 class LaunchError(ValueError):
@@ -88,8 +89,8 @@ def config_from_env(env: Mapping[str, str]) -> AgentConfig:
     )
 
 
-def torchrun_args(config: AgentConfig, rdzv_endpoint: str) -> list[str]:
-    """torchrun's arguments (after ``torchrun``) for this pod."""
+def torchrun_args(config: AgentConfig, rdzv_endpoint: str, python: str = "python") -> list[str]:
+    """torchrun's arguments (after ``torchrun``) for this pod; ``python``: the interpreter."""
     try:
         command = shlex.split(config.entrypoint)
     except ValueError as error:
@@ -113,8 +114,9 @@ def torchrun_args(config: AgentConfig, rdzv_endpoint: str) -> list[str]:
             raise LaunchError(
                 f"EDL_ENTRYPOINT: 'python' must be followed by a script (got {config.entrypoint!r})"
             )
-        return [*args, *command[1:]]
-    return [*args, "--no-python", *command]
+        command = [python, "-u", *command[1:]]
+    # every worker through `worker`, which ties it to its agent before exec'ing the command
+    return [*args, "--no-python", python, "-m", WORKER_MODULE, *command]
 
 
 _VAR = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
