@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from edl.api.errors import JobValidationError
+from edl.api.names import trainer_job_name, training_job_key
 from edl.api.trainingjob import TrainingJob
 from edl.cluster.port import (
     AlreadyExistsError,
@@ -44,7 +45,6 @@ from edl.cluster.port import (
     NotFoundError,
     TrainerFailures,
     Unsubscribe,
-    training_job_key,
 )
 from edl.jobparser import JobParser
 
@@ -246,7 +246,7 @@ class Controller:
 
     async def _delete_children(self, namespace: str, name: str) -> None:
         deletions = [
-            (self.cluster.delete_trainer_job, f"{name}-trainer"),
+            (self.cluster.delete_trainer_job, trainer_job_name(name)),
             (self.cluster.delete_replica_set, f"{name}-pserver"),
             (self.cluster.delete_replica_set, f"{name}-master"),
             (self.cluster.delete_service, f"{name}-master"),
