@@ -17,7 +17,7 @@ import yaml
 
 from edl.local import procs
 from edl.local.run import LocalRun, RunOptions
-from edl.local.runtime import RUN_MARKER_ENV
+from edl.local.process_pods import RUN_MARKER_ENV
 from edl.local.status import read_snapshot
 
 from .conftest import REPO, run_dir_of, start_edl_run
@@ -172,8 +172,8 @@ async def test_a_sigkilled_trainer_pod_is_replaced_and_rejoins(tmp_path: Path) -
         await run.start()
         waiter = asyncio.create_task(run.wait())
         await until(lambda: (run.snapshot.epoch or 0) >= 2, 150, "two epochs with 2 workers")
-        assert run.runtime is not None
-        victim = next(r for r in run.runtime.records() if "trainer" in r.name and r.pids)
+        assert run.pod_runner is not None
+        victim = next(r for r in run.pod_runner.records() if "trainer" in r.name and r.pids)
         os.killpg(victim.pids[0], signal.SIGKILL)
         await until(lambda: run.snapshot.restarts >= 1 and run.snapshot.world_size == 2,
                     120, "a new round with 2 nodes")

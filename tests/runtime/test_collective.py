@@ -18,7 +18,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from edl.coord.embedded import EmbeddedEtcd, free_port
+from edl.coord.embedded import EmbeddedEtcd
+from edl.procs import free_port
 from edl.runtime.collective import gateway, handler, keys
 from edl.runtime.collective.agent import AgentError, find_endpoint, run_agent
 from edl.runtime.collective.launch import LaunchError, config_from_env, expand, torchrun_args

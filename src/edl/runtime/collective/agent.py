@@ -22,7 +22,7 @@ import time
 from collections.abc import Mapping
 from typing import IO
 
-from edl.coord.embedded import die_with_parent
+from edl.procs import die_with_parent
 from edl.runtime.collective import gateway, keys
 from edl.runtime.collective.launch import AgentConfig, LaunchError, config_from_env, torchrun_args
 from edl.runtime.collective.metrics import parse_metrics

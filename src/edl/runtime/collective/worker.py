@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 
-from edl.coord.embedded import die_with_parent
+from edl.procs import die_with_parent
 
 
 def main(argv: list[str] | None = None) -> None:
