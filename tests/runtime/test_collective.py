@@ -181,3 +181,46 @@ def test_two_agents_meet_through_the_registered_handler_on_the_masters_store(
     assert {r[1] for r in results.values()} == {2}
     assert sorted(r["rank"] for r in reports) == [0, 1]
     assert {(r["round"], r["nodes"], r["rendezvous"]) for r in reports} == {(0, 2, 1)}
+
+
+def test_a_drained_agent_leaves_so_the_next_round_need_not_wait_for_its_heartbeats(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from torch.distributed import TCPStore
+    from torch.distributed.elastic.rendezvous import (
+        RendezvousParameters,
+        rendezvous_handler_registry,
+    )
+
+    monkeypatch.setattr(handler, "etcd_reporter", lambda env=None: lambda event: None)
+    port = free_port()
+    store = TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False,
+                     timeout=timedelta(seconds=30), multi_tenant=True)
+    handler.register()
+    agents: list[Any] = [None, None]
+    worlds: list[int] = [0, 0]
+    start = threading.Barrier(2, timeout=60)
+
+    def join(index: int) -> None:
+        # heartbeats lapse only after 3 x 30 s: far beyond this test's wait
+        params = RendezvousParameters(
+            backend="edl", endpoint=f"127.0.0.1:{port}", run_id="leave", min_nodes=1,
+            max_nodes=2, local_addr="127.0.0.1", last_call_timeout=5, join_timeout=60,
+            keep_alive_interval=30, keep_alive_max_attempt=3)
+        agents[index] = rendezvous_handler_registry.create_handler(params)
+        start.wait()
+        worlds[index] = agents[index].next_rendezvous().world_size
+
+    threads = [threading.Thread(target=join, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=90)
+    assert worlds == [2, 2]
+    assert agents[0].leave()
+    began = time.monotonic()
+    again = agents[1].next_rendezvous()
+    assert again.world_size == 1 and again.rank == 0
+    assert time.monotonic() - began < 20, "waited for the drained agent's heartbeats"
+    agents[1].shutdown()
+    del store

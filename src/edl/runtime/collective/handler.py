@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 
 BACKEND = "edl"
 Report = Callable[[dict[str, Any]], None]
+current: ReportingHandler | None = None  # this process's handler (one agent per process)
 
 
 class ReportingHandler(RendezvousHandler):
@@ -79,6 +80,27 @@ class ReportingHandler(RendezvousHandler):
     def shutdown(self) -> bool:
         return self._inner.shutdown()
 
+    def leave(self, timeout_s: float = 5.0) -> bool:
+        """Leave the rendezvous without closing it: a drained node (SIGTERM, a scale-down).
+
+        torch's launcher leaves the rendezvous open on a signal, so the others carry on,
+        but keeps this node a participant until its heartbeats lapse; leaving at once
+        lets the survivors' next round form without that wait. Uses torch's own exit
+        operation (the first step of every `next_rendezvous`), reached through private
+        attributes: if they are not there, the heartbeats lapse as before.
+        """
+        inner = self._inner
+        try:
+            inner._stop_heartbeats()  # type: ignore[attr-defined]
+            inner._op_executor.run(  # type: ignore[attr-defined]
+                dynamic_rendezvous._RendezvousExitOp(), time.monotonic() + timeout_s
+            )
+        except Exception as error:  # best effort: the node's heartbeats will lapse anyway
+            log.warning("could not leave the rendezvous: %r", error)
+            return False
+        log.info("left the rendezvous")
+        return True
+
 
 def etcd_reporter(env: dict[str, str] | None = None) -> Report:
     """A report function writing to ``collective/agents/<pod>`` of the job's etcd."""
@@ -109,7 +131,9 @@ def create_handler(params: RendezvousParameters) -> RendezvousHandler:
     params.config.setdefault("is_host", "false")
     backend, store = c10d.create_backend(params)
     inner = dynamic_rendezvous.create_handler(store, backend, params)
-    return ReportingHandler(inner, etcd_reporter())
+    global current
+    current = ReportingHandler(inner, etcd_reporter())
+    return current
 
 
 def register() -> None:
