@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from edl.local import procs
-from edl.local.run import LocalRun, RunOptions
 from edl.local.process_pods import RUN_MARKER_ENV
+from edl.local.run import LocalRun, RunOptions
 from edl.local.status import read_snapshot
 
 from .conftest import REPO, run_dir_of, start_edl_run

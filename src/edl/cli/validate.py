@@ -29,11 +29,11 @@ def validate(file: str) -> None:
         else f"{trainer.min_instance} trainers"
     )
     namespace = job.metadata.namespace or "default"
-    workers = (
-        f"collective, {job.spec.collective.nproc_per_node} workers per trainer"
-        if job.collective() and job.spec.collective is not None
-        else f"{job.spec.pserver.min_instance} pservers"
-    )
+    if job.collective() and job.spec.collective is not None:
+        nproc = job.spec.collective.nproc_per_node
+        workers = f"collective, {nproc} worker{'' if nproc == 1 else 's'} per trainer"
+    else:
+        workers = f"{job.spec.pserver.min_instance} pservers"
     click.echo(
         f"{file}: valid TrainingJob {namespace}/{job.metadata.name} ({job.api_version}, {scaling}, "
         f"{workers})"
