@@ -22,7 +22,8 @@ from edl.local.status import read_snapshot
 
 from .conftest import REPO, run_dir_of, start_edl_run
 
-pytestmark = pytest.mark.slow
+# generous: torch starts slowly on a loaded 2-core machine (each test takes 1-3 min idle)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 DDP = REPO / "examples" / "digits-ddp"
 
