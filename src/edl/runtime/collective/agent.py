@@ -19,7 +19,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import IO
 
 from edl.procs import die_with_parent
@@ -91,7 +91,7 @@ class _Metrics:
                 print(f"edl agent: metrics not published: {error}", file=sys.stderr, flush=True)
 
 
-def _pump(source: IO[bytes], sink: IO[str], on_line: collections.abc.Callable[[str], None]) -> None:
+def _pump(source: IO[bytes], sink: IO[str], on_line: Callable[[str], None]) -> None:
     for raw in source:
         line = raw.decode(errors="replace")
         sink.write(line)
