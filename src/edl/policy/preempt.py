@@ -1,0 +1,138 @@
+"""Room for a waiting pod, found like the scheduler's preemption finds it.
+
+For a pod that fits no node (a service scaling up, a trainer of a job below its
+min or its fair share) every node is a candidate: its free room, plus the room
+of trainers already leaving it, plus the room of the trainers the caller allows
+to be shed there. On each node the victims are taken cheapest first, and only a
+trainer that holds something the pod still lacks on that node counts (a CPU-only
+trainer on a GPU node is useful when the pod lacks that node's CPU; a GPU trainer
+is useless to a pod that lacks only memory it does not hold). A victim set that
+turns out larger than needed is pruned. The node that needs the fewest victims,
+then the least costly ones, wins; nothing is shed when no node can be made to fit.
+
+Cost: a numpy filter over all nodes per waiting pod (free + coming + everything
+sheddable must cover the pod), then a detailed look only at the nodes that pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from edl.policy.plan_state import JobPlan
+from edl.policy.room import Room, Shape
+
+__all__ = ["CostFn", "Preemptor", "Rescue"]
+
+# (plan index, trainers of it already chosen) -> cost of shedding one more, or None
+# when that job may not give another (its floor: min-instance, or its fair share)
+CostFn = Callable[[int, int], float | None]
+
+
+class Rescue:
+    """Where a waiting pod goes: the node, and the bound trainers to shed there."""
+
+    __slots__ = ("node", "victims")
+
+    def __init__(self, node: int, victims: list[tuple[int, str]]) -> None:
+        self.node = node
+        self.victims = victims  # (plan index, pod name)
+
+
+class Preemptor:
+    """Finds and frees room for waiting pods over a plan's per-node model."""
+
+    def __init__(self, room: Room, plans: Sequence[JobPlan]) -> None:
+        self.room, self.plans = room, plans
+        count = room.count
+        # trainers that could ever be shed, per node: (plan index, pod name)
+        self.on_node: list[list[tuple[int, str]]] = [[] for _ in range(count)]
+        held = np.zeros((3, count), dtype=np.int64)
+        for index, plan in enumerate(plans):
+            shape = plan.shape
+            for name, node in plan.bound:
+                if node >= 0 and name:
+                    self.on_node[node].append((index, name))
+                    for d in range(3):
+                        held[d, node] += shape[d]
+        self.held = held
+
+    def _column(self, node: int) -> np.ndarray:
+        return np.array(self.room.column(node, coming=True), dtype=np.int64)
+
+    def find(self, shape: Shape, cost: CostFn) -> Rescue | None:
+        """The best place for one pod of `shape`; victims empty when room is (coming) free."""
+        room = self.room
+        if room.count == 0:
+            return None
+        want = np.array(shape, dtype=np.int64)[:, None]
+        free = np.array(room.free, dtype=np.int64)
+        coming = free + np.array(room.coming, dtype=np.int64)
+        ready = np.flatnonzero(np.all(coming >= want, axis=0))
+        if ready.size:
+            # prefer a node where it fits now, else the one with the least coming room
+            now = ready[np.all(free[:, ready] >= want, axis=0)]
+            return Rescue(int(now[0] if now.size else ready[0]), [])
+        candidates = np.flatnonzero(np.all(coming + self.held >= want, axis=0))
+        best: tuple[int, float, int] | None = None
+        best_victims: list[tuple[int, str]] = []
+        for node in candidates.tolist():
+            victims, total = self._victims_on(int(node), shape, coming[:, node], cost)
+            if victims is None:
+                continue
+            rank = (len(victims), total, node)
+            if best is None or rank < best:
+                best, best_victims = rank, victims
+        if best is None:
+            return None
+        return Rescue(best[2], best_victims)
+
+    def _victims_on(
+        self, node: int, shape: Shape, have: np.ndarray, cost: CostFn
+    ) -> tuple[list[tuple[int, str]] | None, float]:
+        """Cheapest useful victims on one node that make `shape` fit, pruned; or None."""
+        missing = [shape[d] - int(have[d]) for d in range(3)]
+        plans = self.plans
+        taken: dict[int, int] = {}
+        priced = []
+        for index, name in self.on_node[node]:
+            price = cost(index, 0)
+            if price is not None:
+                priced.append((price, name, index))
+        priced.sort()
+        chosen: list[tuple[float, str, int]] = []
+        for _, name, index in priced:
+            if all(m <= 0 for m in missing):
+                break
+            # a job gives at most what the cost function allows; each next one costs more
+            price = cost(index, taken.get(index, 0))
+            if price is None:
+                continue
+            trainer = plans[index].shape
+            if not any(missing[d] > 0 and trainer[d] > 0 for d in range(3)):
+                continue  # holds nothing the pod still lacks here: useless to shed
+            chosen.append((price, name, index))
+            taken[index] = taken.get(index, 0) + 1
+            for d in range(3):
+                missing[d] -= trainer[d]
+        if any(m > 0 for m in missing):
+            return None, 0.0
+        # prune: drop the costliest victims the pod does not need after all
+        for victim in sorted(chosen, reverse=True):
+            trainer = plans[victim[2]].shape
+            if all(missing[d] + trainer[d] <= 0 for d in range(3)):
+                chosen.remove(victim)
+                for d in range(3):
+                    missing[d] += trainer[d]
+        return [(index, name) for _, name, index in chosen], sum(p for p, _, _ in chosen)
+
+    def shed(self, rescue: Rescue, shed_one: Callable[[int, str], None]) -> None:
+        """Carry out a rescue's victims (the caller sheds; this keeps the index true)."""
+        node = rescue.node
+        for index, name in rescue.victims:
+            shed_one(index, name)
+            self.on_node[node].remove((index, name))
+            shape = self.plans[index].shape
+            for d in range(3):
+                self.held[d, node] -= shape[d]
