@@ -276,9 +276,9 @@ class KubeCluster:
 
     # -- optional: VictimScaling (the Autoscaler names which trainers leave) -------------
 
-    async def trainer_pods(self, job: TrainingJob) -> list[TrainerPod]:
+    async def trainer_pods(self, job: TrainingJob, leaving: bool = False) -> list[TrainerPod]:
         return self.state.trainer_pods(job.metadata.namespace or "default",
-                                       job.metadata.name or "")
+                                       job.metadata.name or "", leaving)
 
     async def scale_trainer_job(self, job: Manifest, victims: list[str]) -> Manifest:
         """Delete the victim pods, then patch ``spec.parallelism`` down.
