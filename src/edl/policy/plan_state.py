@@ -81,6 +81,17 @@ class JobPlan:
         """Trainers that hold (or were given) node room."""
         return len(self.bound) + len(self.planned_nodes)
 
+    def largest_hole(self, room: Room) -> int:
+        """Index in `bound` of the trainer on the node with the most free room."""
+        free_cpu = room.free[0]
+        return max(
+            range(len(self.bound)),
+            key=lambda i: (
+                free_cpu[self.bound[i][1]] if self.bound[i][1] >= 0 else -(1 << 62),
+                self.bound[i][0],
+            ),
+        )
+
     def shed(self, budget: Budget, room: Room, cause: str, victim: str | None = None) -> int:
         """Drop one trainer; the node whose room it frees, or -1 (it held none).
 
@@ -104,14 +115,7 @@ class JobPlan:
                 return -1
             if not self.bound:
                 return -1
-            free_cpu = room.free[0]
-            position = max(
-                range(len(self.bound)),
-                key=lambda i: (
-                    free_cpu[self.bound[i][1]] if self.bound[i][1] >= 0 else -(1 << 62),
-                    self.bound[i][0],
-                ),
-            )
+            position = self.largest_hole(room)
         else:
             position = next(i for i, (name, _) in enumerate(self.bound) if name == victim)
         name, node = self.bound.pop(position)

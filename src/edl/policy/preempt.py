@@ -129,9 +129,13 @@ class Preemptor:
 
     def shed(self, rescue: Rescue, shed_one: Callable[[int, str], None]) -> None:
         """Carry out a rescue's victims (the caller sheds; this keeps the index true)."""
-        node = rescue.node
         for index, name in rescue.victims:
             shed_one(index, name)
+            self.drop(index, name, rescue.node)
+
+    def drop(self, index: int, name: str, node: int) -> None:
+        """A trainer left the plan: it is no longer a candidate on its node."""
+        if node >= 0 and (index, name) in self.on_node[node]:
             self.on_node[node].remove((index, name))
             shape = self.plans[index].shape
             for d in range(3):

@@ -270,4 +270,10 @@ def rebalance(plans: Sequence[JobPlan], budget: Budget, room: Room) -> None:
             ]
             if not donors:
                 break
-            shed(min(donors)[2], None)
+            donor = plans[min(donors)[2]]
+            if donor.blocked or donor.planned_nodes or not donor.bound:
+                shed(min(donors)[2], None)  # one that holds no bound room goes first
+                continue
+            name, node = donor.bound[donor.largest_hole(room)]
+            shed(min(donors)[2], name or None)
+            preemptor.drop(min(donors)[2], name, node)
