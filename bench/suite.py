@@ -111,10 +111,8 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(9, 4))
     width = 0.25
     for i, policy in enumerate(POLICIES):
-        values = [
-            next((r["steady"] or 0 for r in spread if r["scenario"] == n and r["policy"] == policy), 0)
-            for n in names
-        ]
+        mine = {r["scenario"]: r["steady"] or 0 for r in spread if r["policy"] == policy}
+        values = [mine.get(n, 0) for n in names]
         ax.bar([x + (i - 1) * width for x in range(len(names))], values, width, label=policy)
     for x, n in enumerate(names):
         limit = next(r["bound"] for r in spread if r["scenario"] == n)
