@@ -238,11 +238,12 @@ def rebalance(plans: Sequence[JobPlan], budget: Budget, room: Room) -> None:
         span = plan.view.max_instance - plan.view.min_instance
         return (floor - (plan.target - extra)) / span
 
-    def shed(index: int, victim: str | None) -> None:
+    def shed(index: int, victim: str | None, what: str = "room") -> None:
         plan = plans[index]
-        cause = f"give room to jobs below their fair share (this job's share: {plan.share})"
+        cause = f"give {what} to jobs below their fair share (this job's share: {plan.share})"
         plan.shed(budget, room, cause, victim=victim)
 
+    budget_cause = "CPU/GPU budget under max load"
     preemptor = Preemptor(room, plans)
     hopeless: set[Shape] = set()
     for shape, index in waiters:
@@ -272,8 +273,8 @@ def rebalance(plans: Sequence[JobPlan], budget: Budget, room: Room) -> None:
                 break
             donor = plans[min(donors)[2]]
             if donor.blocked or donor.planned_nodes or not donor.bound:
-                shed(min(donors)[2], None)  # one that holds no bound room goes first
+                shed(min(donors)[2], None, budget_cause)  # holding no bound room: first
                 continue
             name, node = donor.bound[donor.largest_hole(room)]
-            shed(min(donors)[2], name or None)
+            shed(min(donors)[2], name or None, budget_cause)
             preemptor.drop(min(donors)[2], name, node)
