@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from edl.cluster.inproc.clock import VirtualClock
-from edl.cluster.inproc.plane import InProcessCluster
+from edl.cluster.inproc.cluster import InProcessCluster
 from edl.cluster.inproc.runtime import Fixed, SimulatedPodRuntime
 
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from edl.accounting import inquire_resource
 from edl.cluster.inproc.clock import VirtualClock
-from edl.cluster.inproc.plane import InProcessCluster
+from edl.cluster.inproc.cluster import InProcessCluster
 from edl.cluster.inproc.runtime import Fixed, SimulatedPodRuntime, Uniform
 from edl.cluster.port import AlreadyExistsError, Cluster, ConflictError, NotFoundError
 

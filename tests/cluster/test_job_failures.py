@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from edl.cluster.inproc.plane import InProcessCluster
+from edl.cluster.inproc.cluster import InProcessCluster
 from edl.cluster.inproc.runtime import Fixed, SimulatedPodRuntime
 from edl.cluster.inproc.workloads import pod_failure_action
 from edl.jobparser import JobParser

@@ -87,7 +87,7 @@ def test_deleted_pod_holds_its_room_until_it_exits_then_pending_pod_binds(
 
 def test_termination_is_capped_by_the_grace_period(clock, manifests):
     runtime = SimulatedPodRuntime(clock, start_latency=Fixed(1), other_termination=Fixed(30))
-    from edl.cluster.inproc.plane import InProcessCluster
+    from edl.cluster.inproc.cluster import InProcessCluster
 
     cluster = InProcessCluster(clock, runtime)
     cluster.add_node("n", {"cpu": "4", "memory": "8Gi"})
@@ -176,7 +176,7 @@ def test_unscheduled_pods_are_retried_when_a_node_joins(clock, cluster_factory, 
 
 
 def test_trainer_exit_zero_completes_a_job_without_completions(clock, manifests):
-    from edl.cluster.inproc.plane import InProcessCluster
+    from edl.cluster.inproc.cluster import InProcessCluster
 
     runtime = SimulatedPodRuntime(
         clock, start_latency=Fixed(1), run_time={"trainer": Fixed(10)}
@@ -197,7 +197,7 @@ def test_trainer_exit_zero_completes_a_job_without_completions(clock, manifests)
 
 
 def test_failed_pods_are_replaced_after_a_growing_back_off(clock, manifests):
-    from edl.cluster.inproc.plane import InProcessCluster
+    from edl.cluster.inproc.cluster import InProcessCluster
 
     class Crashing(SimulatedPodRuntime):
         """Pods of the `crash` ReplicaSet exit 1 one second after they start."""

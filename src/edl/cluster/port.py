@@ -3,7 +3,7 @@
 Three teams code against this module:
 
 * the Controller and Autoscaler use **only** `Cluster` — so Kubernetes
-  (`edl.cluster.kube`), simulation and local runs (`edl.cluster.inproc`)
+  (`edl.kube`), simulation and local runs (`edl.cluster.inproc`)
   are interchangeable behind it;
 * the in-process control plane takes a `Clock` (virtual time for `edl simulate`,
   real time for `edl run`) and a `PodRuntime` (simulated pods, or real
@@ -60,22 +60,6 @@ class NotFoundError(ClusterError):
 
 class AlreadyExistsError(ClusterError):
     """A create named an object that already exists (HTTP 409 AlreadyExists)."""
-
-
-def training_job_key(obj: object) -> tuple[str, str] | None:
-    """(namespace, name) of a TrainingJob event's object; None if it cannot be addressed.
-
-    Events come from outside (an API server, a test, a user's file). An object
-    with no usable ``metadata.name`` can get neither a status nor children, so
-    receivers skip it instead of letting it crash the watch that delivered it.
-    """
-    metadata = obj.get("metadata") if isinstance(obj, Mapping) else None
-    if not isinstance(metadata, Mapping):
-        return None
-    name, namespace = metadata.get("name"), metadata.get("namespace") or "default"
-    if not isinstance(name, str) or not name or not isinstance(namespace, str):
-        return None
-    return namespace, name
 
 
 # --------------------------------------------------------------------------- Cluster
@@ -246,6 +230,21 @@ class VictimScaling(Protocol):
         ...
 
 
+@runtime_checkable
+class TrainerFailures(Protocol):
+    """Optional `Cluster` capability: the error of a job's last failed trainer.
+
+    The Controller puts it in a Failed job's status message, so the user reads
+    why without looking for the pod. Clusters that keep no termination messages
+    lack it.
+    """
+
+    async def last_trainer_failure(self, job: TrainingJob) -> str:
+        """``<pod> (exit <code>): <last line of its message>`` of the last counted
+        trainer failure; "" if none."""
+        ...
+
+
 # --------------------------------------------------------------------------- plugs
 
 
@@ -271,6 +270,10 @@ class Clock(Protocol):
 
     async def sleep(self, seconds: float) -> None:
         """Suspend the calling task for ``seconds`` of this clock's time."""
+        ...
+
+    def call_soon(self, callback: Callable[..., object], *args: Any) -> Timer:
+        """Run ``callback(*args)`` on the event loop as soon as it is free."""
         ...
 
     def call_later(self, delay: float, callback: Callable[..., object], *args: Any) -> Timer:
@@ -310,3 +313,11 @@ class PodRuntime(Protocol):
     ) -> None: ...
 
     def stop(self, pod: Manifest, grace_period_s: float) -> None: ...
+
+
+@runtime_checkable
+class TerminationMessages(Protocol):
+    """Optional `PodRuntime` capability: what a pod's container said as it failed
+    (Kubernetes' ``terminationMessage``: the tail of its log)."""
+
+    def termination_message(self, pod_name: str) -> str | None: ...

@@ -36,11 +36,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from edl.api.names import LABEL_ROLE
 from edl.api.trainingjob import TrainingJob
-from edl.autoscaler import Autoscaler
 from edl.cluster.inproc import AsyncioClock, InProcessCluster
 from edl.cluster.port import ClusterError, NotFoundError
-from edl.controller import Controller
+from edl.control.loops import ControlLoops
 from edl.coord.embedded import EmbeddedEtcd
 from edl.jobparser import JobParser, child_names
 from edl.local import snapshot as snap
@@ -116,9 +116,7 @@ class LocalRun:
         self.etcd: EmbeddedEtcd | None = None
         self.runtime: ProcessPodRuntime | None = None
         self.cluster: InProcessCluster | None = None
-        self.controller: Controller | None = None
-        self.autoscaler: Autoscaler | None = None
-        self._tasks: list[asyncio.Task[Any]] = []
+        self.loops: ControlLoops | None = None
         self._progress: ProgressReader | None = None
         self._stop = asyncio.Event()
         self._stop_reason = ""
@@ -170,19 +168,14 @@ class LocalRun:
             node["metadata"]["name"], node["status"]["allocatable"], node["metadata"]["labels"]
         )
         self.cluster.watch_pods(self._on_pod_event)
-        self.autoscaler = Autoscaler(
+        self.loops = ControlLoops.new(
             self.cluster,
+            self.options.max_load_desired,
             policy=self.options.policy,
-            max_load_desired=self.options.max_load_desired,
             interval=self.options.autoscale_interval_s,
+            status_interval=self.options.status_interval_s,
         )
-        self.controller = Controller(
-            self.cluster, self.autoscaler, status_interval=self.options.status_interval_s
-        )
-        self._tasks = [
-            asyncio.create_task(self.controller.run(), name="controller"),
-            asyncio.create_task(self.autoscaler.run(), name="autoscaler"),
-        ]
+        self.loops.start()
         self._progress = ProgressReader(endpoints, self.namespace, self.name)
         self.snapshot = replace(self.snapshot, etcd_endpoints=endpoints)
         self.cluster.create_training_job(self.job.to_dict())
@@ -220,12 +213,8 @@ class LocalRun:
 
     async def close(self, result: RunResult | None = None) -> None:
         """Tear everything down; nothing of the run survives this."""
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        self._tasks = []
+        if self.loops is not None:
+            await self.loops.stop()
         if result is not None and result.state == FAILED and self.cluster is not None:
             with contextlib.suppress(ClusterError):
                 await self.cluster.update_training_job_status(
@@ -301,10 +290,9 @@ class LocalRun:
         """(state, message) once the run should end, else ("", "")."""
         if self._stop.is_set():
             return STOPPED, self._stop_reason or "stopped"
-        for task in self._tasks:  # the Controller and Autoscaler loops never end by themselves
-            if task.done():
-                error = None if task.cancelled() else task.exception()
-                return FAILED, f"the {task.get_name()} stopped: {error!r}"
+        failure = self.loops.failure() if self.loops is not None else None
+        if failure is not None:
+            return FAILED, failure
         for role, failures in self._failures.items():
             if failures.count >= self.options.max_error_exits:
                 detail = failures.last_message.strip().splitlines()
@@ -404,7 +392,7 @@ def reservation_pod(name: str, namespace: str, cpu: str, memory: str) -> dict[st
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "labels": {"edl.dev/role": "reservation"},
+            "labels": {LABEL_ROLE: "reservation"},
         },
         "spec": {
             "terminationGracePeriodSeconds": 2,

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edl.api.names import LABEL_ROLE
 from edl.local import procs
 from edl.local.podspec import LocalContext, ports_needed, process_specs, runnable_containers
 from edl.local.ports import PortAllocator
@@ -101,7 +102,7 @@ class ProcessPodRuntime:
         """Spawn the pod's containers and watch them; a spawn error fails the pod, not the run."""
         meta = pod.get("metadata") or {}
         name = str(meta["name"])
-        role = str((meta.get("labels") or {}).get("edl.dev/role", ""))
+        role = str((meta.get("labels") or {}).get(LABEL_ROLE, ""))
         entry = _Pod(name=name, role=role)
         self._pods[name] = entry
         if self._closed:  # a controller replacing pods while the run shuts down
@@ -161,9 +162,9 @@ class ProcessPodRuntime:
             for e in self._pods.values()
         ]
 
-    def termination_message(self, name: str) -> str:
+    def termination_message(self, pod_name: str) -> str:
         """Why the pod failed (tail of its log), or "" while it runs or if it succeeded."""
-        entry = self._pods.get(name)
+        entry = self._pods.get(pod_name)
         return entry.message if entry else ""
 
     def live_pids(self) -> list[int]:

@@ -5,7 +5,7 @@ Local runs: ``InProcessCluster(AsyncioClock(), <process runtime>)``.
 """
 
 from edl.cluster.inproc.clock import AsyncioClock, VirtualClock, VirtualTimeDeadlock
-from edl.cluster.inproc.plane import ClusterSample, InProcessCluster, ReplicaCounts, TrainerCounts
+from edl.cluster.inproc.cluster import ClusterSample, InProcessCluster, ReplicaCounts, TrainerCounts
 from edl.cluster.inproc.runtime import Fixed, SimulatedPodRuntime, Uniform
 
 __all__ = [

@@ -22,9 +22,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from edl.api.names import LABEL_ROLE
 from edl.cluster.port import Clock, Manifest, Timer
-
-ROLE_LABEL = "edl.dev/role"
 
 
 class Duration(Protocol):
@@ -67,7 +66,7 @@ DEFAULT_OTHER_TERMINATION: Duration = Fixed(1.0)
 
 def pod_role(pod: Manifest) -> str:
     """The ``edl.dev/role`` label of a pod, or '' for pods that are not edl's."""
-    return ((pod.get("metadata") or {}).get("labels") or {}).get(ROLE_LABEL, "")
+    return ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_ROLE, "")
 
 
 @dataclass

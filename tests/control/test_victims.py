@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
-from edl.autoscaler import Autoscaler
 from edl.cluster.inproc import InProcessCluster
 from edl.cluster.inproc.runtime import Fixed, SimulatedPodRuntime
 from edl.cluster.port import VictimScaling
-from edl.controller import Controller
+from edl.control.autoscaler import Autoscaler
+from edl.control.controller import Controller
 from edl.policy import Decision
 
 NEVER = 10_000.0

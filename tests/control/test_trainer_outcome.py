@@ -10,9 +10,9 @@ import asyncio
 
 import pytest
 
-from edl.cluster.inproc.plane import InProcessCluster
+from edl.cluster.inproc.cluster import InProcessCluster
 from edl.cluster.inproc.runtime import Fixed, SimulatedPodRuntime
-from edl.controller import Controller, trainer_job_outcome
+from edl.control.controller import Controller, trainer_job_outcome
 
 
 class CrashingTrainers(SimulatedPodRuntime):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-from edl.autoscaler import Autoscaler
 from edl.cluster.inproc import AsyncioClock, Fixed, InProcessCluster, SimulatedPodRuntime
-from edl.controller import Controller
+from edl.control.autoscaler import Autoscaler
+from edl.control.controller import Controller
 
 
 async def test_loops_scale_a_job_on_a_real_clock(manifests):

@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 import random
 
-from edl.autoscaler import Autoscaler
 from edl.cluster.inproc import InProcessCluster, SimulatedPodRuntime, Uniform, VirtualClock
 from edl.cluster.port import ConflictError
-from edl.controller import Controller
+from edl.control.autoscaler import Autoscaler
+from edl.control.controller import Controller
 
 NEVER = 10_000.0  # a periodic interval long enough that only events can cause ticks
 
