@@ -114,8 +114,15 @@ def test_every_shed_trainer_frees_room_a_waiting_pod_can_use(c, load) -> None:
     reason says the shrink is for max load. Named victims are live pods of the job,
     never more than the shrink, and the plan respects min."""
     views, resources = c.views(), c.resources()
-    decisions = DEFAULT.plan(views, resources, load)
+    decisions, placement = DEFAULT.plan_with_placement(views, resources, load)
     idle = resources.nodes
+    # room the plan gave to trainers (placed or grown) is not free when it sheds
+    given = {name: [0, 0, 0] for name in idle.cpu_idle_milli}
+    for view in views:
+        for node in placement[view.key]:
+            given[node][0] += view.cpu_request_milli
+            given[node][1] += view.memory_request_mega
+            given[node][2] += view.gpu_request
     pending = [
         (p.resources.cpu_request_milli, p.resources.memory_request_mega, p.resources.gpu_request)
         for p in c.pods if p.job is None and not p.node
@@ -136,7 +143,11 @@ def test_every_shed_trainer_frees_room_a_waiting_pod_can_use(c, load) -> None:
         ]
         shape = (view.cpu_request_milli, view.memory_request_mega, view.gpu_request)
         for node in {pods[v].node for v in decision.victims}:
-            free = (idle.cpu_idle_milli[node], idle.memory_free_mega[node], idle.gpu_free[node])
+            free = (
+                idle.cpu_idle_milli[node] - given[node][0],
+                idle.memory_free_mega[node] - given[node][1],
+                idle.gpu_free[node] - given[node][2],
+            )
             # everything named on this node, by every job, leaves together
             after = list(free)
             for other, d2 in zip(views, decisions, strict=True):

@@ -40,6 +40,7 @@ from collections.abc import Sequence
 from edl.accounting.types import ClusterResource
 from edl.policy.base import Decision, JobView
 from edl.policy.plan_state import build_plans
+from edl.policy.preempt import Preemptor
 from edl.policy.reasons import reason
 from edl.policy.room import Room
 from edl.policy.shares import assign_fair_shares
@@ -80,10 +81,12 @@ class DefaultPolicy:
         deficit = place_pending_pods(resources, room)
         place_unscheduled_trainers(plans, room)
         shrink_over_max_load(plans, budget, room, max_load_desired)
-        make_room(plans, budget, room, deficit)
+        # one index of who runs where, built on first use and kept true by its users
+        preemptor = Preemptor(room, plans)
+        make_room(plans, budget, room, deficit, preemptor)
         assign_fair_shares(plans, budget, room)
         grow(plans, budget, room)
-        rebalance(plans, budget, room)
+        rebalance(plans, budget, room, preemptor)
 
         by_key = {plan.key: plan for plan in plans}
         placement = {plan.key: [room.names[i] for i in plan.planned_nodes] for plan in plans}

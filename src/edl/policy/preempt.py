@@ -45,30 +45,49 @@ class Preemptor:
 
     def __init__(self, room: Room, plans: Sequence[JobPlan]) -> None:
         self.room, self.plans = room, plans
+        self._ready = False  # most plans never search: index the trainers on first use
+
+    def _index(self) -> None:
+        self._ready = True
+        room, plans = self.room, self.plans
         count = room.count
         # trainers that could ever be shed, per node: (plan index, pod name)
         self.on_node: list[list[tuple[int, str]]] = [[] for _ in range(count)]
         held = np.zeros((3, count), dtype=np.int64)
         for index, plan in enumerate(plans):
-            shape = plan.shape
+            nodes = [node for name, node in plan.bound if node >= 0 and name]
+            if not nodes:
+                continue
             for name, node in plan.bound:
                 if node >= 0 and name:
                     self.on_node[node].append((index, name))
-                    for d in range(3):
-                        held[d, node] += shape[d]
+            counts = np.bincount(np.array(nodes), minlength=count)
+            held += np.outer(np.array(plan.shape, dtype=np.int64), counts)
         self.held = held
+        # copies of the room, refreshed column by column from `room.dirty`
+        self.free = np.array(room.free, dtype=np.int64).reshape(3, count)
+        self.coming = np.array(room.coming, dtype=np.int64).reshape(3, count)
+        room.dirty.clear()
 
-    def _column(self, node: int) -> np.ndarray:
-        return np.array(self.room.column(node, coming=True), dtype=np.int64)
+    def _sync(self) -> None:
+        if not self._ready:
+            self._index()
+        room = self.room
+        for node in room.dirty:
+            for d in range(3):
+                self.free[d, node] = room.free[d][node]
+                self.coming[d, node] = room.coming[d][node]
+        room.dirty.clear()
 
     def find(self, shape: Shape, cost: CostFn) -> Rescue | None:
         """The best place for one pod of `shape`; victims empty when room is (coming) free."""
         room = self.room
         if room.count == 0:
             return None
+        self._sync()
         want = np.array(shape, dtype=np.int64)[:, None]
-        free = np.array(room.free, dtype=np.int64)
-        coming = free + np.array(room.coming, dtype=np.int64)
+        free = self.free
+        coming = free + self.coming
         ready = np.flatnonzero(np.all(coming >= want, axis=0))
         if ready.size:
             # prefer a node where it fits now, else the one with the least coming room
@@ -135,7 +154,7 @@ class Preemptor:
 
     def drop(self, index: int, name: str, node: int) -> None:
         """A trainer left the plan: it is no longer a candidate on its node."""
-        if node >= 0 and (index, name) in self.on_node[node]:
+        if self._ready and node >= 0 and (index, name) in self.on_node[node]:
             self.on_node[node].remove((index, name))
             shape = self.plans[index].shape
             for d in range(3):

@@ -20,7 +20,7 @@ Shape = tuple[int, int, int]  # CPU milli, memory mega, GPUs (requests of one po
 class Room:
     """Free and coming room per node, with a first-fit cursor per pod shape."""
 
-    __slots__ = ("coming", "count", "cursor", "free", "index", "names")
+    __slots__ = ("coming", "count", "cursor", "dirty", "free", "index", "names")
 
     def __init__(self, nodes: Nodes) -> None:
         self.names = names = list(nodes.cpu_idle_milli)
@@ -35,6 +35,8 @@ class Room:
         # Free room only shrinks between two `give` calls, so a node too small for a
         # shape stays too small and each shape's cursor only moves forward.
         self.cursor: dict[Shape, int] = {}
+        # nodes changed since a reader (the preemption search) last copied the room
+        self.dirty: set[int] = set()
 
     def take(self, shape: Shape) -> int:
         """Take free room for one pod on the first node where it fits; its index, or -1."""
@@ -48,6 +50,7 @@ class Room:
                 node_memory[index] -= memory
                 node_gpu[index] -= gpu
                 self.cursor[shape] = index
+                self.dirty.add(index)
                 return index
             index += 1
         self.cursor[shape] = count
@@ -63,6 +66,7 @@ class Room:
     def take_at(self, node: int, shape: Shape) -> None:
         """Take room on `node` for a pod that may wait: free room first, then coming."""
         free, later = self.free, self.coming
+        self.dirty.add(node)
         for d in range(3):
             free[d][node] -= shape[d]
             if free[d][node] < 0 < later[d][node]:
@@ -75,11 +79,13 @@ class Room:
         for d in range(3):
             self.free[d][node] += shape[d]
         self.cursor.clear()
+        self.dirty.add(node)
 
     def release(self, node: int, shape: Shape) -> None:
         """A pod on `node` is leaving: its room is coming, not free yet."""
         for d in range(3):
             self.coming[d][node] += shape[d]
+        self.dirty.add(node)
 
     def column(self, node: int, coming: bool) -> Shape:
         free, later = self.free, self.coming

@@ -113,7 +113,11 @@ def _settle(plan: JobPlan | None, room: Room, node: int, shape: Shape) -> None:
 
 
 def make_room(
-    plans: Sequence[JobPlan], budget: Budget, room: Room, deficit: list[Shape]
+    plans: Sequence[JobPlan],
+    budget: Budget,
+    room: Room,
+    deficit: list[Shape],
+    preemptor: Preemptor,
 ) -> list[Shape]:
     """Preempt trainers for pending pods and for jobs below min-instance.
 
@@ -145,7 +149,7 @@ def make_room(
             return None
         return 1.0 - plan.fulfillment(plan.target - extra)
 
-    return _rescue_all(plans, budget, room, waiters, cost, cause)
+    return _rescue_all(plans, budget, room, waiters, cost, cause, preemptor)
 
 
 def _rescue_all(
@@ -155,9 +159,9 @@ def _rescue_all(
     waiters: list[tuple[Shape, int]],
     cost: CostFn,
     cause: str,
+    preemptor: Preemptor,
 ) -> list[Shape]:
     """Find room for each waiter (plan index, or -1 for a pod that is not a trainer)."""
-    preemptor = Preemptor(room, plans)
     hopeless: set[Shape] = set()
     left = []
     for shape, index in waiters:
@@ -210,7 +214,9 @@ def grow(plans: Sequence[JobPlan], budget: Budget, room: Room) -> None:
                 break
 
 
-def rebalance(plans: Sequence[JobPlan], budget: Budget, room: Room) -> None:
+def rebalance(
+    plans: Sequence[JobPlan], budget: Budget, room: Room, preemptor: Preemptor
+) -> None:
     """Jobs above their fair share give trainers to jobs stuck below theirs.
 
     Only where it helps: each trainer a job below its share lacks is a waiting pod
@@ -244,7 +250,6 @@ def rebalance(plans: Sequence[JobPlan], budget: Budget, room: Room) -> None:
         plan.shed(budget, room, cause, victim=victim)
 
     budget_cause = "CPU/GPU budget under max load"
-    preemptor = Preemptor(room, plans)
     hopeless: set[Shape] = set()
     for shape, index in waiters:
         if shape in hopeless:
