@@ -233,16 +233,27 @@ def rebalance(
         waiters += [(plan.shape, index)] * max(0, min(missing, plan.share - plan.holding()))
     if not waiters:
         return
-    waiters.sort(key=lambda w: (plans[w[1]].fulfillment(), plans[w[1]].key))
+    def held_level(index: int) -> float:
+        plan = plans[index]
+        return plan.fulfillment(plan.holding() + plan.waiting)
+
+    waiters.sort(key=lambda w: (held_level(w[1]), plans[w[1]].key))
     takers = {index for _, index in waiters}
+    granted = dict.fromkeys(takers, 0)
+    level = [0.0]  # the taker's fulfillment once it holds the trainer searched for
 
     def cost(index: int, extra: int) -> float | None:
+        """A donor gives only while it stays at least as fulfilled as the taker
+        becomes (max-min fairness; moving a trainer between equals is churn), never
+        below min; those most above their share give first."""
         plan = plans[index]
-        floor = max(plan.share, plan.view.min_instance)
-        if index in takers or plan.grown or plan.target - extra <= floor:
+        after = plan.target - extra - 1
+        if index in takers or plan.grown or after < plan.view.min_instance:
+            return None
+        if plan.fulfillment(after) < level[0]:
             return None
         span = plan.view.max_instance - plan.view.min_instance
-        return (floor - (plan.target - extra)) / span
+        return (plan.share - after) / span
 
     def shed(index: int, victim: str | None, what: str = "room") -> None:
         plan = plans[index]
@@ -250,16 +261,21 @@ def rebalance(
         plan.shed(budget, room, cause, victim=victim)
 
     budget_cause = "CPU/GPU budget under max load"
-    hopeless: set[Shape] = set()
+    # per shape, the lowest taker level at which no room could be made: a higher
+    # level only allows fewer donors, so it is hopeless too
+    hopeless: dict[Shape, float] = {}
     for shape, index in waiters:
-        if shape in hopeless:
+        taker = plans[index]
+        # the taker's level counts the trainers that hold room, not pending ones
+        level[0] = taker.fulfillment(taker.holding() + taker.waiting + granted[index] + 1)
+        if level[0] >= hopeless.get(shape, 2.0):
             continue
         rescue = preemptor.find(shape, cost)
         if rescue is None:
-            hopeless.add(shape)
+            hopeless[shape] = level[0]
             continue
         preemptor.shed(rescue, shed)
-        taker = plans[index]
+        granted[index] += 1
         room.take_at(rescue.node, shape)
         budget.add(shape[0], shape[1], taker.view.gpu_limit, 1)  # it grows next plan
         if taker.blocked > taker.waiting:
@@ -283,3 +299,4 @@ def rebalance(
             name, node = donor.bound[donor.largest_hole(room)]
             shed(min(donors)[2], name or None, budget_cause)
             preemptor.drop(min(donors)[2], name, node)
+
