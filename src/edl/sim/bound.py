@@ -5,11 +5,11 @@ services' desired replicas stay constant, an integer program places the pods
 that must run — every service replica, every present job's master and pservers
 and its min-instance trainers — and as many trainers (up to max-instance) as fit,
 maximising the CPU requested; the bound is the time-weighted mean, plus the
-background pods. Each node group is one pool of room (count x allocatable minus
-its per-node background pods), and every pod kind is capped at the whole pods
-of it one node can hold times the node count; so the program is a *relaxation*
-of exact per-node packing (mixes of kinds on one node are not checked), which
-keeps it an upper bound: no real placement can beat it. Requests within
+background pods. Per node group, pods larger than an eighth of a node (or with a
+GPU) are packed exactly, by per-node patterns; smaller pods are poured into the
+room the patterns leave, pooled over the group's nodes (a relaxation: how they
+split between nodes is not checked), which keeps it an upper bound — no real
+placement can beat it — and exact when no pod is small. Requests within
 max_load_desired of the cluster, as the policies keep them (unless the pods that
 must run alone exceed it). `scipy.optimize.milp` (HiGHS) solves each stretch.
 
@@ -129,6 +129,29 @@ def steady_utilization_bound(scenario: Scenario) -> float | None:
 
 
 Kind = tuple[tuple[int, int, int], int, int]  # (shape, least count, most count)
+MAX_PATTERNS = 4000  # per node group; beyond it the group's large kinds are pooled too
+
+
+def _patterns(room: tuple[int, int, int], shapes: list[tuple[int, int, int]]) -> list[tuple]:
+    """Every way to fill one node's room with whole pods of `shapes` (maximal or not)."""
+    out: list[tuple] = []
+
+    def walk(k: int, left: list[int], counts: list[int]) -> None:
+        if len(out) > MAX_PATTERNS:
+            return
+        if k == len(shapes):
+            out.append((tuple(counts), tuple(left)))
+            return
+        shape, n = shapes[k], 0
+        while True:
+            walk(k + 1, left, [*counts, n])
+            if any(left[d] < shape[d] for d in range(3)) or all(a == 0 for a in shape):
+                return
+            left = [left[d] - shape[d] for d in range(3)]
+            n += 1
+
+    walk(0, list(room), [])
+    return out
 
 
 def _solve(
@@ -139,48 +162,95 @@ def _solve(
     rooms: list[tuple[int, ...]],
     cap: float,
 ) -> float:
-    """Most CPU the kinds can request on the groups (the integer program)."""
-    n_kinds, n_groups = len(kinds), len(groups)
+    """Most CPU the kinds can request on the groups (the integer program).
+
+    Per node group, the *large* kinds (more than an eighth of a node's CPU, or any
+    GPU) are placed by per-node patterns — exact packing — and the small kinds
+    are poured into the room each chosen pattern leaves (pooled per group), a
+    relaxation that stays an upper bound. A group whose patterns would be too many
+    pools every kind (whole pods per node still capped).
+    """
+    n_kinds = len(kinds)
     if n_kinds == 0:
         return 0.0
-    size = n_kinds * n_groups  # variable (k, g) at k * n_groups + g
-    upper = np.zeros(size)
-    for k, (shape, _, high) in enumerate(kinds):
-        for g, group in enumerate(groups):
+    columns: list[tuple[int, dict[int, int], tuple[int, ...] | None]] = []
+    # column: (group, {kind: pods per unit}, leftover room per unit or None)
+    integral: list[int] = []
+    upper: list[float] = []
+    for g, group in enumerate(groups):
+        room = tuple(alloc[g][d] - per_node[d] for d in range(3))
+        large = [
+            k for k, (shape, _, _) in enumerate(kinds)
+            if shape[2] > 0 or shape[0] * 8 > alloc[g][0]
+        ]
+        shapes = [kinds[k][0] for k in large]
+        found = _patterns(room, shapes) if large else [((), room)]
+        pooled = len(found) > MAX_PATTERNS
+        if not pooled:
+            for counts, left in found:
+                columns.append((g, {large[i]: c for i, c in enumerate(counts) if c}, left))
+                integral.append(1)
+                upper.append(group.count)
+        small = range(n_kinds) if pooled else [k for k in range(n_kinds) if k not in large]
+        for k in small:  # pooled pods of kind k in group g (room from the patterns)
+            shape, _, high = kinds[k]
             fit = min(
-                ((alloc[g][d] - per_node[d]) // shape[d] for d in range(3) if shape[d] > 0),
-                default=high,
+                ((room[d]) // shape[d] for d in range(3) if shape[d] > 0), default=high
             )
-            upper[k * n_groups + g] = max(0, min(high, group.count * fit))
+            columns.append((g, {k: 1}, None))
+            integral.append(1)
+            upper.append(max(0, min(high, group.count * fit)))
+    size = len(columns)
     rows, low, high = [], [], []
-    for g in range(n_groups):
-        for d in range(3):
+    for g, group in enumerate(groups):
+        mine = [i for i, col in enumerate(columns) if col[0] == g]
+        patterned = [i for i in mine if columns[i][2] is not None]
+        if patterned:  # one pattern per node
             row = np.zeros(size)
-            for k, (shape, _, _) in enumerate(kinds):
-                row[k * n_groups + g] = shape[d]
+            row[patterned] = 1
             rows.append(row)
             low.append(-np.inf)
-            high.append(rooms[g][d])
+            high.append(group.count)
+        for d in range(3):  # pooled pods fit in what the patterns leave (or the group)
+            row = np.zeros(size)
+            for i in mine:
+                _, pods, left = columns[i]
+                if left is None:
+                    (k, _), = pods.items()
+                    row[i] = kinds[k][0][d]
+                else:
+                    row[i] = -left[d]
+            rows.append(row)
+            low.append(-np.inf)
+            high.append(0 if patterned else rooms[g][d])
     for k, (_, lo, hi) in enumerate(kinds):
         row = np.zeros(size)
-        row[k * n_groups : (k + 1) * n_groups] = 1
+        for i, (_, pods, _) in enumerate(columns):
+            row[i] = pods.get(k, 0)
         rows.append(row)
         low.append(lo)
         high.append(hi)
-    cpu = np.array([kinds[k][0][0] for k in range(n_kinds) for _ in range(n_groups)], float)
+    cpu = np.array(
+        [sum(kinds[k][0][0] * n for k, n in pods.items()) for _, pods, _ in columns], float
+    )
     must = sum(shape[0] * lo for shape, lo, _ in kinds)
     rows.append(cpu)
     low.append(-np.inf)
     high.append(max(cap, must))
+    kind_rows = range(len(rows) - 1 - n_kinds, len(rows) - 1)
     for relax in (False, True):
         if relax:  # what must run does not fit: then place as much of it as fits
-            low = [(-np.inf if i >= 3 * n_groups else v) for i, v in enumerate(low)]
+            low = [(-np.inf if i in kind_rows else v) for i, v in enumerate(low)]
         result = milp(
             -cpu,
             constraints=LinearConstraint(np.array(rows), low, high),
-            integrality=np.ones(size),
-            bounds=Bounds(0, upper),
+            integrality=np.array(integral),
+            bounds=Bounds(0, np.array(upper)),
+            options={"time_limit": 20},
         )
         if result.success:
             return float(-result.fun)
+        dual = getattr(result, "mip_dual_bound", None)  # stopped early: still an upper bound
+        if dual is not None and np.isfinite(dual):
+            return float(-dual)
     return 0.0
