@@ -62,6 +62,7 @@ class JobPlan:
     shrunk: bool = False
     grown: bool = False
     causes: list[str] = field(default_factory=list)
+    by_hole: bool = False  # `bound` is sorted by its nodes' free room (largest_hole)
 
     @property
     def shape(self) -> Shape:
@@ -82,15 +83,19 @@ class JobPlan:
         return len(self.bound) + len(self.planned_nodes)
 
     def largest_hole(self, room: Room) -> int:
-        """Index in `bound` of the trainer on the node with the most free room."""
-        free_cpu = room.free[0]
-        return max(
-            range(len(self.bound)),
-            key=lambda i: (
-                free_cpu[self.bound[i][1]] if self.bound[i][1] >= 0 else -(1 << 62),
-                self.bound[i][0],
-            ),
-        )
+        """Index in `bound` of the trainer on the node with the most free room.
+
+        `bound` is sorted by that once (the last is the best) and kept in that order
+        while trainers are taken from its end, so shedding many costs O(n log n), not
+        O(n^2); the order may lag behind later changes of free room (a heuristic).
+        """
+        if not self.by_hole:
+            free_cpu = room.free[0]
+            self.bound.sort(
+                key=lambda t: (free_cpu[t[1]] if t[1] >= 0 else -(1 << 62), t[0])
+            )
+            self.by_hole = True
+        return len(self.bound) - 1
 
     def shed(self, budget: Budget, room: Room, cause: str, victim: str | None = None) -> int:
         """Drop one trainer; the node whose room it frees, or -1 (it held none).

@@ -64,9 +64,11 @@ class Preemptor:
             counts = np.bincount(np.array(nodes), minlength=count)
             held += np.outer(np.array(plan.shape, dtype=np.int64), counts)
         self.held = held
-        # copies of the room, refreshed column by column from `room.dirty`
+        # copies of the room, refreshed column by column from `room.dirty`: free room,
+        # free + coming, and that + every trainer that could be shed (an upper bound)
         self.free = np.array(room.free, dtype=np.int64).reshape(3, count)
-        self.coming = np.array(room.coming, dtype=np.int64).reshape(3, count)
+        self.total = self.free + np.array(room.coming, dtype=np.int64).reshape(3, count)
+        self.ceiling = self.total + held
         room.dirty.clear()
 
     def _sync(self) -> None:
@@ -76,7 +78,8 @@ class Preemptor:
         for node in room.dirty:
             for d in range(3):
                 self.free[d, node] = room.free[d][node]
-                self.coming[d, node] = room.coming[d][node]
+                self.total[d, node] = room.free[d][node] + room.coming[d][node]
+                self.ceiling[d, node] = self.total[d, node] + self.held[d, node]
         room.dirty.clear()
 
     def find(self, shape: Shape, cost: CostFn) -> Rescue | None:
@@ -85,22 +88,24 @@ class Preemptor:
         if room.count == 0:
             return None
         self._sync()
-        want = np.array(shape, dtype=np.int64)[:, None]
-        free = self.free
-        coming = free + self.coming
-        ready = np.flatnonzero(np.all(coming >= want, axis=0))
+        cpu, memory, gpu = shape
+        total = self.total
+        ready = np.flatnonzero((total[0] >= cpu) & (total[1] >= memory) & (total[2] >= gpu))
         if ready.size:
-            # prefer a node where it fits now, else the one with the least coming room
-            now = ready[np.all(free[:, ready] >= want, axis=0)]
+            # prefer the first node where it fits now, else the first where room is coming
+            free = self.free
+            now = ready[(free[0, ready] >= cpu) & (free[1, ready] >= memory)
+                        & (free[2, ready] >= gpu)]
             return Rescue(int(now[0] if now.size else ready[0]), [])
-        candidates = np.flatnonzero(np.all(coming + self.held >= want, axis=0))
+        top = self.ceiling
+        candidates = np.flatnonzero((top[0] >= cpu) & (top[1] >= memory) & (top[2] >= gpu))
         best: tuple[int, float, int] | None = None
         best_victims: list[tuple[int, str]] = []
         for node in candidates.tolist():
-            victims, total = self._victims_on(int(node), shape, coming[:, node], cost)
+            victims, total_cost = self._victims_on(node, shape, total[:, node], cost)
             if victims is None:
                 continue
-            rank = (len(victims), total, node)
+            rank = (len(victims), total_cost, node)
             if best is None or rank < best:
                 best, best_victims = rank, victims
         if best is None:
@@ -159,3 +164,4 @@ class Preemptor:
             shape = self.plans[index].shape
             for d in range(3):
                 self.held[d, node] -= shape[d]
+                self.ceiling[d, node] -= shape[d]
