@@ -20,7 +20,7 @@ from typing import Any
 from edl.api.names import trainer_job_name
 from edl.cluster.inproc.clock import VirtualClock
 from edl.cluster.inproc.cluster import ClusterSample, InProcessCluster
-from edl.cluster.inproc.runtime import Fixed, SimulatedPodRuntime, Uniform
+from edl.cluster.inproc.simulated_pods import Fixed, SimulatedPodRunner, Uniform
 from edl.cluster.port import ConflictError, NotFoundError
 from edl.control.loops import ControlLoops
 from edl.sim.jobs import training_job_manifest
@@ -120,7 +120,7 @@ class _Run:
         self.clock = VirtualClock(start=-warmup)
         latency = scenario.pod_start_latency_s
         termination = scenario.termination_s
-        runtime = SimulatedPodRuntime(
+        pod_runner = SimulatedPodRunner(
             self.clock,
             random.Random(seed),
             start_latency=Uniform(latency.min, latency.max),
@@ -132,7 +132,7 @@ class _Run:
             other_termination=Fixed(termination.other),
         )
         self.cluster = InProcessCluster(
-            self.clock, runtime, placement=scenario.placement, seed=seed
+            self.clock, pod_runner, placement=scenario.placement, seed=seed
         )
         for group in scenario.cluster.node_groups:
             allocatable = group.allocatable.to_resource_list()

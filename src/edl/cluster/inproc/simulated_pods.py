@@ -1,4 +1,4 @@
-"""Simulated pods: a `PodRuntime` whose containers are timers on the clock.
+"""Simulated pods: a `PodRunner` whose containers are timers on the clock.
 
 What it models, and why:
 
@@ -79,8 +79,8 @@ class _SimPod:
 
 
 @dataclass
-class SimulatedPodRuntime:
-    """`edl.cluster.port.PodRuntime` for virtual time: pods are timers.
+class SimulatedPodRunner:
+    """`edl.cluster.port.PodRunner` for virtual time: pods are timers.
 
     ``termination`` maps a role to how long a deleted pod takes to exit;
     ``run_time`` maps a role to how long a pod runs before exiting 0 by itself
