@@ -65,7 +65,9 @@ def fair_shares(
     # one row per pool, the whole budget first: members (bool) and what is left (3)
     members = np.array([[True] * len(jobs), *(list(m) for m, _ in pools)], dtype=bool)
     budgets = np.array([[cpu, memory, gpu], *(list(b) for _, b in pools)], dtype=np.int64)
-    left = budgets - (members * lows) @ cost.T  # (pools, 3)
+    # one row per (pool, resource): what each job's trainer costs that pool
+    weights = (members[:, None, :] * cost[None, :, :]).reshape(-1, len(jobs))
+    left = budgets.reshape(-1) - weights @ lows
     active = ranges > 0
     safe_ranges = np.where(ranges > 0, ranges, 1)
     # Distinct levels k/r differ by at least 1/max_range^2: bisect no finer than that.
@@ -83,7 +85,7 @@ def fair_shares(
                 lows + np.floor(mid * ranges + _EPSILON).astype(np.int64) - shares, 0
             )
             extra[~active] = 0
-            use = (members * extra) @ cost.T
+            use = weights @ extra
             if bool(np.all((use <= left) | (use == 0))):
                 low = mid
             else:
@@ -91,7 +93,7 @@ def fair_shares(
         extra = np.maximum(lows + np.floor(low * ranges + _EPSILON).astype(np.int64) - shares, 0)
         extra[~active] = 0
         shares += extra
-        left -= (members * extra) @ cost.T
+        left -= weights @ extra
         # the jobs whose next unit lies at the level where the bisection failed: one unit
         # each, lowest next fulfillment first; a unit that does not fit freezes its job.
         # At least one of them cannot fit, so every round freezes a job.
@@ -100,11 +102,10 @@ def fair_shares(
         if edge.size == 0:
             break
         for i in sorted(edge.tolist(), key=lambda i: (next_level[i], i)):
-            unit = cost[:, i]
-            mine = members[:, i]
-            if bool(np.all((unit == 0) | (unit <= left[mine]))):
+            unit = weights[:, i]
+            if bool(np.all((unit == 0) | (unit <= left))):
                 shares[i] += 1
-                left[mine] -= unit
+                left -= unit
             else:
                 active[i] = False
         active &= shares < lows + ranges
