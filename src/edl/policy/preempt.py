@@ -54,15 +54,17 @@ class Preemptor:
         # trainers that could ever be shed, per node: (plan index, pod name)
         self.on_node: list[list[tuple[int, str]]] = [[] for _ in range(count)]
         held = np.zeros((3, count), dtype=np.int64)
+        by_shape: dict[Shape, list[int]] = {}
         for index, plan in enumerate(plans):
-            nodes = [node for name, node in plan.bound if node >= 0 and name]
-            if not nodes:
-                continue
+            nodes = by_shape.setdefault(plan.shape, [])
             for name, node in plan.bound:
                 if node >= 0 and name:
                     self.on_node[node].append((index, name))
-            counts = np.bincount(np.array(nodes), minlength=count)
-            held += np.outer(np.array(plan.shape, dtype=np.int64), counts)
+                    nodes.append(node)
+        for shape, nodes in by_shape.items():  # one count per shape, not per job
+            if nodes:
+                counts = np.bincount(np.array(nodes), minlength=count)
+                held += np.outer(np.array(shape, dtype=np.int64), counts)
         self.held = held
         # copies of the room, refreshed column by column from `room.dirty`: free room,
         # free + coming, and that + every trainer that could be shed (an upper bound)

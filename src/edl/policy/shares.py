@@ -56,11 +56,15 @@ def assign_fair_shares(plans: Sequence[JobPlan], budget: Budget, room: Room) -> 
 def usable_room(plans: Sequence[JobPlan], room: Room) -> np.ndarray:
     """Per node (3 x nodes): the room elastic trainers could use if they had it all."""
     usable = np.array(room.free, dtype=np.int64) + np.array(room.coming, dtype=np.int64)
+    by_shape: dict[Shape, list[int]] = {}
     for plan in plans:
-        nodes = [node for _, node in plan.bound if node >= 0] + plan.planned_nodes
+        nodes = by_shape.setdefault(plan.shape, [])
+        nodes.extend(node for _, node in plan.bound if node >= 0)
+        nodes.extend(plan.planned_nodes)
+    for shape, nodes in by_shape.items():  # one count per shape, not per job
         if nodes:
             counts = np.bincount(np.array(nodes), minlength=room.count)
-            usable += np.outer(np.array(plan.shape, dtype=np.int64), counts)
+            usable += np.outer(np.array(shape, dtype=np.int64), counts)
     return usable
 
 
