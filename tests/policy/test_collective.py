@@ -14,7 +14,10 @@ allowed_sets = st.lists(st.integers(1, 30), min_size=1, max_size=6, unique=True)
 
 
 def decision(parallelism: int, target: int, name: str = "ddp") -> Decision:
-    return Decision("default", name, parallelism, target, "plan", victim_nodes=("n1",))
+    shrink = tuple(f"pod-{i}" for i in range(max(0, parallelism - target)))
+    grow = tuple(f"n{i}" for i in range(max(0, target - parallelism)))
+    return Decision("default", name, parallelism, target, "plan", victim_nodes=("n1",),
+                    victims=shrink, placement=grow)
 
 
 @given(st.integers(0, 40), allowed_sets)
@@ -41,8 +44,10 @@ def test_gate_only_moves_to_allowed_sizes_and_respects_the_cooldown(
         assert out.target in allowed
         assert last is None or now - last >= cooldown, "resized within the cooldown"
         assert out.target <= max(target, min(allowed)), "never grows beyond the plan"
-    else:
-        assert out.victim_nodes in ((), ("n1",))
+        if out.target <= target:  # (above it only when the plan is below every allowed size)
+            assert len(out.placement) == max(0, out.target - parallelism)
+    elif out.target != target:  # held or snapped back to its size: nobody moves
+        assert out.victims == out.placement == out.victim_nodes == ()
 
 
 def test_a_held_resize_says_why_and_names_no_victims() -> None:

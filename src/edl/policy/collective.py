@@ -47,6 +47,9 @@ def gate(
         return replace(
             decision,
             target=target,
+            victim_nodes=(),
+            victims=(),
+            placement=(),
             reason=f"{decision.reason}; collective: {decision.target} trainers is not an "
             f"allowed size, stays at {target}",
         )
@@ -56,14 +59,18 @@ def gate(
             decision,
             target=decision.parallelism,
             victim_nodes=(),
+            victims=(),
+            placement=(),
             reason=f"{decision.reason}; collective: held at {decision.parallelism}, last "
             f"resize {since:.0f} s ago (cooldown {rule.cooldown_s:g} s; a resize restarts "
             f"every worker)",
         )
     snapped = "" if target == decision.target else f" (snapped from {decision.target})"
+    grown = max(0, target - decision.parallelism)
     return replace(
         decision,
         target=target,
+        placement=decision.placement[:grown],  # the nodes of the trainers still planned
         reason=f"{decision.reason}; collective: resize to {target}{snapped} restarts every "
         f"worker from the last checkpoint",
     )
