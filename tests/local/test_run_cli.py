@@ -40,7 +40,7 @@ def test_invalid_job_is_one_line_naming_every_field(tmp_path: Path) -> None:
     job = tmp_path / "bad.yaml"
     job.write_text("kind: Foo\nmetadata: {name: x}\n")
     result = CliRunner().invoke(run, [str(job), "--runs-dir", str(tmp_path / "runs")])
-    assert result.exit_code == 2
+    assert result.exit_code == 1  # bad input, as `edl validate`; bad option values are 2
     lines = result.output.strip().splitlines()
     assert len(lines) == 1, result.output
     assert "apiVersion" in lines[0] and "kind" in lines[0]
@@ -62,7 +62,7 @@ def test_missing_etcd_binary_is_one_line_and_nothing_starts(
 
 def test_missing_job_file_is_one_line(tmp_path: Path) -> None:
     result = CliRunner().invoke(run, [str(tmp_path / "nope.yaml")])
-    assert result.exit_code == 2
+    assert result.exit_code == 1
     assert len(result.output.strip().splitlines()) == 1 and "cannot read" in result.output
 
 

@@ -47,15 +47,16 @@ def test_errors_are_one_line_and_exit_1(tmp_path: Path) -> None:
     a_file.write_text("")
     broken = tmp_path / "broken.yaml"
     broken.write_text("name: [x\n")
+    usage = ([TINY, "--policy", "greedy"], [TINY, "--out", str(a_file)])
     for args in (
-        [str(bad)], ["no-such-scenario"], [TINY, "--policy", "greedy"],
-        [TINY, "--out", str(a_file)], [str(tmp_path)], [str(a_file)], [str(broken)],
+        [str(bad)], ["no-such-scenario"], *usage, [str(tmp_path)], [str(a_file)], [str(broken)],
     ):
         done = subprocess.run(
             [sys.executable, "-m", "edl.cli.main", "simulate", *args],
             capture_output=True, text=True, timeout=120,
         )
-        assert done.returncode == 1
+        # defect 10: a bad option value is a usage error (2) as in every command; bad input 1
+        assert done.returncode == (2 if args in usage else 1), (args, done.stderr)
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("edl simulate: "), done.stderr
         assert "Traceback" not in done.stderr

@@ -214,3 +214,15 @@ def test_generator_reproduces_the_example(tmp_path: Path) -> None:
     module = __import__("importlib.util").util.module_from_spec(spec)
     spec.loader.exec_module(module)
     assert json.loads((EXAMPLES / "training-and-service.json").read_text()) == module.build()
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"kind": "List", "items": "x"}', "items: must be a list of Kubernetes objects (got 'x')"),
+    ('{"kind": "List"}', "items: must be a list of Kubernetes objects (got nothing)"),
+    ('{"apiVersion": "v1", "items": {"a": 1}}', "items: must be a list"),
+])  # fmt: skip
+def test_a_list_whose_items_are_not_a_list_says_so(text: str, message: str) -> None:
+    """Defect 11: this read as `items[0] (List): metadata.name is missing`."""
+    with pytest.raises(SnapshotError) as caught:
+        parse_snapshot(text)
+    assert message in str(caught.value) and "metadata.name" not in str(caught.value)

@@ -56,12 +56,10 @@ def simulate_command(
     from edl.sim.runner import simulate
     from edl.sim.scenario import ScenarioError, load_scenario
 
+    # bad option values are usage errors (exit 2, like every command's); a bad scenario is 1
     if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
-        _fail(f"--out {out_dir}: exists and is not a directory")
-    try:
-        policies = _policies(policy_values)
-    except click.BadParameter as error:
-        _fail(error.format_message())
+        raise click.BadParameter(f"{out_dir}: exists and is not a directory", param_hint="--out")
+    policies = _policies(policy_values)
     try:
         loaded = load_scenario(scenario)
     except ScenarioError as error:

@@ -19,7 +19,7 @@ def validate(file: str) -> None:
     """Check the TrainingJob in FILE (`-` for stdin).
 
     Exit 0 with one summary line when valid; otherwise exit 1 with one
-    `field.path: problem` line per problem (2 when FILE cannot be read).
+    `field.path: problem` line per problem, or one line when FILE cannot be read.
     """
     job = load_valid_job(file, problems_to_stderr=False)
     trainer = job.spec.trainer

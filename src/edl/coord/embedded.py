@@ -28,7 +28,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.error
@@ -36,6 +35,8 @@ import urllib.request
 import weakref
 from pathlib import Path
 from types import TracebackType
+
+from edl.coord.datadirs import make_owned_dir
 
 __all__ = [
     "EmbeddedEtcd",
@@ -178,7 +179,8 @@ class EmbeddedEtcd:
     ) -> None:
         self.binary = Path(binary) if binary else find_etcd_binary()
         self._own_dir = data_dir is None
-        self._base_dir = Path(tempfile.mkdtemp(prefix="edl-etcd-")) if data_dir is None else None
+        # a temporary dir names its owner, so a later start sweeps it if we die by SIGKILL
+        self._base_dir = make_owned_dir() if data_dir is None else None
         self.data_dir = Path(data_dir) if data_dir else self._base_dir / "data"  # type: ignore[operator]
         self._fixed_ports = client_port is not None
         self.client_port = client_port or free_port()

@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from edl.coord.datadirs import process_alive, process_start_ticks
+
 STATUS_FILE = "status.json"
 ACTIVE_STATES = frozenset({"Starting", "Running", "Stopping"})
 
@@ -145,23 +147,6 @@ def _belongs_to(dir_name: str, job: str) -> bool:
     return len(rest) >= 2 and rest[0].isdigit() and len(rest[0]) == 8
 
 
-def process_start_ticks(pid: int) -> int | None:
-    """When pid started (clock ticks since boot, /proc/<pid>/stat field 22); None if gone.
-
-    pid plus start time names one process for good; a pid alone may be reused.
-    """
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # comm (field 2) may hold spaces and ')': fields 3.. follow the last ')'
-    rest = text[text.rfind(")") + 2 :].split()
-    try:
-        return int(rest[19])  # field 22 is the 20th after comm
-    except (IndexError, ValueError):
-        return None
-
-
 def writer_alive(pid: int, start_ticks: int | None = None) -> bool:
     """Whether the process that writes a snapshot still exists.
 
@@ -169,16 +154,7 @@ def writer_alive(pid: int, start_ticks: int | None = None) -> bool:
     time is a reuse of the pid, not the writer. Without (older status files), the
     pid alone decides.
     """
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    if start_ticks is None:
-        return True
-    now = process_start_ticks(pid)
-    return now is None or now == start_ticks  # None: /proc unreadable, trust the pid
+    return process_alive(pid, start_ticks)
 
 
 def effective_state(snapshot: RunSnapshot) -> str:
