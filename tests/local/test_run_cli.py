@@ -84,3 +84,25 @@ async def test_reserve_holds_its_share_from_start_to_end() -> None:
     calls.clear()
     await _hold(Recorder(), Reservation("1", 0.01, None), 3)  # type: ignore[arg-type]
     assert calls == [("reserve", "reserved-3", "1")]
+
+
+@pytest.mark.parametrize("args, option", [
+    (["--timeout", "-5"], "--timeout"),
+    (["--timeout", "0"], "--timeout"),
+    (["--max-error-exits", "0"], "--max-error-exits"),
+    (["--max-load", "2"], "--max-load"),
+])  # fmt: skip
+def test_bad_option_values_are_usage_errors(tmp_path: Path, args: list[str], option: str) -> None:
+    """Defect 7: `--timeout -5` started a run that then 'did not finish within -5 s'."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "edl.cli.main", "run", str(DIGITS / "job.yaml"),
+         "--runs-dir", str(tmp_path / "runs"), *args],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and option in lines[0] and "Traceback" not in done.stderr, done.stderr
+    assert not (tmp_path / "runs").exists()

@@ -204,7 +204,13 @@ class EmbeddedEtcd:
 
     @property
     def running(self) -> bool:
+        """Whether the server process is alive (polling reaps a dead one: no zombie stays)."""
         return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def returncode(self) -> int | None:
+        """The dead server's exit status (negative: killed by that signal), else None."""
+        return self._proc.poll() if self._proc is not None else None
 
     def log_tail(self, lines: int = 20) -> str:
         """Last lines of the server's log, for error messages."""

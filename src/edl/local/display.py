@@ -27,6 +27,7 @@ STATE_STYLES = {
     "Stale": "red",
 }
 MAX_POD_ROWS = 12
+MAX_EVENT_ROWS = 6
 
 
 def fmt_duration(seconds: float) -> str:
@@ -57,7 +58,7 @@ def summary_line(s: RunSnapshot, state: str | None = None) -> str:
         parts.append(f"accuracy {s.accuracy:.3f}")
     parts.append(fmt_duration(s.elapsed_s))
     line = ", ".join(parts)
-    return f"{line} — {s.message}" if s.message and shown not in ("Running",) else line
+    return f"{line} — {s.message}" if s.message else line
 
 
 def render(s: RunSnapshot, state: str | None = None) -> RenderableType:
@@ -99,6 +100,8 @@ def render(s: RunSnapshot, state: str | None = None) -> RenderableType:
     parts: list[RenderableType] = [figures]
     if s.pods:
         parts.append(pod_table(s))
+    for at, text in s.events[-MAX_EVENT_ROWS:]:
+        parts.append(Text(f"{fmt_duration(at)}  {text}", style="yellow"))
     if s.message:
         parts.append(Text(s.message, style=STATE_STYLES.get(shown, "")))
     if s.run_dir:
@@ -115,6 +118,8 @@ def pod_table(s: RunSnapshot) -> Table:
     rows = live + ended[-max(0, MAX_POD_ROWS - len(live)) :] if ended else live
     for p in rows[:MAX_POD_ROWS]:
         where = str(p.pid) if p.pid else ("" if p.exit_code is None else f"exit {p.exit_code}")
+        if p.phase == "Pending" and p.message:
+            where = p.message  # the scheduler's reason
         table.add_row(p.name, p.role, Text(p.phase, STATE_STYLES.get(p.phase, "")), where)
     hidden = len(s.pods) - min(len(rows), MAX_POD_ROWS)
     if hidden > 0:
@@ -138,6 +143,7 @@ class LiveDisplay:
         self._live: Any = None
         self._last_line = ""
         self._last_line_at = float("-inf")
+        self._events_printed = 0
 
     def __enter__(self) -> LiveDisplay:
         if not self.plain:
@@ -151,6 +157,10 @@ class LiveDisplay:
         if self._live is not None:
             self._live.update(render(snapshot))
             return
+        new = snapshot.events_total - self._events_printed
+        for at, text in snapshot.events[-new:] if new > 0 else []:
+            print(f"{snapshot.job}: [{fmt_duration(at)}] {text}", flush=True)
+        self._events_printed = max(self._events_printed, snapshot.events_total)
         line = summary_line(snapshot)
         now = time.monotonic()
         changed = _figures(line) != _figures(self._last_line)

@@ -53,6 +53,20 @@ def apply_trainers(
     )
 
 
+def run_state(ever_running: bool, running: int, desired: int, waiting: str) -> tuple[str, str]:
+    """(state, message) of a live run, consistent with the trainer counts shown beside it.
+
+    A job that has trained stays Running while its trainers are replaced (the message
+    says none runs); `waiting` is the first pod the scheduler cannot place, with why.
+    """
+    if running:
+        return "Running", f"waiting: {waiting}" if waiting else ""
+    if ever_running:
+        detail = f": {waiting}" if waiting else ", replacements starting"
+        return "Running", f"no trainer running ({desired} desired){detail}"
+    return "Starting", f"waiting: {waiting}" if waiting else "waiting for trainers to start"
+
+
 def touch(s: RunSnapshot, state: str | None = None, message: str | None = None) -> RunSnapshot:
     """The snapshot as of now, optionally with a new state/message."""
     return replace(

@@ -66,6 +66,10 @@ class RunSnapshot:
     pods: list[PodLine] = field(default_factory=list)
     # [seconds since start, trainer parallelism] at every change the Autoscaler made
     desired_history: list[list[float]] = field(default_factory=list)
+    # faults and decisions, one line each: [seconds since start, text]; the last few only,
+    # events_total counts them all (a reader prints those it has not printed yet)
+    events: list[list[Any]] = field(default_factory=list)
+    events_total: int = 0
 
     @property
     def elapsed_s(self) -> float:

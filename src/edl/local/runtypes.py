@@ -1,0 +1,77 @@
+"""The plain data of a local run: its options, its result and the reservation pod."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edl.local.status import RunSnapshot
+
+SUCCEEDED, FAILED, STOPPED = "Succeeded", "Failed", "Stopped"
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Knobs of a local run (the `edl run` flags)."""
+
+    runs_root: Path = Path("runs")
+    cpu: str | None = None  # virtual allocatable; None: this machine's cores
+    memory: str | None = None  # virtual allocatable; None: this machine's memory
+    policy: str = "default"
+    max_load_desired: float = 0.97
+    autoscale_interval_s: float = 2.0
+    status_interval_s: float = 1.0
+    refresh_s: float = 0.5
+    max_error_exits: int = 3
+    shutdown_grace_s: float = 5.0
+    timeout_s: float | None = None
+    job_dir: Path = field(default_factory=Path.cwd)  # relative workspaces resolve here
+
+
+@dataclass(frozen=True)
+class RunResult:
+    state: str  # Succeeded | Failed | Stopped
+    message: str
+    run_dir: Path
+    snapshot: RunSnapshot
+
+    @property
+    def ok(self) -> bool:
+        return self.state == SUCCEEDED
+
+
+@dataclass
+class RoleFailures:
+    count: int = 0
+    last_pod: str = ""
+    last_code: int = 0
+    last_message: str = ""
+
+
+def reservation_pod(name: str, namespace: str, cpu: str, memory: str) -> dict[str, Any]:
+    """A pod that only holds resources: an idle process that exits on SIGTERM."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"edl.dev/role": "reservation"},
+        },
+        "spec": {
+            "terminationGracePeriodSeconds": 2,
+            "containers": [
+                {
+                    "name": "hold",
+                    "command": ["python", "-c", "import signal; signal.pause()"],
+                    "resources": {"requests": {"cpu": cpu, "memory": memory}},
+                }
+            ],
+        },
+    }
+
+
+def last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else ""
