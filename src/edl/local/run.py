@@ -272,7 +272,7 @@ class LocalRun:
         counts = self.cluster.trainer_counts(self.namespace, self.name)
         if not self._desired_history or self._desired_history[-1][1] != counts.desired:
             elapsed = round(time.monotonic() - self._started, 2)
-            if self._desired_history:
+            if self._desired_history and self._desired_history[-1][1]:  # not the creation
                 self._event(f"autoscaler: trainers {self._desired_history[-1][1]} -> "
                             f"{counts.desired} (policy {self.options.policy})")
             self._desired_history.append((elapsed, counts.desired))
