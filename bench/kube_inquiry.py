@@ -2,7 +2,7 @@
 
 What is measured, in one run on this machine:
 
-* **in-memory (edl)**: `edl.cluster.kube.state.ClusterState` fed pod by pod as the
+* **in-memory (edl)**: `edl.kube.state.ClusterState` fed pod by pod as the
   reflector feeds it (each pod dict folded into an O(1) ledger and dropped). One
   tick = what the autoscaler does: the `ClusterResource` snapshot + `job_pods`
   for 100 jobs. Watch events are applied as they arrive, between ticks; their
@@ -35,7 +35,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from edl.accounting import inquire_resource
-from edl.cluster.kube.state import ClusterState, NodeStore, PodStore
+from edl.kube.state import ClusterState, NodeStore, PodStore
 
 TARGET_TICK_S = 0.100
 TARGET_MEMORY_MB = 500

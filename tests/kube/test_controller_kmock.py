@@ -29,7 +29,7 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import PatchType
 
-from edl.cluster.kube.adapter import TrainingJobResource
+from edl.kube.cluster import TrainingJobResource
 from edl.kube.runner import ControllerProcess
 from polling import eventually
 

@@ -21,7 +21,7 @@ import yaml
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Node
 
-from edl.cluster.kube.adapter import TrainingJobResource
+from edl.kube.cluster import TrainingJobResource
 from polling import eventually
 
 ROOT = Path(__file__).resolve().parents[2]

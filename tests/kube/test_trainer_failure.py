@@ -21,8 +21,8 @@ from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import PatchType
 
-from edl.cluster.kube.adapter import TrainingJobResource
-from edl.cluster.kube.failures import last_trainer_failure
+from edl.kube.cluster import TrainingJobResource
+from edl.kube.failures import last_trainer_failure
 from edl.kube.runner import ControllerProcess
 from polling import eventually
 

@@ -17,8 +17,8 @@ from lightkube import AsyncClient
 from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import Node, Pod
 
-from edl.cluster.kube.adapter import KubeCluster
 from edl.cluster.port import TrainerPod, VictimScaling
+from edl.kube.cluster import KubeCluster
 from polling import eventually
 
 PODS = kmock.resource("v1/pods")

@@ -14,9 +14,9 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Node, Pod
 
 from edl.accounting import inquire_resource
-from edl.cluster.kube.reflector import Reflector
-from edl.cluster.kube.state import ClusterState, NodeStore, PodStore
 from edl.cluster.port import JobPods
+from edl.kube.reflector import Reflector
+from edl.kube.state import ClusterState, NodeStore, PodStore
 from polling import eventually
 
 

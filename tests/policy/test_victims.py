@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from edl.accounting import PodResources
-from edl.autoscaler import pick_victims
 from edl.cluster.port import TrainerPod
+from edl.control.autoscaler import pick_victims
 from edl.policy import get_policy
 
 if "policy_cluster" not in sys.modules:

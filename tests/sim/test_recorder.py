@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from edl.cluster.inproc.plane import ClusterSample, ReplicaCounts, TrainerCounts
+from edl.cluster.inproc.cluster import ClusterSample, ReplicaCounts, TrainerCounts
 from edl.sim.runner import _Recorder
 
 

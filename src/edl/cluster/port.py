@@ -3,10 +3,10 @@
 Three teams code against this module:
 
 * the Controller and Autoscaler use **only** `Cluster` — so Kubernetes
-  (`edl.cluster.kube`), simulation and local runs (`edl.cluster.inproc`)
+  (`edl.kube`), simulation and local runs (`edl.cluster.inproc`)
   are interchangeable behind it;
 * the in-process control plane takes a `Clock` (virtual time for `edl simulate`,
-  real time for `edl run`) and a `PodRuntime` (simulated pods, or real
+  real time for `edl run`) and a `PodRunner` (simulated pods, or real
   processes on this machine).
 
 Objects cross this boundary as plain dicts in Kubernetes manifest shape
@@ -60,22 +60,6 @@ class NotFoundError(ClusterError):
 
 class AlreadyExistsError(ClusterError):
     """A create named an object that already exists (HTTP 409 AlreadyExists)."""
-
-
-def training_job_key(obj: object) -> tuple[str, str] | None:
-    """(namespace, name) of a TrainingJob event's object; None if it cannot be addressed.
-
-    Events come from outside (an API server, a test, a user's file). An object
-    with no usable ``metadata.name`` can get neither a status nor children, so
-    receivers skip it instead of letting it crash the watch that delivered it.
-    """
-    metadata = obj.get("metadata") if isinstance(obj, Mapping) else None
-    if not isinstance(metadata, Mapping):
-        return None
-    name, namespace = metadata.get("name"), metadata.get("namespace") or "default"
-    if not isinstance(name, str) or not name or not isinstance(namespace, str):
-        return None
-    return namespace, name
 
 
 # --------------------------------------------------------------------------- Cluster
@@ -243,6 +227,21 @@ class VictimScaling(Protocol):
         ...
 
 
+@runtime_checkable
+class TrainerFailures(Protocol):
+    """Optional `Cluster` capability: the error of a job's last failed trainer.
+
+    The Controller puts it in a Failed job's status message, so the user reads
+    why without looking for the pod. Clusters that keep no termination messages
+    lack it.
+    """
+
+    async def last_trainer_failure(self, job: TrainingJob) -> str:
+        """``<pod> (exit <code>): <last line of its message>`` of the last counted
+        trainer failure; "" if none."""
+        ...
+
+
 # --------------------------------------------------------------------------- plugs
 
 
@@ -270,6 +269,10 @@ class Clock(Protocol):
         """Suspend the calling task for ``seconds`` of this clock's time."""
         ...
 
+    def call_soon(self, callback: Callable[..., object], *args: Any) -> Timer:
+        """Run ``callback(*args)`` on the event loop as soon as it is free."""
+        ...
+
     def call_later(self, delay: float, callback: Callable[..., object], *args: Any) -> Timer:
         """Run ``callback(*args)`` on the event loop after ``delay`` seconds."""
         ...
@@ -279,24 +282,24 @@ class Clock(Protocol):
         ...
 
 
-class PodRuntime(Protocol):
+class PodRunner(Protocol):
     """Runs the containers of pods the scheduler has bound to a node.
 
-    Implementations: `edl.cluster.inproc.runtime.SimulatedPodRuntime` (start
+    Implementations: `edl.cluster.inproc.simulated_pods.SimulatedPodRunner` (start
     latency and termination time drawn from distributions) and, for
-    ``edl run``, a runtime that starts real processes.
+    ``edl run``, a pod runner that starts real processes.
 
     Contract (callbacks are plain functions, call them on the event loop thread):
 
     * `start` is called once per pod, after binding (``spec.nodeName`` set).
-      The runtime calls ``on_running()`` at most once when the containers run,
+      The pod runner calls ``on_running()`` at most once when the containers run,
       and ``on_exit(code)`` exactly once when they have all stopped
       (0 = success -> phase Succeeded, anything else -> Failed).
     * `stop` asks the pod to end: SIGTERM now, SIGKILL once ``grace_period_s``
       has passed. It may come before ``on_running`` and must still lead to
       exactly one ``on_exit``. Until ``on_exit``, the pod keeps its phase
       and its node's resources, as a terminating pod does in Kubernetes.
-    * Neither method blocks; a runtime schedules work on the event loop.
+    * Neither method blocks; a pod runner schedules work on the event loop.
     """
 
     def start(
@@ -307,3 +310,11 @@ class PodRuntime(Protocol):
     ) -> None: ...
 
     def stop(self, pod: Manifest, grace_period_s: float) -> None: ...
+
+
+@runtime_checkable
+class TerminationMessages(Protocol):
+    """Optional `PodRunner` capability: what a pod's container said as it failed
+    (Kubernetes' ``terminationMessage``: the tail of its log)."""
+
+    def termination_message(self, pod_name: str) -> str | None: ...

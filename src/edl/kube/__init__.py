@@ -1,5 +1,11 @@
-"""Kubernetes integration: the CRD, the kopf operator, metrics and leader election.
+"""Kubernetes: the `KubeCluster` adapter behind the `Cluster` port and everything only a
+Kubernetes deployment needs (CRD, kopf operator, Lease election, metrics, the
+`edl controller` process).
 
-The Cluster adapter that the Controller and Autoscaler drive lives in
-`edl.cluster.kube`; this package holds what only a Kubernetes deployment needs.
+Layers, each importing only from those above it in this list:
+
+1. leaves: `client`, `retry`, `crd`, `status`, `events`, `failures`;
+2. the watch cache: `reflector`, `state`;
+3. `cluster.KubeCluster`;
+4. on top: `operator`, `autoscaling`, `leader`, `metrics`, `runner`.
 """

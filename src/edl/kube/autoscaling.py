@@ -1,6 +1,6 @@
 """The Autoscaler as it runs on Kubernetes: the same loop plus Events and metrics.
 
-`edl.autoscaler.Autoscaler.tick` decides and scales; this subclass only
+`edl.control.autoscaler.Autoscaler.tick` decides and scales; this subclass only
 reports: a Kubernetes Event per applied decision (before -> after, reason,
 cluster load vs max_load_desired), the decision counter and the plan-duration
 histogram. No scaling logic lives here.
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import time
 
-from edl.autoscaler import Autoscaler
-from edl.cluster.kube.adapter import KubeCluster
+from edl.control.autoscaler import Autoscaler
+from edl.kube.cluster import KubeCluster
 from edl.kube.events import EventRecorder, scale_event
 from edl.kube.metrics import ControllerMetrics
 from edl.policy import Decision, Policy

@@ -23,8 +23,8 @@ from typing import Any
 
 import kopf
 
-from edl.cluster.kube.adapter import KubeCluster
-from edl.cluster.port import training_job_key
+from edl.api.names import training_job_key
+from edl.kube.cluster import KubeCluster
 from edl.kube.crd import GROUP, PLURAL, VERSION
 
 log = logging.getLogger(__name__)

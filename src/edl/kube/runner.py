@@ -4,7 +4,7 @@ Standby replicas serve /healthz and /readyz and wait for the Lease. The leader
 starts the node/pod caches, then the Controller, the Autoscaler and kopf
 (in that order, so no TrainingJob event arrives before the Controller listens).
 If the leader cannot renew its Lease it stops everything and `run_controller`
-raises `LeadershipLost`; the process exits and Kubernetes restarts it as a standby.
+raises `LeaseLost`; the process exits and Kubernetes restarts it as a standby.
 """
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from edl.cluster.kube.adapter import KubeCluster
-from edl.controller import Controller
+from edl.control.controller import Controller
+from edl.control.loops import ControlLoops
 from edl.kube.autoscaling import KubeAutoscaler
 from edl.kube.client import make_client
+from edl.kube.cluster import KubeCluster
 from edl.kube.events import EventRecorder
 from edl.kube.leader import LeaderElector
 from edl.kube.metrics import ControllerMetrics, HealthState, bound_port, make_app, serve
@@ -91,7 +92,7 @@ class ControllerProcess:
         try:
             done, _ = await asyncio.wait({leading, stopping}, return_when=asyncio.FIRST_COMPLETED)
             if leading in done:
-                leading.result()  # LeadershipLost or a crash of the leader's work
+                leading.result()  # LeaseLost or a crash of the leader's work
         finally:
             self.stop.set()
             for task in (leading, stopping, beat):
@@ -115,7 +116,7 @@ class ControllerProcess:
             await asyncio.sleep(1.0)
 
     def _observe_jobs(self, cluster: KubeCluster) -> None:
-        for (namespace, name), body in list(cluster._jobs.items()):
+        for (namespace, name), body in cluster.training_jobs():
             status = body.get("status")
             trainers = status.get("trainers") if isinstance(status, Mapping) else None
             if not isinstance(trainers, Mapping):
@@ -140,23 +141,16 @@ class ControllerProcess:
         self.controller = Controller(cluster, self.autoscaler,
                                      status_interval=options.status_interval)
         kopf = OperatorThread(cluster, server=options.server, namespace=options.namespace)
-        tasks = [
-            asyncio.create_task(self.controller.run(), name="controller"),
-            asyncio.create_task(self.autoscaler.run(), name="autoscaler"),
-        ]
+        loops = ControlLoops(self.controller, self.autoscaler)
+        loops.start()
         await asyncio.sleep(0)  # let the Controller subscribe before kopf delivers jobs
         kopf.start()
-        tasks.append(asyncio.create_task(kopf.wait(), name="kopf"))
+        loops.add("kopf", kopf.wait())
         try:
-            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                task.result()
-            raise RuntimeError("a controller loop ended unexpectedly")
+            await loops.wait()
         finally:
             await kopf.stop()
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await loops.stop()
             await cluster.stop()
             self.health.synced = False
             self.health.leader = False

@@ -5,7 +5,7 @@ What runs, all in this process except the pods and etcd:
 * an embedded etcd (`edl.coord.embedded.EmbeddedEtcd`) — it replaces the
   master pod's etcd sidecar, which is not run locally;
 * `InProcessCluster` on the real clock (`AsyncioClock`) with this machine as its
-  one node and `ProcessPodRuntime` as kubelet: pods are process groups;
+  one node and `ProcessPodRunner` as kubelet: pods are process groups;
 * the `Controller` and the `Autoscaler` — the same code that runs on Kubernetes;
 * a monitor loop that folds the cluster, the pods and the master's progress
   (read from etcd) into a `RunSnapshot`, hands it to the display and writes
@@ -37,10 +37,9 @@ from pathlib import Path
 from typing import Any
 
 from edl.api.trainingjob import TrainingJob
-from edl.autoscaler import Autoscaler
 from edl.cluster.inproc import AsyncioClock, InProcessCluster
 from edl.cluster.port import ClusterError, NotFoundError
-from edl.controller import Controller
+from edl.control.loops import ControlLoops
 from edl.coord.embedded import EmbeddedEtcd
 from edl.jobparser import JobParser
 from edl.local import snapshot as snap
@@ -56,8 +55,8 @@ from edl.local.events import (
 from edl.local.fit import job_footprint, pending_reasons, shortfall
 from edl.local.node import local_node
 from edl.local.podspec import default_context
+from edl.local.process_pods import ProcessPodRunner
 from edl.local.progress import ProgressReader
-from edl.local.runtime import ProcessPodRuntime
 from edl.local.runtypes import (
     FAILED,
     STOPPED,
@@ -96,11 +95,10 @@ class LocalRun:
         self.on_update = on_update
         self.run_dir = new_run_dir(self.options.runs_root.resolve(), self.name)
         self.etcd: EmbeddedEtcd | None = None
-        self.runtime: ProcessPodRuntime | None = None
+        self.pod_runner: ProcessPodRunner | None = None
         self.cluster: InProcessCluster | None = None
-        self.controller: Controller | None = None
-        self.autoscaler: Autoscaler | None = None
-        self._tasks: list[asyncio.Task[Any]] = []
+        self.loops: ControlLoops | None = None
+        self._etcd_watch: asyncio.Task[None] | None = None
         self._progress: ProgressReader | None = None
         self._stop = asyncio.Event()
         self._stop_reason = ""
@@ -148,11 +146,11 @@ class LocalRun:
             default_env={"EDL_CHECKPOINT_DIR": str(self.run_dir / "checkpoints")},
             workspace_base=str(self.options.job_dir.resolve()),
         )
-        self.runtime = ProcessPodRuntime(self.run_dir, context, cwd=self.options.job_dir)
+        self.pod_runner = ProcessPodRunner(self.run_dir, context, cwd=self.options.job_dir)
         clock = AsyncioClock()
         self.cluster = InProcessCluster(
             clock,
-            self.runtime,
+            self.pod_runner,
             backoff_base_s=LOCAL_BACKOFF_BASE_S,
             backoff_max_s=LOCAL_BACKOFF_MAX_S,
         )
@@ -160,22 +158,17 @@ class LocalRun:
             node["metadata"]["name"], node["status"]["allocatable"], node["metadata"]["labels"]
         )
         self.cluster.watch_pods(self._on_pod_event)
-        self.autoscaler = Autoscaler(
+        self.loops = ControlLoops.new(
             self.cluster,
+            self.options.max_load_desired,
             policy=self.options.policy,
-            max_load_desired=self.options.max_load_desired,
             interval=self.options.autoscale_interval_s,
+            status_interval=self.options.status_interval_s,
         )
-        self.controller = Controller(
-            self.cluster, self.autoscaler, status_interval=self.options.status_interval_s
+        self.loops.start()
+        self._etcd_watch = asyncio.create_task(
+            keep_etcd_alive(self.etcd, self._event, self._fail_now), name="etcd watch"
         )
-        self._tasks = [
-            asyncio.create_task(self.controller.run(), name="controller"),
-            asyncio.create_task(self.autoscaler.run(), name="autoscaler"),
-            asyncio.create_task(
-                keep_etcd_alive(self.etcd, self._event, self._fail_now), name="etcd watch"
-            ),
-        ]
         self._progress = ProgressReader(endpoints, self.namespace, self.name)
         self.snapshot = replace(self.snapshot, etcd_endpoints=endpoints)
         self.cluster.create_training_job(self.job.to_dict())
@@ -202,8 +195,8 @@ class LocalRun:
     def kill_now(self) -> None:
         """SIGKILL every pod at once (a second Ctrl-C)."""
         self.stop()
-        if self.runtime is not None:
-            self.runtime.kill_all()
+        if self.pod_runner is not None:
+            self.pod_runner.kill_all()
 
     async def wait(self) -> RunResult:
         """Monitor until the job ends; returns the outcome (teardown is `close()`)."""
@@ -226,12 +219,12 @@ class LocalRun:
 
     async def close(self, result: RunResult | None = None) -> None:
         """Tear everything down; nothing of the run survives this."""
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
+        if self.loops is not None:
+            await self.loops.stop()
+        if self._etcd_watch is not None:
+            self._etcd_watch.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        self._tasks = []
+                await self._etcd_watch
         if result is not None and result.state == FAILED and self.cluster is not None:
             with contextlib.suppress(ClusterError):
                 await self.cluster.update_training_job_status(
@@ -239,8 +232,8 @@ class LocalRun:
                 )
         if self.cluster is not None:
             await delete_workloads(self.cluster, self.namespace, self.name)
-        if self.runtime is not None:
-            await self.runtime.shutdown(self.options.shutdown_grace_s)
+        if self.pod_runner is not None:
+            await self.pod_runner.shutdown(self.options.shutdown_grace_s)
         if self._progress is not None:
             await self._progress.close()
         if self.etcd is not None:
@@ -319,9 +312,9 @@ class LocalRun:
 
     def _check_new_pservers(self) -> None:
         """Say how each replacement pserver came back (restored from a checkpoint or not)."""
-        assert self.runtime is not None
+        assert self.pod_runner is not None
         for name in list(self._new_pservers):
-            record = next((r for r in self.runtime.records() if r.name == name), None)
+            record = next((r for r in self.pod_runner.records() if r.name == name), None)
             if record is None or not record.log_path:
                 continue
             line = pserver_start_event(name, read_log(Path(record.log_path)))
@@ -354,10 +347,12 @@ class LocalRun:
             return FAILED, self._fatal
         if self._stop.is_set():
             return STOPPED, self._stop_reason or "stopped"
-        for task in self._tasks:  # the Controller and Autoscaler loops never end by themselves
-            if task.done():
-                error = None if task.cancelled() else task.exception()
-                return FAILED, f"the {task.get_name()} stopped: {error!r}"
+        failure = self.loops.failure() if self.loops is not None else None
+        if failure is not None:
+            return FAILED, failure
+        watch = self._etcd_watch
+        if watch is not None and watch.done() and not watch.cancelled() and watch.exception():
+            return FAILED, f"the etcd watch stopped: {watch.exception()!r}"
         for role, failures in self._failures.items():
             if failures.count >= self.options.max_error_exits:
                 detail = failures.last_message.strip().splitlines()
@@ -393,7 +388,7 @@ class LocalRun:
         previous = self._pods.get(name)
         if event == "exited":
             code = int((pod.manifest.get("status") or {}).get("exitCode", 0))
-            message = self.runtime.termination_message(name) if self.runtime else ""
+            message = self.pod_runner.termination_message(name) if self.pod_runner else ""
             ran = pod.node is not None  # bound: its processes were started
             phase = exit_phase(code, pod.terminating, ran)
             self._pods[name] = PodLine(name, role, phase, None, code, last_line(message))
@@ -421,8 +416,8 @@ class LocalRun:
 
     def _refresh_pods(self) -> None:
         pids = {}
-        if self.runtime is not None:
-            pids = {r.name: r.pids[0] for r in self.runtime.records() if r.pids}
+        if self.pod_runner is not None:
+            pids = {r.name: r.pids[0] for r in self.pod_runner.records() if r.pids}
         lines = [
             replace(p, pid=pids.get(p.name)) if p.exit_code is None else p
             for p in self._pods.values()

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edl.api.names import LABEL_ROLE
 from edl.local.status import RunSnapshot
 
 SUCCEEDED, FAILED, STOPPED = "Succeeded", "Failed", "Stopped"
@@ -57,7 +58,7 @@ def reservation_pod(name: str, namespace: str, cpu: str, memory: str) -> dict[st
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "labels": {"edl.dev/role": "reservation"},
+            "labels": {LABEL_ROLE: "reservation"},
         },
         "spec": {
             "terminationGracePeriodSeconds": 2,

@@ -17,12 +17,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from edl.api.names import trainer_job_name
 from edl.cluster.inproc.clock import VirtualClock
-from edl.cluster.inproc.plane import ClusterSample, InProcessCluster
-from edl.cluster.inproc.runtime import Fixed, SimulatedPodRuntime, Uniform
+from edl.cluster.inproc.cluster import ClusterSample, InProcessCluster
+from edl.cluster.inproc.simulated_pods import Fixed, SimulatedPodRunner, Uniform
 from edl.cluster.port import ConflictError, NotFoundError
+from edl.control.loops import ControlLoops
 from edl.sim.jobs import training_job_manifest
-from edl.sim.loops import start_loops
 from edl.sim.metrics import Metrics, compute_metrics
 from edl.sim.scenario import JobPlan, Scenario, Workload, expand_jobs
 from edl.sim.timeline import JobSeries, Timeline, WorkloadSeries
@@ -119,7 +120,7 @@ class _Run:
         self.clock = VirtualClock(start=-warmup)
         latency = scenario.pod_start_latency_s
         termination = scenario.termination_s
-        runtime = SimulatedPodRuntime(
+        pod_runner = SimulatedPodRunner(
             self.clock,
             random.Random(seed),
             start_latency=Uniform(latency.min, latency.max),
@@ -131,7 +132,7 @@ class _Run:
             other_termination=Fixed(termination.other),
         )
         self.cluster = InProcessCluster(
-            self.clock, runtime, placement=scenario.placement, seed=seed
+            self.clock, pod_runner, placement=scenario.placement, seed=seed
         )
         for group in scenario.cluster.node_groups:
             allocatable = group.allocatable.to_resource_list()
@@ -144,7 +145,7 @@ class _Run:
         }
         self.recorder = _Recorder(keys)
         self._start_trainers = {
-            (plan.namespace, f"{plan.name}-trainer"): plan.start_trainers
+            (plan.namespace, trainer_job_name(plan.name)): plan.start_trainers
             for plan in self.plans
             if self.elastic and plan.start_trainers is not None
         }
@@ -210,9 +211,13 @@ class _Run:
     async def main(self, progress: Progress | None) -> Timeline:
         self._background()
         self.cluster.store.listen("Job", self._on_job_event)
-        stop_loops = await start_loops(
-            self.cluster, self.scenario, self.policy if self.elastic else None
+        loops = ControlLoops.new(
+            self.cluster,
+            self.scenario.autoscaler.max_load_desired if self.elastic else None,
+            policy=self.policy,
+            interval=self.scenario.autoscaler.interval_s,
         )
+        loops.start()
         self._schedule()
         interval = self.scenario.sample_interval_s
         steps = int(self.scenario.duration_s / interval + 1e-9)
@@ -224,7 +229,7 @@ class _Run:
                 if progress is not None:
                     progress(when)
         finally:
-            await stop_loops()
+            await loops.stop()
         return self.recorder.timeline
 
 

@@ -95,6 +95,9 @@ class AsyncioClock:
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(max(0.0, seconds))
 
+    def call_soon(self, callback: Callable[..., object], *args: Any) -> asyncio.Handle:
+        return self.loop.call_soon(callback, *args)
+
     def call_later(
         self, delay: float, callback: Callable[..., object], *args: Any
     ) -> asyncio.TimerHandle:

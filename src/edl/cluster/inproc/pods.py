@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from edl.accounting import PodResources
+from edl.api.names import LABEL_JOB, LABEL_ROLE
 from edl.cluster.port import Manifest
 
 OwnerKey = tuple[str, str, str]  # (kind, namespace, name)
@@ -62,8 +63,8 @@ class PodRecord:
         self.uid: str = metadata["uid"]
         self.namespace: str = metadata["namespace"]
         self.name: str = metadata["name"]
-        self.role: str = labels.get("edl.dev/role", "")
-        self.job: str = labels.get("edl.dev/job", "")
+        self.role: str = labels.get(LABEL_ROLE, "")
+        self.job: str = labels.get(LABEL_JOB, "")
         self.owner = owner
         self.resources = resources
         self.seq = seq  # creation order: newer pods have larger seq

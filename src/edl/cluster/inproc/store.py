@@ -17,6 +17,7 @@ import marshal
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from edl.api.names import object_key
 from edl.cluster.port import AlreadyExistsError, ConflictError, Manifest, NotFoundError
 
 Key = tuple[str, str]  # (namespace, name)
@@ -50,12 +51,6 @@ def copy_manifest(obj: Any) -> Any:
     if kind is list:
         return [copy_manifest(value) for value in obj]
     return obj
-
-
-def object_key(obj: Mapping[str, Any]) -> Key:
-    """(namespace, name) of a manifest; namespace defaults to 'default' as kubectl does."""
-    metadata = obj.get("metadata") or {}
-    return metadata.get("namespace") or "default", metadata.get("name") or ""
 
 
 class ObjectStore:

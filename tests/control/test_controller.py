@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from edl.controller import Controller
+from edl.control.controller import Controller
 
 
 class RecordingAutoscaler:
@@ -228,27 +227,6 @@ def test_no_object_shape_crashes_the_controller(clock, cluster_factory, manifest
     assert all(name == "good" for _, name in listener.events)  # odd objects never reach it
 
 
-def test_seed_style_controller_owns_and_runs_its_autoscaler(clock, cluster_factory, manifests):
-    # The seed's New(cluster, maxLoadDesired) + Run(): one object watches and scales.
-    cluster = cluster_factory(nodes=2, cpu="16")
-    controller = Controller(cluster, max_load_desired=0.9, status_interval=1.0)
-    assert controller.autoscaler is not None
-    assert controller.autoscaler.max_load_desired == 0.9
-    cluster.create_training_job(manifests.training_job("elastic", 1, 20, cpu="2"))
-
-    async def scenario():
-        task = asyncio.create_task(controller.run())
-        await asyncio.sleep(60)
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-
-    clock.run(scenario())
-    trainer = cluster.store.peek("Job", "default", "elastic-trainer")
-    # 32 CPUs, 90 % of it, minus master and pserver (1.5 CPU), 2 CPU per trainer -> 13
-    assert 1 < trainer["spec"]["parallelism"] <= 13
-    assert controller.autoscaler.ticks > 0
-
-
 def test_watch_training_jobs_delivers_existing_and_new_jobs_until_unsubscribed(
     clock, cluster_factory, manifests
 ):
@@ -268,11 +246,3 @@ def test_watch_training_jobs_delivers_existing_and_new_jobs_until_unsubscribed(
 
     clock.run(scenario())
     assert [name for _, name in listener.events] == ["before", "during"]
-
-
-def test_max_load_desired_and_an_autoscaler_are_exclusive(clock, cluster_factory):
-    cluster = cluster_factory()
-    with pytest.raises(ValueError, match="not both"):
-        Controller(cluster, RecordingAutoscaler(), max_load_desired=0.9)
-    with pytest.raises(ValueError, match="max_load_desired"):
-        Controller(cluster, max_load_desired=1.5)

@@ -13,8 +13,8 @@ simulator (virtual time) and local runs (real time).
 * ``on_del`` deletes the children (missing ones are fine).
 * ``run()`` watches TrainingJobs (`watch_training_jobs`) and refreshes every
   job's status every ``status_interval`` seconds: state, trainers
-  desired/running/pending, message. Built as the seed's ``New(cluster,
-  max_load_desired)``, it also owns and runs its Autoscaler.
+  desired/running/pending, message. `edl.control.loops.ControlLoops` runs it
+  beside its Autoscaler.
 * The Autoscaler hears about every valid job (``on_add``/``on_update``/``on_del``).
 * A trainer Job that fails (condition Failed, e.g. ``BackoffLimitExceeded``)
   makes the job Failed, with the reason and, from clusters that keep it, the
@@ -35,19 +35,18 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from edl.api.errors import JobValidationError
+from edl.api.names import trainer_job_name, training_job_key
 from edl.api.trainingjob import TrainingJob
-from edl.autoscaler import Autoscaler
 from edl.cluster.port import (
     AlreadyExistsError,
     Cluster,
     ClusterError,
     Manifest,
     NotFoundError,
+    TrainerFailures,
     Unsubscribe,
-    training_job_key,
 )
 from edl.jobparser import JobParser
-from edl.policy import Policy
 
 log = logging.getLogger(__name__)
 
@@ -123,14 +122,9 @@ class Controller:
 
     Args:
         cluster: any `Cluster` (Kubernetes, in-process).
-        autoscaler: told about valid jobs; optional. Callers that run the
-            Autoscaler themselves (simulator, `edl run`, `edl controller`) pass it here.
+        autoscaler: told about valid jobs; optional (None: no autoscaling).
         parser: the JobParser (defaults to `edl.jobparser.JobParser()`).
         status_interval: seconds between status refreshes in `run()`.
-        max_load_desired: the seed's ``New(cluster, maxLoadDesired)``: build an
-            `edl.autoscaler.Autoscaler` with this load target (and ``policy``)
-            that `run()` runs alongside the watch. Not together with ``autoscaler``.
-        policy: the owned Autoscaler's policy (name or `Policy`).
     """
 
     def __init__(
@@ -139,19 +133,8 @@ class Controller:
         autoscaler: JobListener | None = None,
         parser: JobParser | None = None,
         status_interval: float = 5.0,
-        *,
-        max_load_desired: float | None = None,
-        policy: Policy | str = "default",
     ) -> None:
         self.cluster = cluster
-        self._owned_autoscaler: Autoscaler | None = None
-        if max_load_desired is not None:
-            if autoscaler is not None:
-                raise ValueError("pass either an autoscaler or max_load_desired, not both")
-            if not 0 < max_load_desired <= 1:
-                raise ValueError(f"max_load_desired must be in (0, 1] (got {max_load_desired})")
-            self._owned_autoscaler = Autoscaler(cluster, policy, max_load_desired)
-            autoscaler = self._owned_autoscaler
         self.autoscaler = autoscaler
         self.parser = parser or JobParser()
         self.status_interval = status_interval
@@ -195,27 +178,14 @@ class Controller:
         return self.cluster.watch_training_jobs(self)
 
     async def run(self) -> None:
-        """Watch TrainingJobs and refresh their status every ``status_interval`` s, forever.
-
-        When the Controller built its own Autoscaler (``max_load_desired`` given), that
-        Autoscaler runs here too, as the seed's ``Run`` started both.
-        """
+        """Watch TrainingJobs and refresh their status every ``status_interval`` s, forever."""
         unsubscribe = self.watch_training_jobs()
-        scaling = (
-            asyncio.create_task(self._owned_autoscaler.run(), name="autoscaler")
-            if self._owned_autoscaler is not None
-            else None
-        )
         try:
             while True:
                 await asyncio.sleep(self.status_interval)
                 await self.tick()
         finally:
             unsubscribe()
-            if scaling is not None:
-                scaling.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await scaling
 
     async def tick(self) -> None:
         """Refresh the status of every known job (writes only what changed)."""
@@ -275,7 +245,7 @@ class Controller:
 
     async def _delete_children(self, namespace: str, name: str) -> None:
         deletions = [
-            (self.cluster.delete_trainer_job, f"{name}-trainer"),
+            (self.cluster.delete_trainer_job, trainer_job_name(name)),
             (self.cluster.delete_replica_set, f"{name}-pserver"),
             (self.cluster.delete_replica_set, f"{name}-master"),
             (self.cluster.delete_service, f"{name}-master"),
@@ -310,18 +280,18 @@ class Controller:
         await self._write_status(*key, known, status)
 
     async def _last_trainer_failure(self, trainer: Manifest, known: _Known) -> str:
-        """The last failed trainer pod and its error, from clusters that keep it (optional
-        ``last_trainer_failure(job)``); asked once, when the trainer Job has failed."""
+        """The last failed trainer pod and its error, from clusters that keep it
+        (`TrainerFailures`); asked once, when the trainer Job has failed."""
         failed = any(
             c.get("type") == "Failed" and c.get("status") == "True"
             for c in (trainer.get("status") or {}).get("conditions") or ()
         )
-        describe = getattr(self.cluster, "last_trainer_failure", None)
-        if not failed or describe is None or known.job is None:
+        if not failed or not isinstance(self.cluster, TrainerFailures) or known.job is None:
             return ""
         if known.last_trainer_failure is None:
             try:
-                known.last_trainer_failure = str(await describe(known.job) or "")
+                failure = await self.cluster.last_trainer_failure(known.job)
+                known.last_trainer_failure = str(failure or "")
             except ClusterError as error:
                 log.warning(
                     "last trainer failure of %s not read: %s", known.job.metadata.name, error

@@ -1,0 +1,216 @@
+"""`PodLifecycle`: what a kubelet (and the scheduler's binding) does to a pod, in process.
+
+A pod is created Pending, bound to a node by the scheduler (or pinned by
+``spec.nodeName``), started by the `PodRunner`, Running once its containers
+run, and gone once they exit. A deleted pod keeps its phase and its node's
+room until its containers have exited (at most its grace period,
+``terminationGracePeriodSeconds``, 30 s); a pod deleted before it was bound
+goes at once. The exit code and the pod runner's termination message go to the
+pod's ``status.containerStatuses``, where a podFailurePolicy looks for them.
+
+Every transition updates the counters the rest of the cluster reads: the
+owner's `OwnerPods`, the accounting `ResourceLedger`, the node index and the
+utilisation sums, so nothing ever scans the pods.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+from edl.accounting import PodResources, ResourceLedger
+from edl.api.names import ROLE_TRAINER
+from edl.cluster.inproc.pods import (
+    FAILED,
+    PENDING,
+    RUNNING,
+    SUCCEEDED,
+    OwnerKey,
+    OwnerPods,
+    PodRecord,
+)
+from edl.cluster.inproc.scheduler import Node, NodeIndex, Scheduler
+from edl.cluster.port import Clock, Manifest, PodRunner, TerminationMessages
+
+DEFAULT_GRACE_PERIOD_S = 30.0
+
+PodListener = Callable[[str, PodRecord], None]
+"""Called with ("created"|"bound"|"running"|"deleting"|"exited", pod). Read, do not keep."""
+
+ExitListener = Callable[[PodRecord, int], None]
+"""Called once per pod when its containers have exited (owners count the exit here)."""
+
+
+class PodLifecycle:
+    """The live pods of the cluster and their transitions."""
+
+    def __init__(
+        self,
+        clock: Clock,
+        pod_runner: PodRunner,
+        nodes: NodeIndex,
+        ledger: ResourceLedger,
+        owners: dict[OwnerKey, OwnerPods],
+        on_unschedulable: Callable[[], None],
+    ) -> None:
+        self.clock = clock
+        self.pod_runner = pod_runner
+        self.nodes = nodes
+        self.ledger = ledger
+        self.owners = owners  # shared with the workload controllers, which own its entries
+        self.scheduler = Scheduler(nodes, self._bind, on_unschedulable, clock.call_soon)
+        self.pods: dict[str, PodRecord] = {}  # uid -> live pod (not yet exited)
+        self.by_key: dict[tuple[str, str], PodRecord] = {}
+        self.on_exit: ExitListener = lambda pod, code: None
+        self.listeners: list[PodListener] = []
+        self.first_pod_at: dict[tuple[str, str], float] = {}  # (ns, job label) -> time
+        self.first_running_at: dict[tuple[str, str], float] = {}
+        self.running_cpu_milli = 0
+        self.running_pods = 0
+        self.requested_cpu_milli = 0  # Σ CPU requests of live pods
+        self._seq = itertools.count()
+
+    # -- creation and deletion ---------------------------------------------------------
+    def create(
+        self, manifest: Manifest, resources: PodResources, owner: OwnerKey | None
+    ) -> PodRecord:
+        """Admit a pod: queue it for scheduling, or bind it at once if ``spec.nodeName``
+        names a node."""
+        metadata = manifest["metadata"]
+        seq = next(self._seq)
+        now = self.clock.now()
+        metadata["uid"] = f"pod-{seq}"
+        metadata["creationTimestamp"] = now
+        manifest["status"] = {"phase": PENDING}
+        pod = PodRecord(manifest, resources, owner, seq, now)
+        self.pods[pod.uid] = pod
+        self.by_key[pod.key] = pod
+        if owner is not None:
+            owner_pods = self.owners[owner]
+            owner_pods.pods[pod.uid] = pod
+            owner_pods.count(pod, +1)
+        if pod.job:
+            self.first_pod_at.setdefault((pod.namespace, pod.job), now)
+        pinned = (manifest.get("spec") or {}).get("nodeName")
+        self.requested_cpu_milli += resources.cpu_request_milli
+        self.ledger.set_pod_resources(
+            pod.namespace, pod.name, resources, trainer=pod.role == ROLE_TRAINER
+        )
+        self._emit("created", pod)
+        if pinned and pinned in self.nodes.by_name:
+            node = self.nodes.by_name[pinned]
+            self.nodes.take(
+                node, resources.cpu_request_milli, resources.memory_request_mega,
+                resources.gpu_request,
+            )
+            self._bind(pod, node)
+        else:
+            self.scheduler.enqueue(pod)
+        return pod
+
+    def delete(self, pod: PodRecord) -> None:
+        """Delete a pod: at once if unbound; else it terminates within its grace period."""
+        if pod.terminating or pod.uid not in self.pods:
+            return
+        if pod.node is None:
+            self.scheduler.dequeue(pod)
+            self._transition(pod, lambda: setattr(pod, "terminating", True))
+            self._emit("deleting", pod)
+            self._exited(pod, 0)
+            return
+        self._transition(pod, lambda: setattr(pod, "terminating", True))
+        pod.manifest["metadata"]["deletionTimestamp"] = self.clock.now()
+        grace = (pod.manifest.get("spec") or {}).get(
+            "terminationGracePeriodSeconds", DEFAULT_GRACE_PERIOD_S
+        )
+        self._emit("deleting", pod)
+        self.pod_runner.stop(pod.manifest, float(grace))
+
+    # -- transitions ---------------------------------------------------------------------
+    def _transition(self, pod: PodRecord, change: Callable[[], None]) -> None:
+        owner = self.owners.get(pod.owner) if pod.owner else None
+        if owner is not None:
+            owner.count(pod, -1)
+        change()
+        if owner is not None:
+            owner.count(pod, +1)
+
+    def _bind(self, pod: PodRecord, node: Node) -> None:
+        self._transition(pod, lambda: setattr(pod, "node", node.name))
+        pod.manifest["spec"]["nodeName"] = node.name
+        pod.manifest["status"]["hostIP"] = node.name
+        self.ledger.set_pod_resources(
+            pod.namespace, pod.name, pod.resources, node=node.name,
+            trainer=pod.role == ROLE_TRAINER,
+        )
+        self._emit("bound", pod)
+        self.pod_runner.start(
+            pod.manifest,
+            lambda: self._running(pod),
+            lambda code: self._exited(pod, code),
+        )
+
+    def _running(self, pod: PodRecord) -> None:
+        if pod.uid not in self.pods or pod.phase != PENDING:
+            return
+        self._transition(pod, lambda: setattr(pod, "phase", RUNNING))
+        now = self.clock.now()
+        pod.running_at = now
+        pod.manifest["status"] = {**pod.manifest["status"], "phase": RUNNING, "startTime": now}
+        self.running_cpu_milli += pod.resources.cpu_request_milli
+        self.running_pods += 1
+        if pod.role == ROLE_TRAINER and pod.job:
+            self.first_running_at.setdefault((pod.namespace, pod.job), now)
+        self._emit("running", pod)
+
+    def _exited(self, pod: PodRecord, code: int) -> None:
+        if self.pods.pop(pod.uid, None) is None:
+            return
+        del self.by_key[pod.key]
+        if pod.phase == RUNNING:
+            self.running_cpu_milli -= pod.resources.cpu_request_milli
+            self.running_pods -= 1
+        if pod.node is not None:
+            res = pod.resources
+            self.nodes.take(
+                self.nodes.by_name[pod.node],
+                -res.cpu_request_milli, -res.memory_request_mega, -res.gpu_request,
+            )
+        self.ledger.remove_pod(pod.namespace, pod.name)
+        self.requested_cpu_milli -= pod.resources.cpu_request_milli
+        self._record_exit(pod, code)
+        self.on_exit(pod, code)
+        pod.phase = SUCCEEDED if code == 0 and not pod.terminating else FAILED
+        pod.manifest["status"]["phase"] = pod.phase
+        self._emit("exited", pod)
+        if pod.node is not None:
+            self.scheduler.room_freed()
+
+    def _record_exit(self, pod: PodRecord, code: int) -> None:
+        """Write the exit into the pod's status, where a podFailurePolicy looks for it.
+
+        The pod runner reports one exit code per pod (its first failing container's),
+        so every container is shown terminated with that code.
+        """
+        message = ""
+        if code != 0 and isinstance(self.pod_runner, TerminationMessages):
+            message = str(self.pod_runner.termination_message(pod.name) or "")
+        terminated: dict[str, Any] = {"exitCode": code}
+        if message:
+            terminated["message"] = message
+        containers = (pod.manifest.get("spec") or {}).get("containers") or ()
+        pod.manifest["status"] = {
+            **pod.manifest["status"],
+            "exitCode": code,
+            "containerStatuses": [
+                {"name": c.get("name", ""), "state": {"terminated": dict(terminated)}}
+                for c in containers
+            ],
+        }
+
+    def _emit(self, event: str, pod: PodRecord) -> None:
+        for listener in self.listeners:
+            with contextlib.suppress(Exception):
+                listener(event, pod)
