@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from edl.local.status import read_snapshot
 
@@ -130,12 +131,13 @@ def test_a_sigkilled_run_leaves_no_etcd_data_dir_after_the_next_run(tmp_path: Pa
 def test_pserver_and_master_kills_are_one_line_each_in_plain_output(tmp_path: Path) -> None:
     """The display's lines for a pserver kill (its replacement and how its shard came back)
     and a master kill (the failover and the pass it resumed at)."""
-    proc = start_edl_run(tmp_path, digits_job(tmp_path, passes=60))
+    proc = start_edl_run(tmp_path, digits_job(tmp_path, passes=60), "--checkpoint-interval", "1")
     try:
         run_dir = wait_for(lambda: run_dir_of(tmp_path), 60, "the run directory")
         wait_for(lambda: (read_snapshot(run_dir).tasks_done or 0) > 0, 180, "training")
         pserver = wait_for(lambda: _pod_pid(run_dir, "digits-pserver-"), 10, "a pserver pid")
-        time.sleep(3)  # at least one checkpoint (every second by default locally)
+        wait_for(lambda: list((run_dir / "checkpoints").glob("**/*")), 60, "a checkpoint")
+        time.sleep(2)
         os.killpg(pserver, signal.SIGKILL)
         wait_for(lambda: any("restored shard" in e[1] or "no checkpoint" in e[1]
                              for e in read_snapshot(run_dir).events), 120, "the pserver back")
@@ -155,9 +157,28 @@ def test_pserver_and_master_kills_are_one_line_each_in_plain_output(tmp_path: Pa
 
     assert "was killed by SIGKILL" in one("pserver digits-pserver-")
     one(" replaces digits-pserver-")
-    assert "restored shard" in one("restored shard") or "no checkpoint" in out
+    assert "from checkpoint version" in one("restored shard")
     assert "was killed by SIGKILL" in one("master digits-master-")
     one(" replaces digits-master-")
     failover = one("master failover:")
     assert "resumed at pass" in failover
     assert "Failed" not in "".join(line for line in lines if "trainer" in line and "exit" in line)
+
+
+def test_a_configuration_error_fails_the_run_in_seconds(tmp_path: Path) -> None:
+    """A trainer whose EDL_WORKSPACE is not a directory failed the run only after 51 s of
+    replacements; it exits with EX_CONFIG now and the run fails at once, saying why."""
+    job = digits_job(tmp_path)
+    data = yaml.safe_load(job.read_text())
+    data["spec"]["trainer"]["workspace"] = "/nonexistent-workspace"
+    job.write_text(yaml.safe_dump(data))
+    started = time.monotonic()
+    proc = start_edl_run(tmp_path, job)
+    out, err = _finish(proc, 120)
+    took = time.monotonic() - started
+    assert proc.returncode == 1, f"stdout:\n{out}\nstderr:\n{err}"
+    failed = [line for line in err.splitlines() if "Failed" in line]
+    assert len(failed) == 1, err
+    assert "configuration error: edl trainer: EDL_WORKSPACE: not a directory: " \
+        "/nonexistent-workspace" in failed[0]
+    assert took < 45, f"took {took:.1f} s"  # interpreter and pod starts on a loaded machine

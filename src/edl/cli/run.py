@@ -94,6 +94,9 @@ def option_problems(
 @click.option("--max-error-exits", type=click.IntRange(1), default=3, show_default=True,
               help="Fail when this many master or pserver pods exit with an error (crash "
                    "loop); crashing trainers fail their Job by its backoffLimit.")
+@click.option("--checkpoint-interval", type=click.FloatRange(0, min_open=True), default=10.0,
+              show_default=True, help="Seconds between pserver checkpoints (a killed pserver "
+                                      "restores the last one).")
 @click.option("--plain", is_flag=True, help="Summary lines instead of the live panel.")
 def run(
     job_file: Path,
@@ -105,6 +108,7 @@ def run(
     reservations: tuple[str, ...],
     timeout: float | None,
     max_error_exits: int,
+    checkpoint_interval: float,
     plain: bool,
 ) -> None:
     """Run JOB_FILE locally: embedded etcd, Controller, Autoscaler, pods as processes."""
@@ -124,6 +128,7 @@ def run(
         options = RunOptions(
             runs_root=runs_dir, cpu=cpu, memory=memory, policy=policy,
             max_load_desired=max_load, timeout_s=timeout, max_error_exits=max_error_exits,
+            checkpoint_interval_s=checkpoint_interval,
             job_dir=job_file.resolve().parent,
         )
         code = asyncio.run(_run(job, options, reserve, plain))

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 MAX_EVENTS = 20
+EXIT_CONFIG = 78  # `edl master|pserver|trainer`: a configuration error (edl.cli._runtime_common)
 SIGNAL_EXIT_FLOOR = 128
 
 

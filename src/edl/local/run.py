@@ -45,6 +45,7 @@ from edl.jobparser import JobParser
 from edl.local import snapshot as snap
 from edl.local.etcdwatch import keep_etcd_alive
 from edl.local.events import (
+    EXIT_CONFIG,
     EventLog,
     exit_event,
     exit_phase,
@@ -143,7 +144,10 @@ class LocalRun:
             endpoints,
             node["metadata"]["name"],
             os.environ,
-            default_env={"EDL_CHECKPOINT_DIR": str(self.run_dir / "checkpoints")},
+            default_env={
+                "EDL_CHECKPOINT_DIR": str(self.run_dir / "checkpoints"),
+                "EDL_CHECKPOINT_INTERVAL": str(self.options.checkpoint_interval_s),
+            },
             workspace_base=str(self.options.job_dir.resolve()),
         )
         self.pod_runner = ProcessPodRunner(self.run_dir, context, cwd=self.options.job_dir)
@@ -178,10 +182,7 @@ class LocalRun:
         """One fault or decision: logged, kept in the snapshot, printed by the display."""
         if self._events.add(text):
             log.warning("%s", text)
-            self._publish(replace(
-                self.snapshot, events=[list(e) for e in self._events.events],
-                events_total=self._events.total,
-            ))
+            self._publish(self.snapshot)
 
     def _fail_now(self, message: str) -> None:
         self._fatal = self._fatal or message
@@ -392,6 +393,8 @@ class LocalRun:
             ran = pod.node is not None  # bound: its processes were started
             phase = exit_phase(code, pod.terminating, ran)
             self._pods[name] = PodLine(name, role, phase, None, code, last_line(message))
+            if code == EXIT_CONFIG and not pod.terminating:  # a restart would fail the same way
+                self._fail_now(f"{name}: configuration error: {last_line(message)}")
             line = exit_event(name, role, code, pod.terminating, ran, last_line(message))
             if line:
                 self._exited[role] = name
@@ -425,6 +428,9 @@ class LocalRun:
         self.snapshot = replace(self.snapshot, pods=lines)
 
     def _publish(self, snapshot: RunSnapshot) -> None:
+        if snapshot.events_total != self._events.total:  # every snapshot carries every event
+            snapshot = replace(snapshot, events=[list(e) for e in self._events.events],
+                               events_total=self._events.total)
         self.snapshot = snapshot
         try:
             write_snapshot(self.run_dir, snapshot)

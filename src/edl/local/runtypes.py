@@ -27,6 +27,7 @@ class RunOptions:
     max_error_exits: int = 3
     shutdown_grace_s: float = 5.0
     timeout_s: float | None = None
+    checkpoint_interval_s: float = 10.0  # pserver checkpoints (EDL_CHECKPOINT_INTERVAL)
     job_dir: Path = field(default_factory=Path.cwd)  # relative workspaces resolve here
 
 
