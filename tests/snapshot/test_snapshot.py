@@ -157,7 +157,8 @@ def test_cli_plans_the_example_with_both_policies() -> None:
     runner = CliRunner()
     for policy in ("default", "reference"):
         for name in ("training-and-service.json", "training-and-service.yaml"):
-            result = runner.invoke(cli, ["plan", "--policy", policy, str(EXAMPLES / name)])
+            result = runner.invoke(cli, ["plan", "-o", "json", "--policy", policy,
+                                         str(EXAMPLES / name)])
             assert result.exit_code == 0, result.output
             output = json.loads(result.output)
             assert output["policy"] == policy
@@ -169,7 +170,8 @@ def test_cli_plans_the_example_with_both_policies() -> None:
                 for job in jobs.values()
             )
     default = json.loads(
-        runner.invoke(cli, ["plan", str(EXAMPLES / "training-and-service.json")]).output
+        runner.invoke(cli, ["plan", "-o", "json",
+                            str(EXAMPLES / "training-and-service.json")]).output
     )
     early = next(job for job in default["jobs"] if job["name"] == "early")
     assert early["target"] < early["parallelism"]  # the early job gives room back

@@ -129,7 +129,14 @@ def new_run_dir(runs_root: Path, job: str, now: float | None = None) -> Path:
 
 
 def find_runs(runs_root: Path, job: str | None = None) -> list[Path]:
-    """Run directories with a status file, newest first; only JOB's if given."""
+    """Run directories with a status file, newest first; only JOB's if given.
+
+    JOB may also be a run's directory name (``digits-20261130-161449``) or path.
+    """
+    if job is not None and (Path(job) / STATUS_FILE).is_file():
+        return [Path(job)]
+    if job is not None and (runs_root / job / STATUS_FILE).is_file():
+        return [runs_root / job]
     if not runs_root.is_dir():
         return []
     found = []
