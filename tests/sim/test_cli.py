@@ -35,9 +35,11 @@ def test_out_layout_with_several_policies(tmp_path: Path) -> None:
 def test_one_policy_json_and_flat_layout(tmp_path: Path) -> None:
     result = CliRunner().invoke(simulate_command, [TINY, "--json", "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
-    printed = json.loads(result.output)
+    printed = json.loads(result.stdout)
     assert printed["policy"] == "default"
-    assert (tmp_path / "metrics.json").read_text() == result.output
+    assert (tmp_path / "metrics.json").read_text() == result.stdout
+    assert f"wrote metrics.json, table.md and utilization.png, trainers.png, " \
+        f"pending_jobs.png, services.png to {tmp_path}" in result.stderr
 
 
 def test_errors_are_one_line_and_exit_1(tmp_path: Path) -> None:

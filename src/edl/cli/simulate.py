@@ -77,9 +77,15 @@ def simulate_command(
         try:
             write_metrics(results, out_dir)
             write_table(results, out_dir)
-            write_plots({run.policy: run.timeline for run in runs}, out_dir, loaded.name)
+            written = write_plots({run.policy: run.timeline for run in runs}, out_dir,
+                                  loaded.name)
         except OSError as error:
             _fail(f"cannot write {out_dir}: {error}")
+        # to stderr: stdout stays the table or the JSON a script reads
+        metrics = ("metrics.json" if len(runs) == 1
+                   else ", ".join(f"{run.policy}/metrics.json" for run in runs))
+        click.echo(f"edl simulate: wrote {metrics}, table.md and "
+                   f"{', '.join(p.name for p in written)} to {out_dir}", err=True)
     if as_json:
         if len(results) == 1:
             click.echo(metrics_json(results[0]), nl=False)
