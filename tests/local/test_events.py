@@ -104,3 +104,15 @@ def test_backoff_doubles_to_its_cap_and_logs_ever_more_rarely() -> None:
     assert sum(logged) == 7  # failures 1, 2, 4, 8, 16, 32, 64 of 100
     backoff.succeeded()
     assert backoff.failed() == (0.2, True)
+
+
+def test_overall_progress_and_eta() -> None:
+    from edl.local.snapshot import eta_s, overall
+
+    s = RunSnapshot(job="j", state="Running", passes=10, pass_index=4, tasks_total=12,
+                    tasks_done=6, training_started_at=100.0, updated_at=154.0)
+    assert overall(s) == (54, 120)
+    assert eta_s(s) == 66.0  # 54 tasks in 54 s: 66 left
+    line = summary_line(s)
+    assert "45% overall (ETA 1:06)" in line
+    assert eta_s(RunSnapshot(job="j", state="Running", passes=10)) is None

@@ -15,6 +15,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from edl.local.snapshot import eta_s, overall
 from edl.local.status import RunSnapshot
 
 STATE_STYLES = {
@@ -49,6 +50,11 @@ def summary_line(s: RunSnapshot, state: str | None = None) -> str:
         parts.append(f"pass {(s.pass_index or 0) + 1}/{s.passes}")
     if s.tasks_total:
         parts.append(f"tasks {s.tasks_done or 0}/{s.tasks_total}")
+    figures = overall(s)
+    if figures is not None and shown == "Running":
+        eta = eta_s(s)
+        parts.append(f"{100 * figures[0] // figures[1]}% overall"
+                     + (f" (ETA {fmt_duration(eta)})" if eta is not None else ""))
     parts.append(f"trainers {s.trainers_running}/{s.trainers_desired}")
     if s.loss is not None:
         parts.append(f"loss {s.loss:.4f}")
@@ -86,6 +92,17 @@ def render(s: RunSnapshot, state: str | None = None) -> RenderableType:
         if total
         else Text("–"),
     )
+    whole = overall(s)
+    if whole is not None:
+        eta = eta_s(s)
+        figures.add_row(
+            "all passes",
+            Group(
+                Text(f"{whole[0]} / {whole[1]} tasks"
+                     + (f"  ETA {fmt_duration(eta)}" if eta is not None else "")),
+                ProgressBar(total=max(whole[1], 1), completed=whole[0], width=30),
+            ),
+        )
     figures.add_row(
         "trainers",
         f"{s.trainers_running} running / {s.trainers_desired} desired"

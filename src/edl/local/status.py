@@ -70,6 +70,7 @@ class RunSnapshot:
     # events_total counts them all (a reader prints those it has not printed yet)
     events: list[list[Any]] = field(default_factory=list)
     events_total: int = 0
+    training_started_at: float | None = None  # wall time of the first task done (for the ETA)
 
     @property
     def elapsed_s(self) -> float:
