@@ -12,7 +12,8 @@ import click
 from edl.runtime.config import ConfigError, RuntimeConfig, from_env
 
 # sysexits.h EX_CONFIG: the pod's configuration is wrong and a restart cannot fix it, so
-# `edl run` fails the run at once on it instead of replacing the pod until a back-off ends
+# `edl run` fails the run at once on it (and the trainer Job's podFailurePolicy fails the
+# Job: edl.jobparser.manifests.TRAINER_CONFIG_EXIT) instead of replacing the pod for ever
 EXIT_CONFIG = 78
 
 
