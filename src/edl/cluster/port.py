@@ -1,6 +1,4 @@
-"""The `Cluster` port and the two plugs of the in-process control plane.
-
-Three teams code against this module:
+"""The `Cluster` port, its optional capabilities, and the two plugs of the in-process cluster.
 
 * the Controller and Autoscaler use **only** `Cluster` — so Kubernetes
   (`edl.kube`), simulation and local runs (`edl.cluster.inproc`)
@@ -66,7 +64,7 @@ class AlreadyExistsError(ClusterError):
 
 
 class JobPods(NamedTuple):
-    """Trainer pods of one TrainingJob, as the seed's ``JobPods`` counted them.
+    """Trainer pods of one TrainingJob, as PaddlePaddle EDL's ``JobPods`` counted them.
 
     Pods that are being deleted (``metadata.deletionTimestamp`` set) or have
     finished (Succeeded/Failed) are not in total/running/pending: they are
@@ -103,16 +101,21 @@ class TrainingJobHandler(Protocol):
 
 @runtime_checkable
 class Cluster(Protocol):
-    """What the Controller and Autoscaler need from a cluster (the seed's ``Cluster``, async).
+    """What the Controller and Autoscaler need from a cluster (PaddlePaddle EDL's ``Cluster``).
 
-    Names follow the seed. "Trainer job" means the batch/v1 Job that runs a
+    Names follow PaddlePaddle EDL's. "Trainer job" means the batch/v1 Job that runs a
     TrainingJob's trainers (``<job>-trainer``); its ``spec.parallelism`` is
     the knob the Autoscaler turns.
     """
 
     # -- children of a TrainingJob -------------------------------------------------
     async def create_job(self, job: Manifest) -> Manifest:
-        """Create a batch/v1 Job; returns the stored object. `AlreadyExistsError` if present."""
+        """Create a batch/v1 Job; returns the stored object.
+
+        For every ``create_*``: a child that already exists is never duplicated. The
+        in-process cluster raises `AlreadyExistsError`; Kubernetes applies the manifest
+        (server-side apply), converging the existing object. Callers accept both.
+        """
         ...
 
     async def create_replica_set(self, replica_set: Manifest) -> Manifest:

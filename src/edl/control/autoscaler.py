@@ -1,6 +1,6 @@
 """`Autoscaler`: every few seconds, re-plan every elastic job's trainer count and apply it.
 
-The seed's Autoscaler, async and backend-free. One step is `tick()`:
+PaddlePaddle EDL's Autoscaler, async and backend-free. One step is `tick()`:
 
 1. ``Cluster.inquiry_resource()`` — totals, requests, per-node room, pending services;
 2. per elastic job, its trainer Job (current parallelism) and ``job_pods`` counts
@@ -103,7 +103,7 @@ class Autoscaler:
         self.ticks = 0
         self.last_decisions: list[Decision] = []
 
-    # -- the seed's notifications ---------------------------------------------------------------
+    # -- PaddlePaddle EDL's notifications -----------------------------------------------
     def on_add(self, job: TrainingJob) -> None:
         """A (valid) job was added: plan it at once."""
         self._remember(job)

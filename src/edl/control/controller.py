@@ -1,6 +1,6 @@
 """`Controller`: turns TrainingJob events into child objects and a current ``status``.
 
-The seed's Controller, async and backend-free: it talks to a cluster only
+PaddlePaddle EDL's Controller, async and backend-free: it talks to a cluster only
 through `edl.cluster.port.Cluster`, so the same code serves Kubernetes, the
 simulator (virtual time) and local runs (real time).
 
@@ -57,7 +57,7 @@ SUCCEEDED = "Succeeded"
 
 
 class JobListener(Protocol):
-    """What the Controller tells the Autoscaler (the seed's OnAdd/OnUpdate/OnDel)."""
+    """What the Controller tells the Autoscaler (PaddlePaddle EDL's OnAdd/OnUpdate/OnDel)."""
 
     def on_add(self, job: TrainingJob) -> None: ...
     def on_update(self, job: TrainingJob) -> None: ...
@@ -170,7 +170,7 @@ class Controller:
 
     # -- the loop ------------------------------------------------------------------------------
     def watch_training_jobs(self) -> Unsubscribe:
-        """Subscribe to the cluster's TrainingJob events (the seed's WatchTrainingJobs).
+        """Subscribe to the cluster's TrainingJob events (PaddlePaddle EDL's WatchTrainingJobs).
 
         Existing jobs arrive first as ``on_add``. Returns the function that ends
         the subscription.

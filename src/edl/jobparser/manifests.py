@@ -266,7 +266,7 @@ def _etcd_container() -> dict[str, Any]:
 
 
 def _env(job: TrainingJob) -> list[dict[str, Any]]:
-    """The environment the original passed, under EDL_* names (see the cross-team contract)."""
+    """The environment the original passed, under EDL_* names."""
     spec = job.spec
     values = {
         "EDL_JOB_NAME": _name(job),

@@ -350,14 +350,28 @@ class KubeCluster:
     # -- TrainingJobs --------------------------------------------------------------------
 
     def watch_training_jobs(self, handler: TrainingJobHandler) -> Unsubscribe:
-        """Register a handler; kopf (edl.kube.operator) delivers events through dispatch_*."""
-        self._handlers.append(handler)
+        """Register a handler; kopf (edl.kube.operator) delivers events through dispatch_*.
+
+        Jobs already seen are replayed to the new handler as ``on_add`` first, under the
+        dispatch lock, so it hears of every job in order whenever it subscribes.
+        """
+        replay = asyncio.get_running_loop().create_task(self._subscribe(handler))
 
         def unsubscribe() -> None:
+            replay.cancel()
             if handler in self._handlers:
                 self._handlers.remove(handler)
 
         return unsubscribe
+
+    async def _subscribe(self, handler: TrainingJobHandler) -> None:
+        async with self._dispatch_lock:
+            for obj in list(self._jobs.values()):
+                try:
+                    await handler.on_add(copy.deepcopy(obj))
+                except Exception:  # a handler bug must not stop the others' events
+                    log.exception("TrainingJob replay to a new handler failed")
+            self._handlers.append(handler)
 
     def training_job(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._jobs.get((namespace, name))
