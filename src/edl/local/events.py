@@ -18,7 +18,7 @@ from typing import Any
 
 MAX_EVENTS = 20
 EXIT_CONFIG = 78  # `edl master|pserver|trainer`: a configuration error (edl.cli._runtime_common)
-SIGNAL_EXIT_FLOOR = 128
+SIGNAL_EXIT_FLOOR = 128  # exit codes above this are deaths by signal, not script errors
 
 
 def exit_phase(code: int, terminating: bool, ran: bool) -> str:

@@ -46,6 +46,7 @@ from edl.local import snapshot as snap
 from edl.local.etcdwatch import keep_etcd_alive
 from edl.local.events import (
     EXIT_CONFIG,
+    SIGNAL_EXIT_FLOOR,
     EventLog,
     exit_event,
     exit_phase,
@@ -74,7 +75,6 @@ from edl.local.teardown import delete_workloads
 log = logging.getLogger(__name__)
 
 MAX_POD_LINES = 40
-SIGNAL_EXIT_FLOOR = 128  # exit codes above this are deaths by signal, not script errors
 LOCAL_BACKOFF_BASE_S = 1.0  # failed-pod replacement back-off of a local run
 LOCAL_BACKOFF_MAX_S = 5.0
 JOB_ROLES = ("trainer",)  # roles whose failures the trainer Job's backoffLimit judges
