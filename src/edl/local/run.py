@@ -11,17 +11,14 @@ What runs, all in this process except the pods and etcd:
   (read from etcd) into a `RunSnapshot`, hands it to the display and writes
   ``status.json`` for `edl status`.
 
-The run ends when the TrainingJob's status says Succeeded or Failed, when the
-master or the pservers crash-loop, on a deadline, or on `stop()` (Ctrl-C).
-Crashing trainers need no rule here: their Job's backoffLimit fails it in the
-control plane (with a back-off of 1 s doubling up to 5 s instead of Kubernetes'
-10 s to 5 min, so a script that crashes at once fails the run in well under a
-minute) and the Controller writes Failed with the error. Master and pserver
-pods belong to ReplicaSets, which Kubernetes retries forever; so ``max_error_exits``
-of them exiting with an error code end the run (kills by signal do not count, so
-chaos tests are not mistaken for broken processes).
-Teardown deletes the workloads first (so no controller replaces a pod), then
-stops every pod (SIGTERM, SIGKILL after the grace period), then etcd.
+The run ends when the TrainingJob's status says Succeeded or Failed (a crashing
+trainer fails its Job by the backoffLimit, with a local back-off of 1 s doubling
+to 5 s), when the master or the pservers crash-loop (``max_error_exits`` exits with
+an error code; kills by signal do not count), at once on a configuration error
+(EX_CONFIG), on a job that can never fit this machine, on an etcd that cannot be
+restarted (`etcdwatch`), on a deadline, or on `stop()` (Ctrl-C). Faults become one
+line each (`events`). Teardown deletes the workloads first (so no controller
+replaces a pod), then stops every pod (SIGTERM, SIGKILL after the grace), then etcd.
 """
 
 from __future__ import annotations
@@ -268,7 +265,7 @@ class LocalRun:
             elapsed = round(time.monotonic() - self._started, 2)
             if self._desired_history and self._desired_history[-1][1]:  # not the creation
                 self._event(f"autoscaler: trainers {self._desired_history[-1][1]} -> "
-                            f"{counts.desired} (policy {self.options.policy})")
+                            f"{counts.desired}: {self._scale_reason(counts.desired)}")
             self._desired_history.append((elapsed, counts.desired))
         progress = await self._progress.read()
         self._event(failover_event(self._last_progress, progress))
@@ -287,6 +284,16 @@ class LocalRun:
         self.snapshot = replace(s, desired_history=[list(x) for x in self._desired_history])
         self._refresh_pods()
         self._publish(snap.touch(self.snapshot, state, message))
+
+    def _scale_reason(self, target: int) -> str:
+        """The Autoscaler's reason for the trainer count it just set."""
+        autoscaler = self.loops.autoscaler if self.loops is not None else None
+        for decision in autoscaler.last_decisions if autoscaler is not None else []:
+            if (decision.namespace, decision.name, decision.target) == (
+                self.namespace, self.name, target
+            ):
+                return decision.reason
+        return f"policy {self.options.policy}"
 
     def _check_pending(self) -> str:
         """Pods the scheduler cannot place: fail a job that can never fit, report the rest.
