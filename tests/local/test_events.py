@@ -116,3 +116,25 @@ def test_overall_progress_and_eta() -> None:
     line = summary_line(s)
     assert "45% overall (ETA 1:06)" in line
     assert eta_s(RunSnapshot(job="j", state="Running", passes=10)) is None
+
+
+def test_panel_shows_reasons_never_ran_and_events() -> None:
+    from rich.console import Console
+
+    from edl.local.display import render
+    from edl.local.status import PodLine
+
+    s = RunSnapshot(
+        job="d", state="Running",
+        pods=[PodLine("d-pserver-1", "pserver", "Pending",
+                      message="0/1 nodes are available: 1 Insufficient cpu."),
+              PodLine("d-trainer-0", "trainer", "Stopped", exit_code=143),
+              PodLine("d-trainer-5", "trainer", "Deleted", exit_code=0)],
+        events=[[3.0, "pserver d-pserver-0 was killed by SIGKILL"]], events_total=1,
+    )  # fmt: skip
+    console = Console(width=120, record=True)
+    console.print(render(s))
+    text = console.export_text()
+    assert "Pending  0/1 nodes are available: 1 Insufficient cpu." in text
+    assert "Deleted  never ran" in text and "Succeeded" not in text
+    assert "0:03  pserver d-pserver-0 was killed by SIGKILL" in text

@@ -27,6 +27,8 @@ STATE_STYLES = {
     "Stopped": "red",
     "Stale": "red",
 }
+# a pod stopped on purpose (drained, released) or deleted before it ran is no alarm
+POD_STYLES = {**STATE_STYLES, "Stopped": "dim", "Deleted": "dim"}
 MAX_POD_ROWS = 12
 MAX_EVENT_ROWS = 6
 
@@ -137,7 +139,9 @@ def pod_table(s: RunSnapshot) -> Table:
         where = str(p.pid) if p.pid else ("" if p.exit_code is None else f"exit {p.exit_code}")
         if p.phase == "Pending" and p.message:
             where = p.message  # the scheduler's reason
-        table.add_row(p.name, p.role, Text(p.phase, STATE_STYLES.get(p.phase, "")), where)
+        elif p.phase == "Deleted":
+            where = "never ran"
+        table.add_row(p.name, p.role, Text(p.phase, POD_STYLES.get(p.phase, "")), where)
     hidden = len(s.pods) - min(len(rows), MAX_POD_ROWS)
     if hidden > 0:
         table.add_row(f"… {hidden} more", "", "", "")
