@@ -52,11 +52,6 @@ def summary_line(s: RunSnapshot, state: str | None = None) -> str:
         parts.append(f"pass {(s.pass_index or 0) + 1}/{s.passes}")
     if s.tasks_total:
         parts.append(f"tasks {s.tasks_done or 0}/{s.tasks_total}")
-    figures = overall(s)
-    if figures is not None and shown == "Running":
-        eta = eta_s(s)
-        parts.append(f"{100 * figures[0] // figures[1]}% overall"
-                     + (f" (ETA {fmt_duration(eta)})" if eta is not None else ""))
     parts.append(f"trainers {s.trainers_running}/{s.trainers_desired}")
     if s.loss is not None:
         parts.append(f"loss {s.loss:.4f}")
@@ -64,6 +59,11 @@ def summary_line(s: RunSnapshot, state: str | None = None) -> str:
         parts.append(f"{s.samples_per_s:.0f} samples/s")
     if s.accuracy is not None:
         parts.append(f"accuracy {s.accuracy:.3f}")
+    figures = overall(s)
+    if figures is not None and shown == "Running":  # after the figures scripts match on
+        eta = eta_s(s)
+        parts.append(f"{100 * figures[0] // figures[1]}% overall"
+                     + (f" (ETA {fmt_duration(eta)})" if eta is not None else ""))
     parts.append(fmt_duration(s.elapsed_s))
     line = ", ".join(parts)
     return f"{line} — {s.message}" if s.message else line
