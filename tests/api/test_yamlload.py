@@ -78,3 +78,9 @@ def test_snapshot_and_scenario_reject_duplicates(tmp_path: Path) -> None:
     scenario.write_text("name: x\nname: y\n")
     with pytest.raises(ScenarioError, match="duplicate key name"):
         load_scenario(str(scenario))
+
+
+def test_the_first_duplicate_in_the_document_is_named() -> None:
+    with pytest.raises(DuplicateKeyError) as caught:
+        safe_load("a:\n  x: 1\n  x: 2\nb:\n  y: 1\n  y: 2\n")
+    assert caught.value.path == "a.x"

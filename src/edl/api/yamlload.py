@@ -88,6 +88,7 @@ def check_unique_keys(root: Node) -> None:
         if id(node) in seen_nodes:
             continue
         seen_nodes.add(id(node))
+        children: list[tuple[Node, list[str | int]]] = []
         if isinstance(node, MappingNode):
             keys: dict[tuple[str, str], ScalarNode] = {}
             for key_node, value_node in node.value:
@@ -100,8 +101,9 @@ def check_unique_keys(root: Node) -> None:
                             key_node.start_mark,
                         )
                     keys[key] = key_node
-                    stack.append((value_node, [*path, key_node.value]))
+                    children.append((value_node, [*path, key_node.value]))
                 else:
-                    stack.append((value_node, path))
+                    children.append((value_node, path))
         elif isinstance(node, SequenceNode):
-            stack.extend((item, [*path, index]) for index, item in enumerate(node.value))
+            children = [(item, [*path, index]) for index, item in enumerate(node.value)]
+        stack.extend(reversed(children))  # popped in document order: the first duplicate wins
