@@ -42,7 +42,7 @@ def test_one_policy_json_and_flat_layout(tmp_path: Path) -> None:
         f"pending_jobs.png, services.png to {tmp_path}" in result.stderr
 
 
-def test_errors_are_one_line_and_exit_1(tmp_path: Path) -> None:
+def test_errors_are_one_line_exit_1_or_2_for_usage(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\nduration_s: -1\ncluster: {node_groups: []}\nmeasure: {}\n")
     a_file = tmp_path / "a-file"
