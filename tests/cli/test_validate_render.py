@@ -46,12 +46,12 @@ def test_validate_bad_yaml_and_missing_file() -> None:
     assert bad.exit_code == 1
     assert len(bad.output.splitlines()) == 1 and "not valid YAML at line 4" in bad.output
     missing = run("validate", "/nonexistent/job.yaml")
-    assert missing.exit_code == 2
+    assert missing.exit_code == 1  # bad input is 1 in every command (usage errors are 2)
     assert missing.output == (
         "/nonexistent/job.yaml: cannot read /nonexistent/job.yaml: No such file or directory\n"
     )
     directory = run("validate", str(EXAMPLES))
-    assert directory.exit_code == 2 and len(directory.output.splitlines()) == 1
+    assert directory.exit_code == 1 and len(directory.output.splitlines()) == 1
 
 
 def test_validate_reads_stdin() -> None:

@@ -20,7 +20,9 @@ import yaml
 
 from edl.api.errors import JobValidationError
 from edl.jobparser import JobParser
+from edl.jobparser.validation import INT_BOUNDS
 from edl.kube.crd import CRD_NAME, build_crd, openapi_schema
+from int_bounds import bound_cases
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -357,3 +359,16 @@ def test_rules_only_the_parser_enforces(mutation: str) -> None:
     job = load("deploy/example-trainingjob.yaml")
     SCHEMA_CANNOT_EXPRESS[mutation](job)
     assert admit(job) == [] and not _parser_accepts(job)
+
+
+@pytest.mark.parametrize("path", sorted(INT_BOUNDS))
+def test_integer_bounds_match_the_job_parser(path: str) -> None:
+    """Defect 5: the CRD admits exactly the integers JobParser.validate accepts."""
+    for obj, ok in bound_cases(path):
+        rejected = [p for p in admit(obj) if p.split(":")[0] == path]  # the field's own bound
+        assert (not rejected) is ok, (obj, rejected)
+    schema = openapi_schema()
+    node = schema
+    for key in path.split("."):
+        node = node["properties"][key]
+    assert node["format"] == "int32" and node["maximum"] <= 2**31 - 1

@@ -34,6 +34,7 @@ from pydantic import (
 from edl.api.errors import JobValidationError, Problem, describe_input, join_path
 from edl.api.quantity import QuantityError, parse_quantity
 from edl.api.resources import gpu_of
+from edl.api.yamlload import safe_load_all
 
 __all__ = [
     "API_GROUPS",
@@ -81,6 +82,9 @@ def _empty_if_none(value: Any) -> Any:
 
 
 EmptyIfNone = BeforeValidator(_empty_if_none)
+# Every integer of a TrainingJob is an int32 on the API server (replicas, parallelism,
+# ports); JobParser.validate applies the tighter per-field bounds (INT_BOUNDS).
+Int32 = Annotated[StrictInt, Field(ge=-(2**31), le=2**31 - 1)]
 ResourceListModel = dict[str, QuantityText]
 
 
@@ -114,8 +118,8 @@ class TrainerSpec(_Strict):
 
     entrypoint: StrictStr | None = None
     workspace: StrictStr | None = None
-    min_instance: StrictInt | None = Field(default=None, alias="min-instance")
-    max_instance: StrictInt | None = Field(default=None, alias="max-instance")
+    min_instance: Int32 | None = Field(default=None, alias="min-instance")
+    max_instance: Int32 | None = Field(default=None, alias="max-instance")
     resources: Annotated[ResourceRequirements, EmptyIfNone] = Field(
         default_factory=ResourceRequirements
     )
@@ -124,8 +128,8 @@ class TrainerSpec(_Strict):
 class PserverSpec(_Strict):
     """`spec.pserver`: parameter servers (not scaled; replicas = min-instance)."""
 
-    min_instance: StrictInt | None = Field(default=None, alias="min-instance")
-    max_instance: StrictInt | None = Field(default=None, alias="max-instance")
+    min_instance: Int32 | None = Field(default=None, alias="min-instance")
+    max_instance: Int32 | None = Field(default=None, alias="max-instance")
     resources: Annotated[ResourceRequirements, EmptyIfNone] = Field(
         default_factory=ResourceRequirements
     )
@@ -164,11 +168,11 @@ class TrainingJobSpec(_Strict):
     mode: Literal["parameter-server", "collective"] | None = None
     collective: CollectiveSpec | None = None
     image: StrictStr | None = None
-    port: StrictInt | None = None
-    ports_num: StrictInt | None = None
-    ports_num_for_sparse: StrictInt | None = None
+    port: Int32 | None = None
+    ports_num: Int32 | None = None
+    ports_num_for_sparse: Int32 | None = None
     fault_tolerant: StrictBool | None = None
-    passes: StrictInt | None = None
+    passes: Int32 | None = None
     volumes: list[dict[str, Any]] | None = None
     volume_mounts: list[dict[str, Any]] | None = Field(
         default=None,
@@ -247,7 +251,7 @@ class TrainingJob(_Strict):
 class JobLoadError(ValueError):
     """A job file that cannot be read or is not YAML; `exit_code` tells the CLI how to exit."""
 
-    def __init__(self, message: str, exit_code: int = 1) -> None:
+    def __init__(self, message: str, exit_code: int = 1) -> None:  # 1: bad input, as kubectl
         self.exit_code = exit_code
         super().__init__(message)
 
@@ -268,7 +272,7 @@ def load_job_document(source: str | Path) -> Any:
     """
     text = read_job_text(source)
     try:
-        documents = [d for d in yaml.safe_load_all(text) if d is not None]
+        documents = [d for d in safe_load_all(text) if d is not None]
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -288,7 +292,7 @@ def read_job_text(source: str | Path) -> str:
         return Path(source).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         reason = getattr(error, "strerror", None) or str(error)
-        raise JobLoadError(f"cannot read {source}: {reason}", exit_code=2) from None
+        raise JobLoadError(f"cannot read {source}: {reason}") from None
 
 
 # -- pydantic errors -> (path, message) in the user's spelling ----------------------------

@@ -272,7 +272,10 @@ class Controller:
         elif pods.running > 0:
             state, message = RUNNING, f"{pods.running} of {desired} trainers running"
         else:
-            state, message = CREATED, f"waiting for trainers: {pods.pending} pending"
+            state, message = CREATED, (
+                f"waiting for trainers: {pods.pending} pending" if pods.pending
+                else f"waiting for trainers: none pending yet ({desired} desired)"
+            )
         status = {
             "state": state,
             "message": message,

@@ -41,6 +41,9 @@ ETCD_DATA_VOLUME = "edl-etcd-data"
 # with `completions` unset, one pod exiting 0 would tell Kubernetes the work is done.
 # See edl.runtime.trainer.api.SIGTERM_EXIT (not imported: the parser stays below the runtime).
 TRAINER_SIGTERM_EXIT = 143
+# `edl trainer` exits EX_CONFIG (sysexits.h) when its configuration is wrong (no entrypoint,
+# a workspace that is not a directory): every replacement would fail alike, so it fails the Job
+TRAINER_CONFIG_EXIT = 78
 # Failures that count against backoffLimit (crashes, OOM kills, SIGKILLs) may happen this many
 # times per trainer slot before the Job fails; drained scale-downs and evictions never count.
 TRAINER_BACKOFF_PER_TRAINER = 2
@@ -119,6 +122,15 @@ def trainer_job(job: TrainingJob, container: dict[str, Any] | None = None) -> di
                     {
                         "action": "Ignore",
                         "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+                    },
+                    # a configuration error fails the Job at once, not after backoffLimit tries
+                    {
+                        "action": "FailJob",
+                        "onExitCodes": {
+                            "containerName": "trainer",
+                            "operator": "In",
+                            "values": [TRAINER_CONFIG_EXIT],
+                        },
                     },
                 ]
             },
