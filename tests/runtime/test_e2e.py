@@ -95,6 +95,10 @@ def test_chaos_kills_lose_no_task(fault_free: dict, tmp_path: Path, harness) -> 
     assert successors and "tasks restored" in resumed
     assert "(pass 0, 0 tasks restored)" not in resumed  # it resumed the job's state
     harness.once_per_pass(tasks, PASSES)
+    # issue 12, defect 9: per-trainer totals survive the failover (they restarted from 0):
+    # every sample is credited once per pass, to the trainer whose finish was accepted
+    credited = sum(t["samples"] for t in progress["trainers"].values())
+    assert credited == PASSES * sum(t["end"] - t["begin"] for t in tasks.values()), progress
     baseline = fault_free["progress"]["metrics"]["accuracy"]
     assert progress["metrics"]["accuracy"] >= baseline - 0.02, (progress, baseline)
 
