@@ -23,9 +23,10 @@ def job_footprint(job: TrainingJob) -> dict[str, tuple[int, PodResources]]:
     """role -> (pods at least, one pod's requests), as the scheduler counts them."""
     parser = JobParser()
     footprint = {}
-    children = (("master", parser.parse_to_master(job), 1),
-                ("pserver", parser.parse_to_pserver(job), None),
-                ("trainer", parser.parse_to_trainer(job), None))  # fmt: skip
+    children = [("master", parser.parse_to_master(job), 1)]
+    if not job.collective():  # a collective job has no pservers
+        children.append(("pserver", parser.parse_to_pserver(job), None))
+    children.append(("trainer", parser.parse_to_trainer(job), None))
     for role, child, fixed in children:
         spec = child["spec"]
         count = fixed or int(spec.get("replicas", spec.get("parallelism", 1)) or 0)
