@@ -13,8 +13,37 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from edl.accounting.types import ClusterResource, PodResources
+from edl.throughput.curve import Curve
 
-__all__ = ["POLICIES", "Decision", "JobView", "Policy", "UnknownPolicyError", "get_policy"]
+__all__ = [
+    "POLICIES",
+    "Decision",
+    "JobView",
+    "Policy",
+    "Scaling",
+    "UnknownPolicyError",
+    "get_policy",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Scaling:
+    """What a job's speed is known to be, for throughput-aware policies (`goodput`).
+
+    `curve`: samples/s against contributing trainers (fitted online, or the declared
+    prior); `source` says which ("prior", "prior scaled to N measurements", "fit of
+    N counts"). `join_cost_s`: seconds before a new trainer contributes.
+    `since_grow_s` / `since_shrink_s`: seconds since the autoscaler last grew / shrank
+    the job (None: never). `remaining_samples`: work left, when the job reports it.
+    """
+
+    curve: Curve
+    source: str = "prior"
+    join_cost_s: float = 0.0
+    since_grow_s: float | None = None
+    since_shrink_s: float | None = None
+    remaining_samples: float | None = None
+    measured_samples_per_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +74,7 @@ class JobView:
     running: int = 0
     pending: int = 0
     unscheduled: int | None = None
+    scaling: Scaling | None = None
 
     @classmethod
     def from_pod_resources(
@@ -60,6 +90,7 @@ class JobView:
         running: int,
         pending: int,
         unscheduled: int | None,
+        scaling: Scaling | None = None,
     ) -> JobView:
         """A view from one trainer pod's resources (`edl.accounting.pod_request`) and counts.
 
@@ -82,6 +113,7 @@ class JobView:
             running=running,
             pending=pending,
             unscheduled=unscheduled,
+            scaling=scaling,
         )
 
     @property
@@ -149,6 +181,7 @@ class Policy(Protocol):
 POLICIES: dict[str, str] = {
     "default": "edl.policy.default:DefaultPolicy",
     "reference": "edl.policy.reference:ReferencePolicy",
+    "goodput": "edl.policy.goodput:GoodputPolicy",
 }
 
 
@@ -157,7 +190,7 @@ class UnknownPolicyError(ValueError):
 
 
 def get_policy(name: str) -> Policy:
-    """A policy instance by name (`default`, `reference`)."""
+    """A policy instance by name (`default`, `reference`, `goodput`)."""
     target = POLICIES.get(name)
     if target is None:
         raise UnknownPolicyError(

@@ -1,0 +1,176 @@
+"""Goodput allocation: trainers where they add the most speed-up per unit of resource.
+
+Pure arithmetic over `Want`s (one per elastic job) and a resource budget, used by the
+`goodput` policy for its shares. For each job:
+
+* **floor** — ``max(min, floor(fairness x fair share))``: no job drops below min, and
+  every job keeps a tunable part of its fair (water-filled) share whatever its curve;
+* **cooldown** — a job grown within ``cooldown_s`` keeps what it holds (its floor
+  rises to it); a job shrunk within ``cooldown_s`` is not grown back (its ceiling
+  drops to what it holds). A service or a job below min still gets room: the
+  policy's earlier steps shrink for those, not this allocation;
+* then, one trainer at a time, the unit with the highest **normalised marginal gain
+  per unit of resource** is given while the budget holds it: gain = s(n+1) − s(n)
+  with s(n) = X(n) / X(min) the job's speed-up over its own minimum, divided by the
+  unit's dominant share of the budget. A trainer the job already holds scores
+  ``1 + incumbency`` times its gain (moving a trainer is not free);
+* **payback** — a trainer the job does not hold yet must join first (``join_cost_s``
+  of its time producing nothing). It is given only if the samples it adds within the
+  horizon pay that back: ΔX · (T − c) ≥ c · X(n+1)/(n+1), with T = min(horizon,
+  the job's remaining time at its current rate) and the join time valued at the
+  job's own per-trainer rate. A nearly flat job (ΔX small) or one about to finish
+  (T small) is not grown.
+
+Greedy by marginal gain is optimal for concave curves (diminishing returns), which
+the USL is up to its peak; a gain ≤ 0 (beyond the peak) is never bought.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from edl.throughput.curve import Curve
+
+__all__ = ["Allocation", "GoodputParams", "Want", "allocate", "pays_back"]
+
+Vector = tuple[int, int, int]  # cpu milli, memory mega, gpu
+
+
+@dataclass(frozen=True, slots=True)
+class GoodputParams:
+    """Tunables: ``fairness`` share of the fair share every job keeps; ``horizon_s`` a grow
+    must pay back within; ``cooldown_s`` between opposite resizes; ``incumbency`` bonus."""
+
+    fairness: float = 0.5
+    horizon_s: float = 600.0
+    cooldown_s: float = 120.0
+    incumbency: float = 0.2
+
+
+@dataclass(frozen=True, slots=True)
+class Want:
+    """One job for the allocation."""
+
+    key: tuple[str, str]
+    min_instance: int
+    max_instance: int
+    current: int  # target before the allocation (after shrinks the policy must make)
+    held: int  # trainers the job holds or was already given (beyond them a join is paid)
+    unit: Vector  # resources of one trainer
+    curve: Curve
+    fair: int  # water-filled fair share
+    join_cost_s: float = 0.0
+    remaining_samples: float | None = None
+    grown_recently: bool = False
+    shrunk_recently: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """The trainers given to a job, and the bounds and rule that ended its allocation."""
+
+    target: int
+    floor: int
+    ceiling: int
+    stop: str  # "max", "ceiling", "budget", "no gain", "payback", or "" (not elastic)
+
+
+def pays_back(want: Want, n: int, horizon_s: float) -> bool:
+    """Does growing from ``n`` to ``n+1`` trainers repay the new trainer's join time?"""
+    cost = want.join_cost_s
+    if cost <= 0:
+        return True
+    now, after = want.curve.rate(n), want.curve.rate(n + 1)
+    gain = after - now
+    if gain <= 0:
+        return False
+    window = horizon_s
+    if want.remaining_samples is not None and now > 0:
+        window = min(window, want.remaining_samples / now)
+    return gain * (window - cost) >= cost * after / (n + 1)
+
+
+def _speedup(want: Want, n: int) -> float:
+    base = want.curve.rate(want.min_instance)
+    return want.curve.rate(n) / base if base > 0 else 0.0
+
+
+def _dominant(unit: Vector, budget: Vector) -> float:
+    """The unit's largest share of the budget (DRF's dominant share); inf if it cannot fit."""
+    share = 0.0
+    for amount, total in zip(unit, budget, strict=True):
+        if amount > 0:
+            if total <= 0:
+                return math.inf
+            share = max(share, amount / total)
+    return share if share > 0 else 1e-12
+
+
+def bounds(want: Want, params: GoodputParams) -> tuple[int, int]:
+    """(floor, ceiling) of a job's allocation: fairness floor and cooldowns.
+
+    A cooldown after a shrink caps the job at what it holds even against its fairness
+    floor (a resize is not undone within the cooldown); after a grow, it keeps it.
+    """
+    low, high = want.min_instance, want.max_instance
+    held = max(low, min(high, want.held))
+    floor = max(low, min(high, int(params.fairness * want.fair + 1e-9)))
+    ceiling = held if want.shrunk_recently else high
+    if want.grown_recently:
+        floor = max(floor, held)
+    return min(floor, ceiling), ceiling
+
+
+def allocate(
+    wants: Sequence[Want], budget: Vector, params: GoodputParams = GoodputParams()
+) -> list[Allocation]:
+    """Trainers per job (in the order given) within ``budget`` (what trainers may use)."""
+    limits = [bounds(want, params) for want in wants]
+    targets = [floor for floor, _ in limits]
+    left = list(budget)
+    for want, target in zip(wants, targets, strict=True):
+        for d in range(3):
+            left[d] -= want.unit[d] * target
+    stops = [""] * len(wants)
+    heap: list[tuple[float, tuple[str, str], int]] = []
+
+    def push(index: int) -> None:
+        want, n = wants[index], targets[index]
+        ceiling = limits[index][1]
+        if n >= want.max_instance:
+            stops[index] = "max"
+            return
+        if n >= ceiling:
+            stops[index] = "ceiling"
+            return
+        gain = _speedup(want, n + 1) - _speedup(want, n)
+        if gain <= 0:
+            stops[index] = "no gain"
+            return
+        if n + 1 > want.held and not pays_back(want, n, params.horizon_s):
+            stops[index] = "payback"
+            return
+        if n + 1 <= want.held:
+            gain *= 1.0 + params.incumbency
+        score = gain / _dominant(want.unit, budget)
+        heapq.heappush(heap, (-score, want.key, index))
+
+    for index in range(len(wants)):
+        push(index)
+    while heap:
+        _, _, index = heapq.heappop(heap)
+        unit = wants[index].unit
+        if any(unit[d] > 0 and unit[d] > left[d] for d in range(3)):
+            stops[index] = "budget"
+            continue
+        for d in range(3):
+            left[d] -= unit[d]
+        targets[index] += 1
+        push(index)
+    return [
+        Allocation(target, floor, ceiling, stop)
+        for target, (floor, ceiling), stop in zip(targets, limits, stops, strict=True)
+    ]
