@@ -39,7 +39,9 @@ from edl.cluster.port import (
     TrainerPod,
     VictimScaling,
 )
+from edl.control.scaling import ScalingTracker
 from edl.policy import Decision, JobView, Policy, get_policy
+from edl.throughput.board import ThroughputSource
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +86,8 @@ class Autoscaler:
         max_load_desired: the fraction of the cluster the policy may fill (0.97).
         interval: seconds between periodic ticks (5).
         min_event_gap: least seconds between event-driven ticks (1).
+        throughput: where the jobs' measured throughput is read (`edl.throughput`);
+            with it, or a job's declared prior, views carry `JobView.scaling`.
     """
 
     def __init__(
@@ -93,6 +97,7 @@ class Autoscaler:
         max_load_desired: float = DEFAULT_MAX_LOAD_DESIRED,
         interval: float = DEFAULT_INTERVAL_S,
         min_event_gap: float = DEFAULT_MIN_EVENT_GAP_S,
+        throughput: ThroughputSource | None = None,
     ) -> None:
         self.cluster = cluster
         self.policy = get_policy(policy) if isinstance(policy, str) else policy
@@ -105,6 +110,7 @@ class Autoscaler:
         self._kicked = True  # the first run() iteration ticks at once
         self.ticks = 0
         self.last_decisions: list[Decision] = []
+        self.scaling = ScalingTracker(throughput)
 
     # -- the seed's notifications ---------------------------------------------------------------
     def on_add(self, job: TrainingJob) -> None:
@@ -122,6 +128,7 @@ class Autoscaler:
         key = _job_key(job)
         self._jobs.pop(key, None)
         self._trainer_resources.pop(key, None)
+        self.scaling.forget(key)
         self.kick()
 
     def kick(self) -> None:
@@ -175,6 +182,11 @@ class Autoscaler:
         decisions = self.policy.plan(views, resources, self.max_load_desired)
         for decision in decisions:
             if decision.target != decision.parallelism:
+                self.scaling.resized(
+                    (decision.namespace, decision.name),
+                    decision.diff,
+                    asyncio.get_running_loop().time(),
+                )
                 log.info(
                     "scale %s/%s trainers %d -> %d: %s",
                     decision.namespace,
@@ -195,9 +207,11 @@ class Autoscaler:
             return
         self._jobs[key] = job
         self._trainer_resources[key] = trainer_request(job)
+        self.scaling.remember(key, job.metadata.annotations)
 
     async def _job_views(self) -> Sequence[JobView]:
         views = []
+        now = asyncio.get_running_loop().time()
         for key, job in list(self._jobs.items()):
             try:
                 trainer = await self.cluster.get_trainer_job(job)
@@ -221,6 +235,7 @@ class Autoscaler:
                     running=pods.running + leaving,
                     pending=pods.pending,
                     unscheduled=pods.unscheduled,
+                    scaling=await self.scaling.scaling(key, now),
                 )
             )
         return views

@@ -26,6 +26,8 @@ from edl.sim.jobs import training_job_manifest
 from edl.sim.metrics import Metrics, compute_metrics
 from edl.sim.scenario import JobPlan, Scenario, Workload, expand_jobs
 from edl.sim.timeline import JobSeries, Timeline, WorkloadSeries
+from edl.sim.work import SimulatedTraining
+from edl.throughput.board import ThroughputBoard
 
 SAMPLE_OFFSET_S = 1e-6
 STATIC = "static"
@@ -143,6 +145,12 @@ class _Run:
             for plan in self.plans
         }
         self.recorder = _Recorder(keys)
+        self.board = ThroughputBoard()
+        # its own random stream: scenarios without work draw exactly what they drew before
+        self.training = SimulatedTraining(
+            self.cluster, runtime, self.clock, self.board, random.Random(f"work-{seed}"),
+            self.plans,
+        )
         self._start_trainers = {
             (plan.namespace, f"{plan.name}-trainer"): plan.start_trainers
             for plan in self.plans
@@ -171,8 +179,12 @@ class _Run:
     def _submit(self, plan: JobPlan) -> None:
         image = self.scenario.training.image
         self.cluster.create_training_job(training_job_manifest(plan, image, elastic=self.elastic))
+        self.training.submitted(plan)
+        if plan.work is not None:
+            self.recorder.timeline.work_submitted[plan.name] = self.clock.now()
 
     def _delete(self, plan: JobPlan) -> None:
+        self.training.deleted(plan)
         with contextlib.suppress(NotFoundError):  # never submitted within the run
             self.cluster.delete_training_job(plan.namespace, plan.name)
 
@@ -215,6 +227,7 @@ class _Run:
             self.scenario.autoscaler.max_load_desired if self.elastic else None,
             policy=self.policy,
             interval=self.scenario.autoscaler.interval_s,
+            throughput=self.board,
         )
         loops.start()
         self._schedule()
@@ -229,6 +242,7 @@ class _Run:
                     progress(when)
         finally:
             await loops.stop()
+        self.recorder.timeline.work_finished.update(self.training.completions)
         return self.recorder.timeline
 
 

@@ -70,6 +70,10 @@ class OnlineFit:
         self._cached: Curve | None = None
         self._dirty = True
 
+    def set_prior(self, prior: Curve | None) -> None:
+        self.prior = prior
+        self._dirty = True
+
     def add(self, observation: Observation) -> None:
         if observation.trainers <= 0 or observation.samples_per_s <= 0:
             return  # nothing running says nothing about the curve
