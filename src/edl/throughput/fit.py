@@ -5,10 +5,11 @@ The runtime publishes the job's throughput against its contributing trainer coun
 count, and answers `curve()`:
 
 * no measurement yet: the job's declared prior (or None);
-* fewer than `MIN_DISTINCT_COUNTS` distinct trainer counts: the prior's *shape*,
-  scaled so it matches what was measured (one count says nothing about scaling);
-  without a prior, linear scaling through the measurements (optimistic on purpose:
-  a job that was never grown gets a chance to show it scales);
+* two counts at least 1.5x apart: a serial-fraction fit (κ = 0) of the two;
+* otherwise (one count, or two close ones): the prior's *shape*, scaled so it
+  matches what was measured (one count says nothing about scaling); without a
+  prior, linear scaling through the measurements (optimistic on purpose: a job
+  that was never grown gets a chance to show it scales);
 * enough counts: a Universal Scalability Law fit (`fit_usl`) of the measurements.
 
 `fit_usl` minimises the squared *relative* error over a fixed log grid of (σ, κ)
@@ -29,6 +30,7 @@ from edl.throughput.curve import Curve, UslCurve, scaled
 __all__ = ["MIN_DISTINCT_COUNTS", "Observation", "OnlineFit", "fit_usl"]
 
 MIN_DISTINCT_COUNTS = 3
+_MIN_SPREAD = 1.5  # two counts this far apart say how the job scales; closer, noise dominates
 _SERIAL = np.concatenate([[0.0], np.geomspace(1e-3, 1.0, 70)])
 _COMM = np.concatenate([[0.0], np.geomspace(1e-5, 0.2, 60)])
 
@@ -61,12 +63,19 @@ def fit_usl(points: Sequence[tuple[int, float]], *, comm: bool = True) -> UslCur
 
 
 class OnlineFit:
-    """A job's scaling curve from its recent observations, falling back on a prior."""
+    """A job's scaling curve from its recent observations, falling back on a prior.
 
-    def __init__(self, prior: Curve | None = None, window: int = 64, per_count: int = 8) -> None:
+    Memory is per trainer count (the newest ``per_count`` observations of each of the
+    ``counts`` most recently seen counts), so a job that stays at one size for an hour
+    does not forget how it ran at the others.
+    """
+
+    def __init__(self, prior: Curve | None = None, counts: int = 24, per_count: int = 8) -> None:
         self.prior = prior
-        self._window: deque[Observation] = deque(maxlen=window)
+        self._by_count: dict[int, deque[float]] = {}
+        self._counts = counts
         self._per_count = per_count
+        self._latest: Observation | None = None
         self._cached: Curve | None = None
         self._dirty = True
 
@@ -77,7 +86,13 @@ class OnlineFit:
     def add(self, observation: Observation) -> None:
         if observation.trainers <= 0 or observation.samples_per_s <= 0:
             return  # nothing running says nothing about the curve
-        self._window.append(observation)
+        n = observation.trainers
+        values = self._by_count.pop(n, None) or deque(maxlen=self._per_count)
+        values.append(observation.samples_per_s)
+        self._by_count[n] = values  # re-inserted: dict order is recency
+        while len(self._by_count) > self._counts:
+            del self._by_count[next(iter(self._by_count))]
+        self._latest = observation
         self._dirty = True
 
     def extend(self, observations: Iterable[Observation]) -> None:
@@ -85,16 +100,11 @@ class OnlineFit:
             self.add(observation)
 
     def points(self) -> list[tuple[int, float]]:
-        """Mean samples/s per trainer count over its latest ``per_count`` observations."""
-        by_count: dict[int, list[float]] = {}
-        for observation in reversed(self._window):
-            values = by_count.setdefault(observation.trainers, [])
-            if len(values) < self._per_count:
-                values.append(observation.samples_per_s)
-        return sorted((n, sum(v) / len(v)) for n, v in by_count.items())
+        """Mean samples/s per trainer count over its newest observations."""
+        return sorted((n, sum(v) / len(v)) for n, v in self._by_count.items())
 
     def latest(self) -> Observation | None:
-        return self._window[-1] if self._window else None
+        return self._latest
 
     def curve(self) -> Curve | None:
         if self._dirty:
@@ -108,13 +118,14 @@ class OnlineFit:
             return self.prior
         if len(points) >= MIN_DISTINCT_COUNTS:
             return fit_usl(points)
+        spread = points[-1][0] / points[0][0]
+        if len(points) == 2 and spread >= _MIN_SPREAD:
+            return fit_usl(points, comm=False)  # two sizes far apart: a serial fraction
         if self.prior is not None:
             predicted = [self.prior.rate(n) for n, _ in points]
             if all(p > 0 for p in predicted):
-                # least squares in relative terms: factor = mean of measured / predicted
+                # relative least squares: the mean ratio of measured to predicted
                 factor = sum(x / p for (_, x), p in zip(points, predicted, strict=True))
                 return scaled(self.prior, factor / len(points))
-        if len(points) == 1:
-            n, x = points[0]
-            return UslCurve(x / n)
-        return fit_usl(points, comm=False)
+        n, x = points[-1]
+        return UslCurve(x / n)
