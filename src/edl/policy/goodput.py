@@ -40,6 +40,7 @@ _STOPS = {
     "budget": "budget used by better gains",
     "no gain": "one more trainer adds no throughput",
     "payback": "one more trainer would not repay its join cost within the horizon",
+    "deadband": "kept its size: the resize would change its throughput less than the deadband",
     "": "",
 }
 

@@ -19,7 +19,9 @@ Pure arithmetic over `Want`s (one per elastic job) and a resource budget, used b
   horizon pay that back: ΔX · (T − c) ≥ c · X(n+1)/(n+1), with T = min(horizon,
   the job's remaining time at its current rate) and the join time valued at the
   job's own per-trainer rate. A nearly flat job (ΔX small) or one about to finish
-  (T small) is not grown.
+  (T small) is not grown;
+* **deadband** — a resize that would change the job's throughput by less than
+  ``deadband`` (5 %) is not made.
 
 Greedy by marginal gain is optimal for concave curves (diminishing returns), which
 the USL is up to its peak; a gain ≤ 0 (beyond the peak) is never bought.
@@ -42,12 +44,15 @@ Vector = tuple[int, int, int]  # cpu milli, memory mega, gpu
 @dataclass(frozen=True, slots=True)
 class GoodputParams:
     """Tunables: ``fairness`` share of the fair share every job keeps; ``horizon_s`` a grow
-    must pay back within; ``cooldown_s`` between opposite resizes; ``incumbency`` bonus."""
+    must pay back within; ``cooldown_s`` between opposite resizes; ``incumbency`` bonus;
+    ``deadband``: a resize that changes the job's speed by less than this fraction is
+    not made (a noisy fit must not move trainers back and forth)."""
 
     fairness: float = 0.5
     horizon_s: float = 600.0
     cooldown_s: float = 120.0
     incumbency: float = 0.2
+    deadband: float = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +129,36 @@ def bounds(want: Want, params: GoodputParams) -> tuple[int, int]:
     return min(floor, ceiling), ceiling
 
 
+def _deadband(
+    wants: Sequence[Want],
+    targets: list[int],
+    limits: list[tuple[int, int]],
+    left: list[int],
+    stops: list[str],
+    band: float,
+) -> None:
+    """Undo resizes worth less than ``band`` of the job's speed (grows first: they free room)."""
+    if band <= 0:
+        return
+    order = sorted(range(len(wants)), key=lambda i: targets[i] < wants[i].held)
+    for index in order:
+        want, target = wants[index], targets[index]
+        held = max(want.min_instance, min(want.max_instance, want.held))
+        floor, ceiling = limits[index]
+        if target == held or not floor <= held <= ceiling:
+            continue
+        now = want.curve.rate(held)
+        if now <= 0 or abs(want.curve.rate(target) - now) >= band * now:
+            continue
+        extra = held - target
+        if extra > 0 and any(want.unit[d] * extra > left[d] for d in range(3) if want.unit[d]):
+            continue  # keeping the trainers does not fit the budget
+        for d in range(3):
+            left[d] -= want.unit[d] * extra
+        targets[index] = held
+        stops[index] = "deadband"
+
+
 def allocate(
     wants: Sequence[Want], budget: Vector, params: GoodputParams = GoodputParams()
 ) -> list[Allocation]:
@@ -170,6 +205,7 @@ def allocate(
             left[d] -= unit[d]
         targets[index] += 1
         push(index)
+    _deadband(wants, targets, limits, left, stops, params.deadband)
     return [
         Allocation(target, floor, ceiling, stop)
         for target, (floor, ceiling), stop in zip(targets, limits, stops, strict=True)
