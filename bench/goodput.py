@@ -138,7 +138,8 @@ def seeds_table(name: str, runs: dict[str, list[Metrics]]) -> str:
         unfinished = sum(len(m.unfinished_names) for m in metrics)
         never = sum(m.jobs_never_started for m in metrics)
         lag = max(_value(m, "service_max_lag_s") for m in metrics)
-        lines.append(f"| {policy} | " + " | ".join(cells) + f" | {unfinished} | {never} | {lag:.0f} |")
+        tail = f" | {unfinished} | {never} | {lag:.0f} |"
+        lines.append(f"| {policy} | " + " | ".join(cells) + tail)
     if "goodput" in runs and "default" in runs:
         ratios = []
         for key in ("jct_mean_s", "makespan_s", "resizes_per_job_hour"):

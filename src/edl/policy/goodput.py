@@ -80,7 +80,7 @@ class GoodputPolicy(DefaultPolicy):
             self._notes[want.key] = self._explain(plan, want, allocation)
             plan.share = allocation.target
 
-    def _want(self, plan) -> Want:  # noqa: ANN001 - default's private plan record
+    def _want(self, plan) -> Want:
         view: JobView = plan.view
         scaling = view.scaling
         cooldown = self.params.cooldown_s
@@ -105,7 +105,7 @@ class GoodputPolicy(DefaultPolicy):
         )
 
     @staticmethod
-    def _explain(plan, want: Want, allocation: Allocation) -> str:  # noqa: ANN001
+    def _explain(plan, want: Want, allocation: Allocation) -> str:
         curve, low = want.curve, want.min_instance
         base = curve.rate(low)
         share = allocation.target
@@ -130,7 +130,7 @@ class GoodputPolicy(DefaultPolicy):
         return "; ".join(parts)
 
     # -- explanation ----------------------------------------------------------------------
-    def _reason(self, plan) -> str:  # type: ignore[override]  # noqa: ANN001
+    def _reason(self, plan) -> str:  # type: ignore[override]
         text = DefaultPolicy._reason(plan).replace("fair share", "goodput share")
         note = self._notes.get(plan.view.key)
         return f"{text} | {note}" if note else text

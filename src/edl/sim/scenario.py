@@ -68,7 +68,7 @@ class Scenario(Strict):
     termination_s: Termination = Termination()
     measure: Measure
     cluster: Cluster
-    workloads: list[Workload] = []
+    workloads: list[Workload] = Field(default_factory=list)
     training: Training = Training()
 
     @model_validator(mode="after")

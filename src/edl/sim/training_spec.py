@@ -77,4 +77,4 @@ class JobGroup(Strict):
 
 class Training(Strict):
     image: str = "edl/trainer:latest"
-    jobs: list[JobGroup] = []
+    jobs: list[JobGroup] = Field(default_factory=list)

@@ -55,7 +55,7 @@ class Work(Strict):
     join_cost_s: Seconds = 0.0
     noise: Annotated[float, Field(ge=0, le=0.5)] = 0.05
     publish_every_s: Annotated[float, Field(gt=0)] = 5.0
-    cleanup_after_s: Seconds = 5.0
+    cleanup_after_s: Seconds = 30.0
 
     @model_validator(mode="after")
     def _amount(self) -> Work:
