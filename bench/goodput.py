@@ -70,9 +70,9 @@ def _family(rng: random.Random) -> dict[str, Any]:
 def varied_scenario(seed: int) -> Scenario:
     """A random scenario: cluster, job mix, arrivals and maybe a service wave."""
     rng = random.Random(seed)
-    nodes = rng.choice([12, 16, 24, 32])
+    nodes = rng.choice([8, 12, 16])
     jobs, at = [], 0.0
-    for index in range(rng.randint(8, 16)):
+    for index in range(rng.randint(10, 18)):
         family = _family(rng)
         jobs.append({
             "name": f"{family['kind']}-{index}",
@@ -82,7 +82,7 @@ def varied_scenario(seed: int) -> Scenario:
             "master": {"resources": {"requests": {"cpu": "500m", "memory": "512Mi"}}},
             "work": family["work"],
         })
-        at += rng.expovariate(1 / 240)
+        at += rng.expovariate(1 / 150)
     workloads = []
     if rng.random() < 0.6:
         start = rng.uniform(300, 1500)

@@ -202,24 +202,12 @@ def makespan(timeline: Timeline) -> float | None:
 
 
 def resizes_per_job_hour(timeline: Timeline, jct: dict[str, float]) -> float | None:
-    """Parallelism changes of jobs with work while they ran, per hour of their lifetimes."""
+    """Parallelism changes of jobs with work (counted by the runner as they happen, the
+    scenario's start count excluded), per hour of the jobs' lifetimes."""
     hours = sum(jct.values()) / 3600.0
     if hours <= 0:
         return None
-    changes = 0
-    for name in jct:
-        series = timeline.jobs.get(name)
-        if series is None:
-            continue
-        rows = zip(
-            series.present, series.present[1:],
-            series.trainers_desired, series.trainers_desired[1:], strict=False,
-        )
-        finished = timeline.work_finished.get(name, math.inf)
-        for t, (was, now, before, after) in zip(timeline.times[1:], rows, strict=False):
-            if was and now and before != after and t <= finished:
-                changes += 1
-    return changes / hours
+    return sum(timeline.work_resizes.get(name, 0) for name in jct) / hours
 
 
 @dataclass(frozen=True)

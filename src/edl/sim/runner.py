@@ -151,6 +151,7 @@ class _Run:
             self.cluster, runtime, self.clock, self.board, random.Random(f"work-{seed}"),
             self.plans,
         )
+        self._starting: set[tuple[str, str]] = set()  # the start count is not a resize
         self._start_trainers = {
             (plan.namespace, f"{plan.name}-trainer"): plan.start_trainers
             for plan in self.plans
@@ -195,13 +196,27 @@ class _Run:
             self.cluster.scale_deployment(workload.namespace, workload.name, replicas)
 
     def _on_job_event(self, event: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
-        """Start a new trainer Job at the scenario's ``start`` count (user-chosen initial size)."""
+        """Start a new trainer Job at the scenario's ``start`` count (user-chosen initial size);
+        count every later change of its parallelism (a resize by the autoscaler)."""
+        if event == "MODIFIED" and old is not None:
+            before = old["spec"].get("parallelism")
+            after = obj["spec"].get("parallelism")
+            metadata = obj["metadata"]
+            job = metadata["name"].removesuffix("-trainer")
+            if before != after and job in self.recorder.timeline.work_submitted:
+                if (metadata["namespace"], metadata["name"]) in self._starting:
+                    self._starting.discard((metadata["namespace"], metadata["name"]))
+                else:
+                    resizes = self.recorder.timeline.work_resizes
+                    resizes[job] = resizes.get(job, 0) + 1
+            return
         if event != "ADDED":
             return
         metadata = obj["metadata"]
         start = self._start_trainers.pop((metadata["namespace"], metadata["name"]), None)
         if start is not None and start != obj["spec"].get("parallelism"):
             loop = self.clock.loop
+            self._starting.add((metadata["namespace"], metadata["name"]))
             loop.call_soon(self._set_parallelism, metadata["namespace"], metadata["name"], start)
 
     def _set_parallelism(self, namespace: str, name: str, count: int) -> None:
