@@ -48,6 +48,9 @@ from edl.local.podspec import default_context
 from edl.local.progress import ProgressReader
 from edl.local.runtime import ProcessPodRuntime
 from edl.local.status import PodLine, RunSnapshot, new_run_dir, write_snapshot
+from edl.throughput.board import ThroughputBoard
+from edl.throughput.curve import Curve
+from edl.throughput.progress import observation_from_progress
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +120,9 @@ class LocalRun:
         self.cluster: InProcessCluster | None = None
         self.loops: ControlLoops | None = None
         self._progress: ProgressReader | None = None
+        # the master's throughput, copied from its progress for the Autoscaler to fit
+        self.throughput = ThroughputBoard()
+        self._last_progress: object = None
         self._stop = asyncio.Event()
         self._stop_reason = ""
         self._failures: dict[str, _RoleFailures] = {}
@@ -173,6 +179,7 @@ class LocalRun:
             policy=self.options.policy,
             interval=self.options.autoscale_interval_s,
             status_interval=self.options.status_interval_s,
+            throughput=self.throughput,
         )
         self.loops.start()
         self._progress = ProgressReader(endpoints, self.namespace, self.name)
@@ -260,11 +267,24 @@ class LocalRun:
             self.snapshot.trainers_min, self.snapshot.trainers_max,
         )
         s = snap.apply_progress(s, progress)
+        if progress is not None and progress is not self._last_progress:
+            self._last_progress = progress
+            point = observation_from_progress(progress, asyncio.get_running_loop().time())
+            if point is not None:
+                self.throughput.publish(self.namespace, self.name, point)
+        s = snap.apply_fit(s, self._fit_curve(), self.throughput.history(self.namespace, self.name))
         job_status = self._job_status()
         state = "Running" if counts.running else "Starting"
         self.snapshot = replace(s, desired_history=[list(x) for x in self._desired_history])
         self._refresh_pods()
         self._publish(snap.touch(self.snapshot, state, job_status.get("message", "")))
+
+    def _fit_curve(self) -> Curve | None:
+        autoscaler = self.loops.autoscaler if self.loops is not None else None
+        if autoscaler is None:
+            return None
+        fit = autoscaler.scaling.fit((self.namespace, self.name))
+        return fit.curve() if fit is not None else None
 
     async def _final_progress(self, wait_s: float = 3.0) -> None:
         """After success, give the master a moment to publish the last figures (accuracy)."""
