@@ -1,6 +1,6 @@
 """`Controller`: turns TrainingJob events into child objects and a current ``status``.
 
-The seed's Controller, async and backend-free: it talks to a cluster only
+PaddlePaddle EDL's Controller, async and backend-free: it talks to a cluster only
 through `edl.cluster.port.Cluster`, so the same code serves Kubernetes, the
 simulator (virtual time) and local runs (real time).
 
@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from edl.api.errors import JobValidationError
+from edl.api.names import trainer_job_name, training_job_key
 from edl.api.trainingjob import TrainingJob
 from edl.cluster.port import (
     AlreadyExistsError,
@@ -44,7 +45,6 @@ from edl.cluster.port import (
     NotFoundError,
     TrainerFailures,
     Unsubscribe,
-    training_job_key,
 )
 from edl.jobparser import JobParser
 
@@ -57,7 +57,7 @@ SUCCEEDED = "Succeeded"
 
 
 class JobListener(Protocol):
-    """What the Controller tells the Autoscaler (the seed's OnAdd/OnUpdate/OnDel)."""
+    """What the Controller tells the Autoscaler (PaddlePaddle EDL's OnAdd/OnUpdate/OnDel)."""
 
     def on_add(self, job: TrainingJob) -> None: ...
     def on_update(self, job: TrainingJob) -> None: ...
@@ -170,7 +170,7 @@ class Controller:
 
     # -- the loop ------------------------------------------------------------------------------
     def watch_training_jobs(self) -> Unsubscribe:
-        """Subscribe to the cluster's TrainingJob events (the seed's WatchTrainingJobs).
+        """Subscribe to the cluster's TrainingJob events (PaddlePaddle EDL's WatchTrainingJobs).
 
         Existing jobs arrive first as ``on_add``. Returns the function that ends
         the subscription.
@@ -245,7 +245,7 @@ class Controller:
 
     async def _delete_children(self, namespace: str, name: str) -> None:
         deletions = [
-            (self.cluster.delete_trainer_job, f"{name}-trainer"),
+            (self.cluster.delete_trainer_job, trainer_job_name(name)),
             (self.cluster.delete_replica_set, f"{name}-pserver"),
             (self.cluster.delete_replica_set, f"{name}-master"),
             (self.cluster.delete_service, f"{name}-master"),

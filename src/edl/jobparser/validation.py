@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from edl.api.errors import JobValidationError, Problem, join_path
+from edl.api.names import ROLE_MASTER, ROLE_PSERVER, ROLE_TRAINER, child_name
 from edl.api.quantity import parse_quantity
 from edl.api.resources import GPU, GPU_LEGACY
 from edl.api.trainingjob import (
@@ -46,7 +47,7 @@ DEFAULT_PASSES = 1
 DEFAULT_IMAGE = "edl/runtime:latest"
 DEFAULT_PSERVERS = 1
 
-ROLE_SUFFIXES = ("-trainer", "-pserver", "-master")
+ROLE_SUFFIXES = tuple(child_name("", role) for role in (ROLE_TRAINER, ROLE_PSERVER, ROLE_MASTER))
 MAX_NAME_LENGTH = 63  # a Kubernetes object name that is also a label value / DNS label
 _LONGEST_SUFFIX = max(ROLE_SUFFIXES, key=len)
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

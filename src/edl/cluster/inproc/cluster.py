@@ -9,7 +9,7 @@ their own modules:
 * the workload controllers (`controllers`): ReplicaSet, Deployment, Job, GC;
 * the pod lifecycle (`kubelet`) with the scheduler (`scheduler`).
 
-Time comes from a `Clock` plug and pods run in a `PodRuntime` plug, so
+Time comes from a `Clock` plug and pods run in a `PodRunner` plug, so
 `edl simulate` (virtual clock, simulated pods) and `edl run` (real clock, real
 processes) are this same code. Every object has optimistic concurrency
 (`store`). Not modelled: rolling updates of a Deployment's template (a
@@ -35,9 +35,9 @@ from edl.api.quantity import cpu_milli, gpu_count, memory_mega
 from edl.cluster.inproc.controllers import TRAINING_JOB, WorkloadControllers
 from edl.cluster.inproc.kubelet import PodLifecycle, PodListener
 from edl.cluster.inproc.pods import OwnerKey, OwnerPods, PodRecord
-from edl.cluster.inproc.runtime import SimulatedPodRuntime
 from edl.cluster.inproc.sampling import ClusterSample, ReplicaCounts, TrainerCounts
 from edl.cluster.inproc.scheduler import Node, NodeIndex, Placement
+from edl.cluster.inproc.simulated_pods import SimulatedPodRunner
 from edl.cluster.inproc.store import ObjectStore, copy_manifest
 from edl.cluster.inproc.workloads import BACKOFF_BASE_S, BACKOFF_MAX_S
 from edl.cluster.port import (
@@ -46,7 +46,7 @@ from edl.cluster.port import (
     JobPods,
     Manifest,
     NotFoundError,
-    PodRuntime,
+    PodRunner,
     TrainerPod,
     TrainingJobHandler,
     Unsubscribe,
@@ -64,9 +64,9 @@ class InProcessCluster:
 
     Args:
         clock: time source (`VirtualClock` for simulation, `AsyncioClock` for real time).
-        runtime: runs bound pods; default `SimulatedPodRuntime(clock, Random(seed))`.
+        pod_runner: runs bound pods; default `SimulatedPodRunner(clock, Random(seed))`.
         placement: "spread" (kube-scheduler default) or "binpack".
-        seed: seeds the default runtime's random draws.
+        seed: seeds the default pod runner's random draws.
         backoff_base_s, backoff_max_s: the failed-pod replacement back-off (10 s
             doubling up to 5 min, as Kubernetes); local runs shorten it so a
             crashing script reaches its Job's backoffLimit in seconds, not minutes.
@@ -78,7 +78,7 @@ class InProcessCluster:
     def __init__(
         self,
         clock: Clock,
-        runtime: PodRuntime | None = None,
+        pod_runner: PodRunner | None = None,
         *,
         placement: Placement = "spread",
         seed: int = 0,
@@ -86,14 +86,14 @@ class InProcessCluster:
         backoff_max_s: float = BACKOFF_MAX_S,
     ) -> None:
         self.clock = clock
-        self.runtime: PodRuntime = runtime or SimulatedPodRuntime(clock, random.Random(seed))
+        self.pod_runner: PodRunner = pod_runner or SimulatedPodRunner(clock, random.Random(seed))
         self.store = ObjectStore(clock.now)
         self.ledger = ResourceLedger()
         self.nodes = NodeIndex(placement)
         self._owners: dict[OwnerKey, OwnerPods] = {}
         self._unschedulable_listeners: list[Callable[[], None]] = []
         self.pods = PodLifecycle(
-            clock, self.runtime, self.nodes, self.ledger, self._owners, self._unschedulable
+            clock, self.pod_runner, self.nodes, self.ledger, self._owners, self._unschedulable
         )
         self.scheduler = self.pods.scheduler
         self.controllers = WorkloadControllers(
