@@ -149,7 +149,7 @@ class _Run:
         self.board = ThroughputBoard()
         # its own random stream: scenarios without work draw exactly what they drew before
         self.training = SimulatedTraining(
-            self.cluster, runtime, self.clock, self.board, random.Random(f"work-{seed}"),
+            self.cluster, pod_runner, self.clock, self.board, random.Random(f"work-{seed}"),
             self.plans,
         )
         self._starting: set[tuple[str, str]] = set()  # the start count is not a resize

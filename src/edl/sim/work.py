@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from edl.cluster.inproc.clock import VirtualClock
 from edl.cluster.inproc.cluster import InProcessCluster
 from edl.cluster.inproc.pods import PodRecord
-from edl.cluster.inproc.runtime import SimulatedPodRuntime
+from edl.cluster.inproc.simulated_pods import SimulatedPodRunner
 from edl.cluster.port import NotFoundError, Timer
 from edl.sim.scenario import JobPlan
 from edl.sim.work_spec import Work
@@ -65,7 +65,7 @@ class SimulatedTraining:
     def __init__(
         self,
         cluster: InProcessCluster,
-        runtime: SimulatedPodRuntime,
+        runtime: SimulatedPodRunner,
         clock: VirtualClock,
         board: ThroughputBoard,
         rng: random.Random,
