@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from polling import eventually
 
 from edl.local.run import LocalRun, RunOptions
 
 from .conftest import DIGITS, digits_job
-from .test_elasticity import PACED_SCRIPT, until
+from .test_elasticity import PACED_SCRIPT
 
 pytestmark = pytest.mark.slow
 POINTS_PER_COUNT = 8
@@ -39,11 +40,12 @@ async def test_fitted_curve_tracks_measured_throughput_at_1_2_3_trainers(tmp_pat
         return [o.samples_per_s for o in run.throughput.history(*key) if o.trainers == count]
 
     async def hold(count: int) -> None:
-        await until(lambda: run.snapshot.trainers_running == count
-                    and run.snapshot.trainers_desired == count, 180, f"{count} trainers")
+        await eventually(lambda: run.snapshot.trainers_running == count
+                         and run.snapshot.trainers_desired == count, 180, f"{count} trainers",
+                         interval=0.25)
         seen = len(points_at(count))
-        await until(lambda: len(points_at(count)) >= seen + POINTS_PER_COUNT + 4, 180,
-                    f"{POINTS_PER_COUNT} measurements at {count} trainers")
+        await eventually(lambda: len(points_at(count)) >= seen + POINTS_PER_COUNT + 4, 180,
+                         f"{POINTS_PER_COUNT} measurements at {count} trainers", interval=0.25)
 
     try:
         await run.start()
