@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from polling import eventually
 
 from edl.local.run import LocalRun, RunOptions
+from polling import eventually
 
 from .conftest import DIGITS, digits_job
 from .test_elasticity import PACED_SCRIPT
