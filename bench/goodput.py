@@ -112,6 +112,9 @@ def _value(metrics: Metrics, key: str) -> float:
 
 
 def _spread(values: list[float]) -> str:
+    values = [v for v in values if v == v]  # drop NaN (a metric that does not apply)
+    if not values:
+        return "n/a"
     if len(values) == 1:
         return f"{values[0]:.0f}"
     return f"{statistics.fmean(values):.0f} ({min(values):.0f}..{max(values):.0f})"
@@ -143,8 +146,8 @@ def seeds_table(name: str, runs: dict[str, list[Metrics]]) -> str:
         cells = [_spread([_value(m, key) for m in metrics]) for key in KEYS]
         unfinished = sum(len(m.unfinished_names) for m in metrics)
         never = sum(m.jobs_never_started for m in metrics)
-        lag = max(_value(m, "service_max_lag_s") for m in metrics)
-        tail = f" | {unfinished} | {never} | {lag:.0f} |"
+        lag = _spread([max(_value(m, "service_max_lag_s") for m in metrics)])
+        tail = f" | {unfinished} | {never} | {lag} |"
         lines.append(f"| {policy} | {len(metrics)} | " + " | ".join(cells) + tail)
     if "goodput" in runs and "default" in runs:
         ratios = []
