@@ -261,7 +261,11 @@ class _VictimOrder:
 
 
 class DefaultPolicy:
-    """edl's policy (see the module doc for the steps and their guarantees)."""
+    """edl's policy (see the module doc for the steps and their guarantees).
+
+    `goodput` (edl.policy.goodput) subclasses it and replaces two steps, `_fair_shares`
+    and `_reason`: keep both called through ``self``.
+    """
 
     name = "default"
 
