@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from edl.policy.base import Scaling
 from edl.throughput.annotations import read_hints
 from edl.throughput.board import ThroughputSource
-from edl.throughput.fit import MIN_DISTINCT_COUNTS, OnlineFit
+from edl.throughput.fit import OnlineFit
 
 log = logging.getLogger(__name__)
 
@@ -80,15 +80,7 @@ class ScalingTracker:
         curve = entry.fit.curve()
         if curve is None:
             return None
-        counts = len(entry.fit.points())
-        if counts >= MIN_DISTINCT_COUNTS:
-            source = f"fit of {counts} trainer counts"
-        elif counts:
-            source = f"prior scaled to {counts} measured counts" if entry.fit.prior else (
-                f"{counts} measured counts, linear beyond"
-            )
-        else:
-            source = "declared prior"
+        source = entry.fit.method
         latest = entry.fit.latest()
         return Scaling(
             curve=curve,

@@ -78,6 +78,7 @@ class OnlineFit:
         self._latest: Observation | None = None
         self._cached: Curve | None = None
         self._dirty = True
+        self.method = "no curve"  # how the current curve was obtained, for reasons
 
     def set_prior(self, prior: Curve | None) -> None:
         self.prior = prior
@@ -115,17 +116,22 @@ class OnlineFit:
     def _fit(self) -> Curve | None:
         points = self.points()
         if not points:
+            self.method = "declared prior" if self.prior is not None else "no curve"
             return self.prior
         if len(points) >= MIN_DISTINCT_COUNTS:
+            self.method = f"fit of {len(points)} trainer counts"
             return fit_usl(points)
         spread = points[-1][0] / points[0][0]
         if len(points) == 2 and spread >= _MIN_SPREAD:
+            self.method = "serial-fraction fit of 2 trainer counts"
             return fit_usl(points, comm=False)  # two sizes far apart: a serial fraction
         if self.prior is not None:
             predicted = [self.prior.rate(n) for n, _ in points]
             if all(p > 0 for p in predicted):
                 # relative least squares: the mean ratio of measured to predicted
                 factor = sum(x / p for (_, x), p in zip(points, predicted, strict=True))
+                self.method = f"prior scaled to {len(points)} measured counts"
                 return scaled(self.prior, factor / len(points))
+        self.method = f"{len(points)} measured counts, linear beyond"
         n, x = points[-1]
         return UslCurve(x / n)
