@@ -91,3 +91,17 @@ def test_bad_work_is_named_by_its_path() -> None:
     text = str(error.value)
     assert "training.jobs[0].work" in text
     assert "exactly one of per_trainer or points" in text
+
+
+@pytest.mark.slow
+def test_goodput_finishes_mixed_scaling_sooner_than_default() -> None:
+    """The shipped scenario, seed 0: goodput's measured gains hold (docs/performance.md)."""
+    from edl.sim.scenario import load_scenario
+
+    scenario = load_scenario("mixed-scaling")
+    default = run_policy(scenario, "default").metrics
+    goodput = run_policy(scenario, "goodput").metrics
+    assert goodput.jct_mean_s <= 0.95 * default.jct_mean_s
+    assert goodput.makespan_s <= 1.02 * default.makespan_s
+    assert goodput.jobs_never_started == 0 and not goodput.unfinished_names
+    assert goodput.service_max_lag_s <= default.service_max_lag_s
