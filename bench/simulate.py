@@ -7,6 +7,9 @@ Run: .venv/bin/python bench/simulate.py
 case1 and case2, every policy, SEEDS runs each (default 10), under both scheduler
 placements; prints a markdown table of the means (min-max in brackets).
 
+``--suite [SEEDS [SCENARIOS [PNG]]]`` runs every policy on every shipped scenario
+under both placements and prints one markdown table (bench/suite.py).
+
 ``--bound`` prints the best steady-state CPU utilisation any plan and any placement
 could reach in case1 and case2 (an integer program over per-node packings, CPU only:
 memory never binds there), to judge the utilisation targets.
@@ -204,6 +207,11 @@ def bound() -> None:
 
 
 def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--suite":
+        import suite  # bench/suite.py, beside this file
+
+        suite.main(sys.argv[2:])
+        return
     if len(sys.argv) > 1 and sys.argv[1] == "--bound":
         bound()
         return

@@ -47,9 +47,13 @@ def _fail(message: str) -> None:
     help="Override the scenario's scheduler placement.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
+@click.option(
+    "--bound", "with_bound", is_flag=True,
+    help="Also compute the steady window's packing bound (steady_utilization_bound_pct).",
+)
 def simulate_command(
     scenario: str, policy_values: tuple[str, ...], seed: int | None, out_dir: Path | None,
-    placement: str | None, as_json: bool,
+    placement: str | None, as_json: bool, with_bound: bool,
 ) -> None:
     """Run SCENARIO (a file, or a shipped name such as case1) on virtual time."""
     from edl.sim.report import markdown_table, metrics_json, write_metrics, write_table
@@ -73,6 +77,13 @@ def simulate_command(
     except Exception as error:  # one line, no traceback: the CLI contract
         _fail(f"{loaded.name}: run failed: {type(error).__name__}: {error}")
     results = [run.metrics for run in runs]
+    if with_bound:
+        from dataclasses import replace
+
+        from edl.sim.bound import steady_utilization_bound
+
+        limit = steady_utilization_bound(loaded)
+        results = [replace(m, steady_utilization_bound_pct=limit) for m in results]
     if out_dir is not None:
         from edl.sim.plots import write_plots
 

@@ -41,7 +41,7 @@ from edl.cluster.port import (
     VictimScaling,
 )
 from edl.control.scaling import ScalingTracker
-from edl.policy import Decision, JobView, Policy, get_policy
+from edl.policy import Decision, JobView, Policy, Trainer, get_policy
 from edl.throughput.board import ThroughputSource
 
 log = logging.getLogger(__name__)
@@ -53,23 +53,34 @@ CONFLICT_RETRIES = 5
 
 
 def pick_victims(
-    pods: Sequence[TrainerPod], target: int, victim_nodes: Sequence[str]
+    pods: Sequence[TrainerPod],
+    target: int,
+    victim_nodes: Sequence[str],
+    named: Sequence[str] = (),
 ) -> list[str]:
-    """Names of the bound trainer pods to delete so that `target` remain, best nodes first.
+    """Names of the bound trainer pods to delete so that `target` remain, best first.
 
     Pods bound to no node are left to the Job controller, which removes them first
-    anyway (they hold no room); only the rest of the surplus is named, taken from
-    the nodes in `victim_nodes` order (nodes not listed last, by name).
+    anyway (they hold no room); only the rest of the surplus is named: the pods the
+    plan `named` first (those still there), then from the nodes in `victim_nodes`
+    order (nodes not listed last, by name).
     """
-    unbound = sum(1 for pod in pods if not pod.node)
-    count = len(pods) - target - unbound
+    live = [pod for pod in pods if not pod.leaving]
+    unbound = sum(1 for pod in live if not pod.node)
+    count = len(live) - target - unbound
     if count <= 0:
         return []
+    chosen = {name: index for index, name in enumerate(named)}
     rank = {node: index for index, node in enumerate(victim_nodes)}
     last = len(rank)
     bound = sorted(
-        (pod for pod in pods if pod.node),
-        key=lambda pod: (rank.get(pod.node, last), pod.node, pod.name),
+        (pod for pod in live if pod.node),
+        key=lambda pod: (
+            chosen.get(pod.name, len(chosen)),
+            rank.get(pod.node, last),
+            pod.node,
+            pod.name,
+        ),
     )
     return [pod.name for pod in bound[:count]]
 
@@ -221,6 +232,10 @@ class Autoscaler:
             # Running and hold their room, so the policy can credit room on its way.
             leaving = pods.terminating or 0
             per_pod = self._trainer_resources[key]
+            trainers = None
+            if isinstance(self.cluster, VictimScaling):  # where each trainer runs
+                listed = await self.cluster.trainer_pods(job, leaving=True)
+                trainers = tuple(Trainer(p.name, p.node, p.leaving) for p in listed)
             views.append(
                 JobView.from_pod_resources(
                     *key,
@@ -232,6 +247,7 @@ class Autoscaler:
                     running=pods.running + leaving,
                     pending=pods.pending,
                     unscheduled=pods.unscheduled,
+                    trainers=trainers,
                     scaling=await self.scaling.scaling(key, now),
                 )
             )
@@ -244,7 +260,7 @@ class Autoscaler:
         job = self._jobs.get((namespace, name))
         choose = (
             target < decision.parallelism
-            and bool(decision.victim_nodes)
+            and bool(decision.victim_nodes or decision.victims)
             and job is not None
             and isinstance(self.cluster, VictimScaling)
         )
@@ -256,7 +272,9 @@ class Autoscaler:
                 trainer["spec"]["parallelism"] = target
                 if choose:
                     pods = await self.cluster.trainer_pods(job)  # type: ignore[attr-defined]
-                    victims = pick_victims(pods, target, decision.victim_nodes)
+                    victims = pick_victims(
+                        pods, target, decision.victim_nodes, decision.victims
+                    )
                     if victims:
                         await self.cluster.scale_trainer_job(  # type: ignore[attr-defined]
                             trainer, victims

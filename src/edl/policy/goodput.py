@@ -29,6 +29,8 @@ from edl.accounting.types import ClusterResource
 from edl.policy.base import Decision, JobView
 from edl.policy.default import DefaultPolicy
 from edl.policy.marginal import Allocation, GoodputParams, Want, allocate
+from edl.policy.plan_state import Budget, JobPlan
+from edl.policy.room import Room
 from edl.throughput.curve import Curve, UslCurve
 
 __all__ = ["GoodputPolicy"]
@@ -61,26 +63,26 @@ class GoodputPolicy(DefaultPolicy):
         return super().plan_with_placement(jobs, resources, max_load_desired)
 
     # -- the replaced step ----------------------------------------------------------------
-    def _fair_shares(self, plans: list, budget) -> None:  # type: ignore[override]
+    def _fair_shares(self, plans: list[JobPlan], budget: Budget, room: Room) -> None:
         """Step 6 of `default`, by goodput: shares from `marginal.allocate`."""
-        DefaultPolicy._fair_shares(plans, budget)  # the water-filled fair share, as floor input
+        super()._fair_shares(plans, budget, room)  # the fair share, input of the floor
         if not plans:
             return
         trainer_cpu = sum(p.target * p.view.cpu_request_milli for p in plans)
         trainer_memory = sum(p.target * p.view.memory_request_mega for p in plans)
         trainer_gpu = sum(p.target * p.view.gpu_limit for p in plans)
-        room = (
+        trainer_budget = (  # what trainers may use under max load, as shares.py counts it
             budget.cpu_cap - (budget.cpu - trainer_cpu),
             budget.memory_cap - (budget.memory - trainer_memory),
             budget.gpu_cap - (budget.gpu - trainer_gpu),
         )
         wants = [self._want(plan) for plan in plans]
-        allocations = allocate(wants, room, self.params)
+        allocations = allocate(wants, trainer_budget, self.params)
         for plan, want, allocation in zip(plans, wants, allocations, strict=True):
             self._notes[want.key] = self._explain(plan, want, allocation)
             plan.share = allocation.target
 
-    def _want(self, plan) -> Want:
+    def _want(self, plan: JobPlan) -> Want:
         view: JobView = plan.view
         scaling = view.scaling
         cooldown = self.params.cooldown_s
@@ -105,7 +107,7 @@ class GoodputPolicy(DefaultPolicy):
         )
 
     @staticmethod
-    def _explain(plan, want: Want, allocation: Allocation) -> str:
+    def _explain(plan: JobPlan, want: Want, allocation: Allocation) -> str:
         curve, low = want.curve, want.min_instance
         base = curve.rate(low)
         share = allocation.target
@@ -130,7 +132,7 @@ class GoodputPolicy(DefaultPolicy):
         return "; ".join(parts)
 
     # -- explanation ----------------------------------------------------------------------
-    def _reason(self, plan) -> str:  # type: ignore[override]
-        text = DefaultPolicy._reason(plan).replace("fair share", "goodput share")
+    def _reason(self, plan: JobPlan) -> str:
+        text = super()._reason(plan).replace("fair share", "goodput share")
         note = self._notes.get(plan.view.key)
         return f"{text} | {note}" if note else text

@@ -43,8 +43,8 @@ def markdown_table(results: list[Metrics]) -> str:
     lines = [
         "| scenario | policy | avg pending (s) | original formula ×10/11 (s) | util ≤ 550 s (%) "
         "| steady util (%) | Jain | jobs never started | service max lag (s) "
-        "| service targets reached |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| service targets reached | service shortfall (replica·s) | steady bound (%) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|",
     ]
     for m in results:
         lines.append(
@@ -52,7 +52,8 @@ def markdown_table(results: list[Metrics]) -> str:
             f"| {_number(m.avg_pending_original_formula_s)} | {_number(m.utilization_pct)} "
             f"| {_number(m.steady_utilization_pct)} | {_number(m.jain_fairness, 2)} "
             f"| {m.jobs_never_started} | {_number(m.service_max_lag_s)} "
-            f"| {_flag(m.service_targets_reached)} |"
+            f"| {_flag(m.service_targets_reached)} | {_number(m.service_shortfall_replica_s, 0)} "
+            f"| {_number(m.steady_utilization_bound_pct)} |"
         )
     if any(m.jct_by_job is not None for m in results):
         lines += [

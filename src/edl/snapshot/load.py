@@ -29,7 +29,7 @@ from edl.api.errors import JobValidationError, format_problem
 from edl.api.names import trainer_job_name
 from edl.api.quantity import QuantityError
 from edl.api.trainingjob import TrainingJob
-from edl.policy import JobView
+from edl.policy import JobView, Trainer
 
 __all__ = [
     "PlanInputs",
@@ -261,5 +261,13 @@ def _plan_job(
         running=phases.count("Running"),
         pending=len(pending),
         unscheduled=sum(1 for p in pending if not (p.get("spec") or {}).get("nodeName")),
+        trainers=tuple(
+            Trainer(
+                str((p.get("metadata") or {}).get("name", "")),
+                str((p.get("spec") or {}).get("nodeName") or ""),
+                bool((p.get("metadata") or {}).get("deletionTimestamp")),
+            )
+            for p in mine
+        ),
     )
     return view, mine
