@@ -37,7 +37,7 @@ async def test_fitted_curve_tracks_measured_throughput_at_1_2_3_trainers(tmp_pat
     key = (run.namespace, run.name)
 
     def points_at(count: int) -> list[float]:
-        return [o.samples_per_s for o in run.throughput.history(*key) if o.trainers == count]
+        return [o.samples_per_s for o in run.throughput.board.history(*key) if o.trainers == count]
 
     async def hold(count: int) -> None:
         await eventually(lambda: run.snapshot.trainers_running == count

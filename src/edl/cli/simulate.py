@@ -60,12 +60,10 @@ def simulate_command(
     from edl.sim.runner import simulate
     from edl.sim.scenario import ScenarioError, load_scenario
 
+    # bad option values are usage errors (exit 2, like every command's); a bad scenario is 1
     if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
-        _fail(f"--out {out_dir}: exists and is not a directory")
-    try:
-        policies = _policies(policy_values)
-    except click.BadParameter as error:
-        _fail(error.format_message())
+        raise click.BadParameter(f"{out_dir}: exists and is not a directory", param_hint="--out")
+    policies = _policies(policy_values)
     try:
         loaded = load_scenario(scenario)
     except ScenarioError as error:
@@ -90,9 +88,15 @@ def simulate_command(
         try:
             write_metrics(results, out_dir)
             write_table(results, out_dir)
-            write_plots({run.policy: run.timeline for run in runs}, out_dir, loaded.name)
+            written = write_plots({run.policy: run.timeline for run in runs}, out_dir,
+                                  loaded.name)
         except OSError as error:
             _fail(f"cannot write {out_dir}: {error}")
+        # to stderr: stdout stays the table or the JSON a script reads
+        metrics = ("metrics.json" if len(runs) == 1
+                   else ", ".join(f"{run.policy}/metrics.json" for run in runs))
+        click.echo(f"edl simulate: wrote {metrics}, table.md and "
+                   f"{', '.join(p.name for p in written)} to {out_dir}", err=True)
     if as_json:
         if len(results) == 1:
             click.echo(metrics_json(results[0]), nl=False)

@@ -41,7 +41,9 @@ from edl.cluster.port import (
     VictimScaling,
 )
 from edl.control.scaling import ScalingTracker
+from edl.jobparser.collective import job_allowed_counts
 from edl.policy import Decision, JobView, Policy, Trainer, get_policy
+from edl.policy.collective import CollectiveResizes, ResizeRule
 from edl.throughput.board import ThroughputSource
 
 log = logging.getLogger(__name__)
@@ -85,6 +87,14 @@ def pick_victims(
     return [pod.name for pod in bound[:count]]
 
 
+def _resize_rule(job: TrainingJob) -> ResizeRule | None:
+    """A collective job's allowed trainer counts and cooldown; None for other jobs."""
+    if not job.collective() or job.spec.collective is None:
+        return None
+    cooldown = job.spec.collective.resize_cooldown
+    return ResizeRule(job_allowed_counts(job), float(cooldown if cooldown is not None else 0))
+
+
 class Autoscaler:
     """Scales the trainers of elastic TrainingJobs to fit the cluster.
 
@@ -114,6 +124,7 @@ class Autoscaler:
         self.min_event_gap = min_event_gap
         self._jobs: dict[tuple[str, str], TrainingJob] = {}
         self._trainer_resources: dict[tuple[str, str], Any] = {}
+        self.collective = CollectiveResizes()  # collective jobs: allowed sizes, cooldown
         self._wake: asyncio.Event | None = None
         self._kicked = True  # the first run() iteration ticks at once
         self.ticks = 0
@@ -137,6 +148,7 @@ class Autoscaler:
         self._jobs.pop(key, None)
         self._trainer_resources.pop(key, None)
         self.scaling.forget(key)
+        self.collective.forget(key)
         self.kick()
 
     def kick(self) -> None:
@@ -187,7 +199,9 @@ class Autoscaler:
         if not views:
             self.last_decisions = []
             return []
+        now = asyncio.get_running_loop().time()
         decisions = self.policy.plan(views, resources, self.max_load_desired)
+        decisions = self.collective.apply(decisions, now)  # allowed sizes, cooldown
         for decision in decisions:
             if decision.target != decision.parallelism:
                 self.scaling.resized(
@@ -204,6 +218,7 @@ class Autoscaler:
                     decision.reason,
                 )
                 await self._scale(decision)
+                self.collective.resized((decision.namespace, decision.name), now)
         self.last_decisions = decisions
         return decisions
 
@@ -216,6 +231,7 @@ class Autoscaler:
         self._jobs[key] = job
         self._trainer_resources[key] = trainer_request(job)
         self.scaling.remember(key, job.metadata.annotations)
+        self.collective.remember(key, _resize_rule(job))
 
     async def _job_views(self) -> Sequence[JobView]:
         views = []
