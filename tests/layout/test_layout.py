@@ -12,14 +12,14 @@ MAX_MODULE_LINES = 450
 GENERATED = ("_pb2.py", "_pb2_grpc.py")
 # Being split by open work (issues 13 and 14); an entry must be removed once its module
 # is under the limit, and nothing may be added.
-KNOWN_OVERSIZED = {"edl/sim/scenario.py"}
+KNOWN_OVERSIZED: set[str] = set()
 
 # edl.kube, bottom to top: a module imports only from its own layer or the ones below.
 KUBE_LAYERS = (
     ("client", "retry", "crd", "status", "events", "failures"),
     ("reflector", "state"),
     ("cluster",),
-    ("operator", "autoscaling", "leader", "metrics", "runner"),
+    ("operator", "autoscaling", "throughput", "leader", "metrics", "runner"),
 )
 
 
@@ -41,7 +41,7 @@ def test_the_core_never_imports_the_shells():
     graph = package_graph()
     shells = {"edl.kube", "edl.local", "edl.coord", "edl.sim", "edl.cli", "edl.runtime"}
     for core in ("edl.api", "edl.accounting", "edl.jobparser", "edl.policy", "edl.cluster",
-                 "edl.control"):
+                 "edl.control", "edl.throughput"):
         assert not graph.get(core, set()) & shells, f"{core} imports {graph[core] & shells}"
 
 

@@ -48,3 +48,18 @@ def test_plain_display_prints_changes_and_the_final_line(capsys) -> None:  # typ
     assert len(lines) == 2
     assert lines[0].startswith("digits: Running, pass 4/15, tasks 5/12")
     assert lines[1].startswith("digits: Succeeded") and "trainers finished" in lines[1]
+
+
+def test_measured_throughput_and_the_fit_at_plus_minus_one_are_shown() -> None:
+    from edl.local.display import scaling_line
+    from edl.local.snapshot import apply_fit
+    from edl.throughput import Observation, UslCurve
+
+    points = [Observation(1.0, 2, 190.0), Observation(2.0, 3, 270.0)]
+    s = apply_fit(RunSnapshot(job="digits"), UslCurve(100.0, 0.05), points)
+    assert (s.measured_trainers, s.measured_samples_per_s) == (3, 270.0)
+    assert s.fitted_samples_per_s == [190.48, 272.73, 347.83]
+    line = scaling_line(s)
+    assert "measured 270.0 samples/s with 3 trainers" in line
+    assert "2 -> 190.5, 3 -> 272.7, 4 -> 347.8" in line
+    assert apply_fit(s, None, []) is s  # nothing measured yet: unchanged

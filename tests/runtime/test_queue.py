@@ -215,6 +215,29 @@ def test_asking_again_releases_a_task_whose_reply_was_lost() -> None:
     assert other is not None and other.id != lost_id
 
 
+def test_progress_publishes_a_point_of_the_scaling_curve() -> None:
+    """samples/s against the trainers producing it, and the samples left (all passes)."""
+    from edl.throughput.progress import observation_from_progress
+
+    q = make(passes=2, samples=100)  # 5 tasks of 20 samples per pass
+    now = 0.0
+    for name in ("a", "b"):
+        q.beat(name, now)
+    for step in range(3):  # a finishes three tasks, b has not finished one yet
+        t = q.dispatch("a", now).task
+        assert t is not None
+        now += 1.0
+        q.finish(t.id, t.epoch, "a", now, samples=20)
+        q.beat("b", now)
+        del step
+    p = q.progress(now)
+    assert p["trainers_alive"] == 2 and p["contributing"] == 1
+    assert p["remaining_samples"] == 2 * 20 + 100  # this pass's 2 tasks + the next pass
+    point = observation_from_progress(p, at=7.0)
+    assert point is not None and point.trainers == 1 and point.samples_per_s > 0
+    assert point.remaining_samples == 140
+
+
 def _finish_pass(q: TaskQueue, trainer: str, now: float) -> float:
     """Run every task of the current pass through `trainer`."""
     current = q.meta.current_pass

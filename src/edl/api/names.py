@@ -12,6 +12,9 @@ from typing import Any
 
 LABEL_JOB = "edl.dev/job"
 LABEL_ROLE = "edl.dev/role"
+# TrainingJob annotations read by throughput-aware scaling (`edl.throughput.annotations`)
+ANNOTATION_THROUGHPUT_PRIOR = "edl.dev/throughput-prior"
+ANNOTATION_JOIN_COST = "edl.dev/join-cost-s"
 
 ROLE_MASTER = "master"
 ROLE_PSERVER = "pserver"

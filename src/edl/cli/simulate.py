@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-POLICIES = ("default", "reference", "static")
+POLICIES = ("default", "goodput", "reference", "static")
 
 
 def _policies(values: tuple[str, ...]) -> list[str]:
@@ -34,7 +34,7 @@ def _fail(message: str) -> None:
 @click.command("simulate")
 @click.argument("scenario")
 @click.option(
-    "--policy", "policy_values", multiple=True, metavar="default|reference|static",
+    "--policy", "policy_values", multiple=True, metavar="default|goodput|reference|static",
     help="Scaling policy; repeat or comma-separate to compare (static = autoscaling off).",
 )
 @click.option("--seed", type=int, default=None, help="Random seed (default: the scenario's).")

@@ -41,9 +41,11 @@ from edl.cluster.port import (
     TrainerPod,
     VictimScaling,
 )
+from edl.control.scaling import ScalingTracker
 from edl.jobparser.collective import job_allowed_counts
 from edl.policy import Decision, JobView, Policy, Trainer, get_policy
 from edl.policy.collective import CollectiveResizes, ResizeRule
+from edl.throughput.board import ThroughputSource
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +105,8 @@ class Autoscaler:
         max_load_desired: the fraction of the cluster the policy may fill (0.97).
         interval: seconds between periodic ticks (5).
         min_event_gap: least seconds between event-driven ticks (1).
+        throughput: where the jobs' measured throughput is read (`edl.throughput`);
+            with it, or a job's declared prior, views carry `JobView.scaling`.
     """
 
     def __init__(
@@ -112,6 +116,7 @@ class Autoscaler:
         max_load_desired: float = DEFAULT_MAX_LOAD_DESIRED,
         interval: float = DEFAULT_INTERVAL_S,
         min_event_gap: float = DEFAULT_MIN_EVENT_GAP_S,
+        throughput: ThroughputSource | None = None,
     ) -> None:
         self.cluster = cluster
         self.policy = get_policy(policy) if isinstance(policy, str) else policy
@@ -125,6 +130,7 @@ class Autoscaler:
         self._kicked = True  # the first run() iteration ticks at once
         self.ticks = 0
         self.last_decisions: list[Decision] = []
+        self.scaling = ScalingTracker(throughput)
 
     # -- PaddlePaddle EDL's notifications -----------------------------------------------
     def on_add(self, job: TrainingJob) -> None:
@@ -142,6 +148,7 @@ class Autoscaler:
         key = job_key(job)
         self._jobs.pop(key, None)
         self._trainer_resources.pop(key, None)
+        self.scaling.forget(key)
         self.collective.forget(key)
         self.kick()
 
@@ -198,6 +205,11 @@ class Autoscaler:
         decisions = self.collective.apply(decisions, now)  # allowed sizes, cooldown
         for decision in decisions:
             if decision.target != decision.parallelism:
+                self.scaling.resized(
+                    (decision.namespace, decision.name),
+                    decision.diff,
+                    asyncio.get_running_loop().time(),
+                )
                 log.info(
                     "scale %s/%s trainers %d -> %d: %s",
                     decision.namespace,
@@ -219,6 +231,7 @@ class Autoscaler:
             return
         self._jobs[key] = job
         self._trainer_resources[key] = trainer_request(job)
+        self.scaling.remember(key, job.metadata.annotations)
         self.collective.remember(key, _resize_rule(job))
 
     async def _trainer_job(self, job: TrainingJob) -> Manifest | None:
@@ -233,6 +246,7 @@ class Autoscaler:
         # one after another they made a tick with 20 jobs take ~0.5 s (tests/e2e).
         trainers = await asyncio.gather(*(self._trainer_job(job) for _, job in jobs))
         views = []
+        now = asyncio.get_running_loop().time()
         for (key, job), trainer in zip(jobs, trainers, strict=True):
             if trainer is None:
                 continue
@@ -259,6 +273,7 @@ class Autoscaler:
                     pending=pods.pending,
                     unscheduled=pods.unscheduled,
                     trainers=trainers,
+                    scaling=await self.scaling.scaling(key, now),
                 )
             )
         return views

@@ -16,6 +16,7 @@ from edl.cluster.port import Cluster
 from edl.control.autoscaler import DEFAULT_INTERVAL_S, Autoscaler
 from edl.control.controller import Controller
 from edl.policy import Policy
+from edl.throughput.board import ThroughputSource
 
 
 class LoopEndedError(RuntimeError):
@@ -42,6 +43,7 @@ class ControlLoops:
         policy: Policy | str = "default",
         interval: float = DEFAULT_INTERVAL_S,
         status_interval: float = 5.0,
+        throughput: ThroughputSource | None = None,
     ) -> ControlLoops:
         """PaddlePaddle EDL's ``New(cluster, maxLoadDesired)``: a Controller and its Autoscaler.
 
@@ -51,7 +53,9 @@ class ControlLoops:
         if max_load_desired is not None:
             if not 0 < max_load_desired <= 1:
                 raise ValueError(f"max_load_desired must be in (0, 1] (got {max_load_desired})")
-            autoscaler = Autoscaler(cluster, policy, max_load_desired, interval=interval)
+            autoscaler = Autoscaler(
+                cluster, policy, max_load_desired, interval=interval, throughput=throughput
+            )
         return cls(Controller(cluster, autoscaler, status_interval=status_interval), autoscaler)
 
     def start(self) -> None:

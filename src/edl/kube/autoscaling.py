@@ -11,9 +11,11 @@ from __future__ import annotations
 import time
 
 from edl.control.autoscaler import Autoscaler
+from edl.jobparser.manifests import etcd_endpoints
 from edl.kube.cluster import KubeCluster
 from edl.kube.events import EventRecorder, scale_event
 from edl.kube.metrics import ControllerMetrics
+from edl.kube.throughput import EtcdProgressSource
 from edl.policy import Decision, Policy
 
 
@@ -31,11 +33,18 @@ class KubeAutoscaler(Autoscaler):
         interval: float = 5.0,
         min_event_gap: float = 1.0,
     ) -> None:
+        # a throughput-aware policy reads each job's measured throughput from its etcd
+        wants_throughput = (policy if isinstance(policy, str) else policy.name) == "goodput"
+        source = EtcdProgressSource(self._etcd_of) if wants_throughput else None
         super().__init__(cluster, policy=policy, max_load_desired=max_load_desired,
-                         interval=interval, min_event_gap=min_event_gap)
+                         interval=interval, min_event_gap=min_event_gap, throughput=source)
         self.kube = cluster
         self.metrics = metrics
         self.events = events
+
+    def _etcd_of(self, namespace: str, name: str) -> str | None:
+        job = self._jobs.get((namespace, name))
+        return etcd_endpoints(job) if job is not None else None
 
     async def tick(self) -> list[Decision]:
         started = time.perf_counter()

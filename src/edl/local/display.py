@@ -121,6 +121,8 @@ def render(s: RunSnapshot, state: str | None = None) -> RenderableType:
     figures.add_row("loss", fmt_optional(s.loss, ".4f"))
     if s.mode != "collective":  # the script's throughput is not reported
         figures.add_row("samples/s", fmt_optional(s.samples_per_s, ".0f"))
+    if s.measured_trainers is not None:
+        figures.add_row("scaling", scaling_line(s))
     if s.accuracy is not None:
         figures.add_row("accuracy", f"{s.accuracy:.3f}")
     if s.tasks_failed or s.redispatched:
@@ -135,6 +137,16 @@ def render(s: RunSnapshot, state: str | None = None) -> RenderableType:
     if s.run_dir:
         parts.append(Text(f"logs: {s.run_dir}", style="dim"))
     return Panel(Group(*parts), title=title, title_align="left", expand=False)
+
+
+def scaling_line(s: RunSnapshot) -> str:
+    """Measured throughput at the contributing count, and the fit's prediction at ±1."""
+    n = s.measured_trainers or 0
+    line = f"measured {s.measured_samples_per_s or 0:.1f} samples/s with {n} trainers"
+    if s.fitted_samples_per_s:
+        minus, here, plus = s.fitted_samples_per_s
+        line += f"; fit: {n - 1} -> {minus:.1f}, {n} -> {here:.1f}, {n + 1} -> {plus:.1f}"
+    return line
 
 
 def pod_table(s: RunSnapshot) -> Table:

@@ -71,6 +71,7 @@ from edl.local.runtypes import (
 )
 from edl.local.status import PodLine, RunSnapshot, new_run_dir, write_snapshot
 from edl.local.teardown import delete_workloads
+from edl.local.throughput import ThroughputFeed
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +102,8 @@ class LocalRun:
         self.loops: ControlLoops | None = None
         self._etcd_watch: asyncio.Task[None] | None = None
         self._progress: ProgressReader | None = None
+        # the master's throughput, copied from its progress for the Autoscaler to fit
+        self.throughput = ThroughputFeed(self.namespace, self.name)
         self._collective: CollectiveReader | None = None  # collective jobs only
         self._stop = asyncio.Event()
         self._stop_reason = ""
@@ -170,6 +173,7 @@ class LocalRun:
             policy=self.options.policy,
             interval=self.options.autoscale_interval_s,
             status_interval=self.options.status_interval_s,
+            throughput=self.throughput.board,
         )
         self.loops.start()
         self._etcd_watch = asyncio.create_task(
@@ -285,6 +289,7 @@ class LocalRun:
             self.snapshot.trainers_min, self.snapshot.trainers_max,
         )
         s = snap.apply_progress(s, progress)
+        s = self.throughput.fold(s, progress, self.loops.autoscaler if self.loops else None)
         if self._collective is not None:
             view = await self._collective.read()
             s = apply_collective(s, view, time.monotonic() - self._started)

@@ -8,7 +8,7 @@ thin and lets tests check the figures without a cluster.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -42,6 +42,24 @@ def apply_progress(s: RunSnapshot, progress: Mapping[str, Any] | None) -> RunSna
         loss=_float(progress.get("last_loss"), _float(metrics.get("loss"), s.loss)),
         samples_per_s=_float(progress.get("samples_per_s"), s.samples_per_s),
         accuracy=_float(metrics.get("accuracy"), s.accuracy),
+    )
+
+
+def apply_fit(s: RunSnapshot, curve: Any, points: Sequence[Any]) -> RunSnapshot:
+    """The latest measured point and the fitted curve's prediction at that count ±1."""
+    if not points:
+        return s
+    latest = points[-1]
+    n = int(latest.trainers)
+    predicted = None
+    if curve is not None:
+        predicted = [round(curve.rate(k), 2) for k in (n - 1, n, n + 1)]
+    return replace(
+        s,
+        measured_trainers=n,
+        measured_samples_per_s=round(float(latest.samples_per_s), 2),
+        fitted_samples_per_s=predicted,
+        fitted_curve=curve.describe() if curve is not None else None,
     )
 
 

@@ -63,6 +63,12 @@ class RunSnapshot:
     loss: float | None = None
     samples_per_s: float | None = None
     accuracy: float | None = None
+    # the job's measured throughput (trainers producing it, samples/s) and the fitted
+    # curve's prediction at that count -1, +0, +1 (see edl.throughput)
+    measured_trainers: int | None = None
+    measured_samples_per_s: float | None = None
+    fitted_samples_per_s: list[float] | None = None
+    fitted_curve: str | None = None
     pods: list[PodLine] = field(default_factory=list)
     # [seconds since start, trainer parallelism] at every change the Autoscaler made
     desired_history: list[list[float]] = field(default_factory=list)

@@ -13,16 +13,38 @@ from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
 from edl.accounting.types import ClusterResource, PodResources
+from edl.throughput.curve import Curve
 
 __all__ = [
     "POLICIES",
     "Decision",
     "JobView",
     "Policy",
+    "Scaling",
     "Trainer",
     "UnknownPolicyError",
     "get_policy",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class Scaling:
+    """What a job's speed is known to be, for throughput-aware policies (`goodput`).
+
+    `curve`: samples/s against contributing trainers (fitted online, or the declared
+    prior); `source` says which ("prior", "prior scaled to N measurements", "fit of
+    N counts"). `join_cost_s`: seconds before a new trainer contributes.
+    `since_grow_s` / `since_shrink_s`: seconds since the autoscaler last grew / shrank
+    the job (None: never). `remaining_samples`: work left, when the job reports it.
+    """
+
+    curve: Curve
+    source: str = "prior"
+    join_cost_s: float = 0.0
+    since_grow_s: float | None = None
+    since_shrink_s: float | None = None
+    remaining_samples: float | None = None
+    measured_samples_per_s: float | None = None
 
 
 class Trainer(NamedTuple):
@@ -67,6 +89,7 @@ class JobView:
     pending: int = 0
     unscheduled: int | None = None
     trainers: tuple[Trainer, ...] | None = None
+    scaling: Scaling | None = None
 
     @classmethod
     def from_pod_resources(
@@ -83,6 +106,7 @@ class JobView:
         pending: int,
         unscheduled: int | None,
         trainers: tuple[Trainer, ...] | None = None,
+        scaling: Scaling | None = None,
     ) -> JobView:
         """A view from one trainer pod's resources (`edl.accounting.pod_request`) and counts.
 
@@ -106,6 +130,7 @@ class JobView:
             pending=pending,
             unscheduled=unscheduled,
             trainers=trainers,
+            scaling=scaling,
         )
 
     @property
@@ -178,6 +203,7 @@ class Policy(Protocol):
 POLICIES: dict[str, str] = {
     "default": "edl.policy.default:DefaultPolicy",
     "reference": "edl.policy.reference:ReferencePolicy",
+    "goodput": "edl.policy.goodput:GoodputPolicy",
 }
 
 
@@ -186,7 +212,7 @@ class UnknownPolicyError(ValueError):
 
 
 def get_policy(name: str) -> Policy:
-    """A policy instance by name (`default`, `reference`)."""
+    """A policy instance by name (`default`, `reference`, `goodput`)."""
     target = POLICIES.get(name)
     if target is None:
         raise UnknownPolicyError(

@@ -39,7 +39,7 @@ from collections.abc import Sequence
 
 from edl.accounting.types import ClusterResource
 from edl.policy.base import Decision, JobView
-from edl.policy.plan_state import build_plans
+from edl.policy.plan_state import Budget, JobPlan, build_plans
 from edl.policy.preempt import Preemptor
 from edl.policy.reasons import reason
 from edl.policy.room import Room
@@ -57,7 +57,11 @@ __all__ = ["DefaultPolicy"]
 
 
 class DefaultPolicy:
-    """edl's policy (see the module doc for the steps and their guarantees)."""
+    """edl's policy (see the module doc for the steps and their guarantees).
+
+    `goodput` (edl.policy.goodput) subclasses it and replaces two steps, `_fair_shares`
+    and `_reason`: keep both called through ``self``.
+    """
 
     name = "default"
 
@@ -84,7 +88,7 @@ class DefaultPolicy:
         # one index of who runs where, built on first use and kept true by its users
         preemptor = Preemptor(room, plans)
         make_room(plans, budget, room, deficit, preemptor)
-        assign_fair_shares(plans, budget, room)
+        self._fair_shares(plans, budget, room)
         grow(plans, budget, room)
         rebalance(plans, budget, room, preemptor)
 
@@ -112,10 +116,17 @@ class DefaultPolicy:
                     view.name,
                     view.parallelism,
                     plan.target,
-                    reason(plan),
+                    self._reason(plan),
                     victim_nodes=tuple(dict.fromkeys(nodes)) if shrinking else (),
                     victims=tuple(plan.victims) if shrinking else (),
                     placement=tuple(placement[plan.key]) if plan.grown else (),
                 )
             )
         return decisions, placement
+
+    # The two steps `goodput` replaces (called through ``self`` for that reason).
+    def _fair_shares(self, plans: list[JobPlan], budget: Budget, room: Room) -> None:
+        assign_fair_shares(plans, budget, room)
+
+    def _reason(self, plan: JobPlan) -> str:
+        return reason(plan)

@@ -24,7 +24,8 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 
 from edl.api.quantity import cpu_milli, memory_mega
-from edl.sim.scenario import JobGroup, NodeGroup, PodResources, Scenario
+from edl.sim.scenario import JobGroup, Scenario
+from edl.sim.sections import NodeGroup, PodResources
 
 __all__ = ["steady_utilization_bound"]
 

@@ -7,9 +7,12 @@ collapses to the static count, as the original's OFF runs used fixed trainers.
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
+from edl.api.names import ANNOTATION_JOIN_COST, ANNOTATION_THROUGHPUT_PRIOR
 from edl.sim.scenario import JobPlan
+from edl.throughput.annotations import curve_to_dict
 
 API_VERSION = "edl.dev/v1"
 
@@ -50,6 +53,14 @@ def training_job_manifest(plan: JobPlan, image: str, *, elastic: bool) -> dict[s
         metadata["namespace"] = plan.namespace
     else:
         manifest = _compact_manifest(plan, image)
+    work = plan.work
+    if work is not None:  # what the job declares to a throughput-aware autoscaler
+        annotations = manifest["metadata"].setdefault("annotations", {})
+        if work.prior is not None:
+            annotations[ANNOTATION_THROUGHPUT_PRIOR] = json.dumps(
+                curve_to_dict(work.prior.curve()), sort_keys=True
+            )
+        annotations[ANNOTATION_JOIN_COST] = f"{work.join_cost_s:g}"
     if not elastic:
         trainer = manifest["spec"]["trainer"]
         trainer["min-instance"] = trainer["max-instance"] = plan.static_trainers

@@ -8,12 +8,18 @@ Definitions follow the original experiment (docs/simulation.md):
 * CPU utilisation = 100 × CPU requests of Running pods / allocatable CPU, averaged
   over samples with t ≤ ``until`` (the original: 550 s) or within a window;
 * Jain's fairness index over the jobs' mean running trainers in the steady window;
-* a workload's lag = for each constant target, seconds until running == desired.
+* a workload's lag = for each constant target, seconds until running == desired;
+* for jobs with work (`sim/work.py`) only: job completion time (JCT) = end of its
+  work − submission (an unfinished job counts until the run ends, and is counted
+  in ``jobs_unfinished``); makespan = last end − first submission; resizes per job
+  hour = changes of the trainer Job's parallelism while the job runs, over the
+  jobs' summed lifetimes. Scenarios without work report none of these keys.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -35,6 +41,13 @@ METRIC_KEYS = (
     "service_targets_reached",
     "service_shortfall_replica_s",
     "steady_utilization_bound_pct",
+)
+WORK_METRIC_KEYS = (
+    "jct_mean_s",
+    "jct_p95_s",
+    "makespan_s",
+    "resizes_per_job_hour",
+    "jobs_unfinished",
 )
 
 
@@ -158,6 +171,48 @@ def workload_lags(times: list[float], series: WorkloadSeries) -> list[TargetLag]
     return out
 
 
+def percentile(values: Iterable[float], q: float) -> float | None:
+    """Nearest-rank percentile (q in (0, 100]): the smallest value with q % at or below it."""
+    items = sorted(values)
+    if not items:
+        return None
+    rank = max(1, math.ceil(q / 100.0 * len(items)))
+    return items[rank - 1]
+
+
+def completion_times(timeline: Timeline) -> tuple[dict[str, float], list[str]]:
+    """JCT of every job with work, and the names of those that never finished."""
+    end = timeline.times[-1] if timeline.times else 0.0
+    out: dict[str, float] = {}
+    unfinished = []
+    for name, submitted in timeline.work_submitted.items():
+        finished = timeline.work_finished.get(name)
+        if finished is None:
+            unfinished.append(name)
+        out[name] = (finished if finished is not None else end) - submitted
+    return out, sorted(unfinished)
+
+
+def makespan(timeline: Timeline) -> float | None:
+    """Last end of work (or the run's end if a job never finished) − first submission."""
+    if not timeline.work_submitted:
+        return None
+    end = timeline.times[-1] if timeline.times else 0.0
+    last = max(
+        timeline.work_finished.get(name, end) for name in timeline.work_submitted
+    )
+    return last - min(timeline.work_submitted.values())
+
+
+def resizes_per_job_hour(timeline: Timeline, jct: dict[str, float]) -> float | None:
+    """Parallelism changes of jobs with work (counted by the runner as they happen, the
+    scenario's start count excluded), per hour of the jobs' lifetimes."""
+    hours = sum(jct.values()) / 3600.0
+    if hours <= 0:
+        return None
+    return sum(timeline.work_resizes.get(name, 0) for name in jct) / hours
+
+
 def service_shortfall(timeline: Timeline) -> float | None:
     """Σ over samples and workloads of (desired − running) replicas x the time to the
     next sample: a service stuck below its target shows here, its lag only says it
@@ -190,6 +245,12 @@ class Metrics:
     service_targets_reached: bool | None
     pending_by_job: dict[str, float]
     lags_by_workload: dict[str, list[TargetLag]]
+    jct_by_job: dict[str, float] | None = None
+    jct_mean_s: float | None = None
+    jct_p95_s: float | None = None
+    makespan_s: float | None = None
+    resizes_per_job_hour: float | None = None
+    unfinished_names: tuple[str, ...] = ()
     service_shortfall_replica_s: float | None = None
     steady_utilization_bound_pct: float | None = None  # `edl.sim.bound`, when asked for
 
@@ -198,7 +259,7 @@ class Metrics:
         def rounded(value: float | None) -> float | None:
             return None if value is None else round(value, digits)
 
-        return {
+        out: dict[str, object] = {
             "policy": self.policy,
             "scenario": self.scenario,
             "avg_pending_s": rounded(self.avg_pending_s),
@@ -211,6 +272,15 @@ class Metrics:
             "service_shortfall_replica_s": rounded(self.service_shortfall_replica_s),
             "steady_utilization_bound_pct": rounded(self.steady_utilization_bound_pct),
         }
+        if self.jct_by_job is not None:
+            out.update(
+                jct_mean_s=rounded(self.jct_mean_s),
+                jct_p95_s=rounded(self.jct_p95_s),
+                makespan_s=rounded(self.makespan_s),
+                resizes_per_job_hour=rounded(self.resizes_per_job_hour),
+                jobs_unfinished=len(self.unfinished_names),
+            )
+        return out
 
 
 def compute_metrics(
@@ -228,6 +298,17 @@ def compute_metrics(
     never = jobs_never_started(timeline)
     lags = {name: workload_lags(timeline.times, s) for name, s in timeline.workloads.items()}
     all_lags = [lag for per in lags.values() for lag in per]
+    work: dict[str, object] = {}
+    if timeline.work_submitted:
+        jct, unfinished = completion_times(timeline)
+        work = {
+            "jct_by_job": jct,
+            "jct_mean_s": mean(jct.values()),
+            "jct_p95_s": percentile(jct.values(), 95),
+            "makespan_s": makespan(timeline),
+            "resizes_per_job_hour": resizes_per_job_hour(timeline, jct),
+            "unfinished_names": tuple(unfinished),
+        }
     return Metrics(
         policy=policy,
         scenario=scenario,
@@ -243,4 +324,5 @@ def compute_metrics(
         pending_by_job=pending,
         lags_by_workload=lags,
         service_shortfall_replica_s=service_shortfall(timeline),
+        **work,  # type: ignore[arg-type]
     )

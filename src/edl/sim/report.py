@@ -58,6 +58,19 @@ def markdown_table(results: list[Metrics]) -> str:
             f"| {_flag(m.service_targets_reached)} | {_number(m.service_shortfall_replica_s, 0)} "
             f"| {_number(m.steady_utilization_bound_pct)} |"
         )
+    if any(m.jct_by_job is not None for m in results):
+        lines += [
+            "",
+            "| scenario | policy | JCT mean (s) | JCT p95 (s) | makespan (s) "
+            "| resizes / job-hour | jobs unfinished |",
+            "|---|---|---:|---:|---:|---:|---:|",
+        ]
+        for m in results:
+            lines.append(
+                f"| {m.scenario} | {m.policy} | {_number(m.jct_mean_s)} | {_number(m.jct_p95_s)} "
+                f"| {_number(m.makespan_s)} | {_number(m.resizes_per_job_hour)} "
+                f"| {len(m.unfinished_names)} |"
+            )
     return "\n".join(lines) + "\n"
 
 

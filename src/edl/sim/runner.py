@@ -27,6 +27,8 @@ from edl.sim.jobs import training_job_manifest
 from edl.sim.metrics import Metrics, compute_metrics
 from edl.sim.scenario import JobPlan, Scenario, Workload, expand_jobs
 from edl.sim.timeline import JobSeries, Timeline, WorkloadSeries
+from edl.sim.work import SimulatedTraining
+from edl.throughput.board import ThroughputBoard
 
 SAMPLE_OFFSET_S = 1e-6
 STATIC = "static"
@@ -144,6 +146,13 @@ class _Run:
             for plan in self.plans
         }
         self.recorder = _Recorder(keys)
+        self.board = ThroughputBoard()
+        # its own random stream: scenarios without work draw exactly what they drew before
+        self.training = SimulatedTraining(
+            self.cluster, pod_runner, self.clock, self.board, random.Random(f"work-{seed}"),
+            self.plans,
+        )
+        self._starting: set[tuple[str, str]] = set()  # the start count is not a resize
         self._start_trainers = {
             (plan.namespace, trainer_job_name(plan.name)): plan.start_trainers
             for plan in self.plans
@@ -172,8 +181,12 @@ class _Run:
     def _submit(self, plan: JobPlan) -> None:
         image = self.scenario.training.image
         self.cluster.create_training_job(training_job_manifest(plan, image, elastic=self.elastic))
+        self.training.submitted(plan)
+        if plan.work is not None:
+            self.recorder.timeline.work_submitted[plan.name] = self.clock.now()
 
     def _delete(self, plan: JobPlan) -> None:
+        self.training.deleted(plan)
         with contextlib.suppress(NotFoundError):  # never submitted within the run
             self.cluster.delete_training_job(plan.namespace, plan.name)
 
@@ -184,13 +197,27 @@ class _Run:
             self.cluster.scale_deployment(workload.namespace, workload.name, replicas)
 
     def _on_job_event(self, event: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
-        """Start a new trainer Job at the scenario's ``start`` count (user-chosen initial size)."""
+        """Start a new trainer Job at the scenario's ``start`` count (user-chosen initial size);
+        count every later change of its parallelism (a resize by the autoscaler)."""
+        if event == "MODIFIED" and old is not None:
+            before = old["spec"].get("parallelism")
+            after = obj["spec"].get("parallelism")
+            metadata = obj["metadata"]
+            job = metadata["name"].removesuffix("-trainer")
+            if before != after and job in self.recorder.timeline.work_submitted:
+                if (metadata["namespace"], metadata["name"]) in self._starting:
+                    self._starting.discard((metadata["namespace"], metadata["name"]))
+                else:
+                    resizes = self.recorder.timeline.work_resizes
+                    resizes[job] = resizes.get(job, 0) + 1
+            return
         if event != "ADDED":
             return
         metadata = obj["metadata"]
         start = self._start_trainers.pop((metadata["namespace"], metadata["name"]), None)
         if start is not None and start != obj["spec"].get("parallelism"):
             loop = self.clock.loop
+            self._starting.add((metadata["namespace"], metadata["name"]))
             loop.call_soon(self._set_parallelism, metadata["namespace"], metadata["name"], start)
 
     def _set_parallelism(self, namespace: str, name: str, count: int) -> None:
@@ -216,6 +243,7 @@ class _Run:
             self.scenario.autoscaler.max_load_desired if self.elastic else None,
             policy=self.policy,
             interval=self.scenario.autoscaler.interval_s,
+            throughput=self.board,
         )
         loops.start()
         self._schedule()
@@ -230,6 +258,7 @@ class _Run:
                     progress(when)
         finally:
             await loops.stop()
+        self.recorder.timeline.work_finished.update(self.training.completions)
         return self.recorder.timeline
 
 

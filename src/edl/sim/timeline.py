@@ -37,6 +37,10 @@ class Timeline:
     cpu_allocatable_milli: list[int] = field(default_factory=list)
     jobs: dict[str, JobSeries] = field(default_factory=dict)
     workloads: dict[str, WorkloadSeries] = field(default_factory=dict)
+    # jobs with work (sim/work.py): when each was submitted and when its work ended
+    work_submitted: dict[str, float] = field(default_factory=dict)
+    work_finished: dict[str, float] = field(default_factory=dict)
+    work_resizes: dict[str, int] = field(default_factory=dict)  # parallelism changes while running
 
     def utilization_pct(self) -> list[float]:
         """CPU utilisation per sample, as the original defined it."""

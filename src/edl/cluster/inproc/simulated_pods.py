@@ -124,6 +124,17 @@ class SimulatedPodRunner:
         delay = min(delay, grace_period_s)
         sim.timer = self.clock.call_later(delay, self._exit, uid, 143)  # 128 + SIGTERM
 
+    def finish(self, uid: str, code: int = 0) -> bool:
+        """Make a running pod's containers exit now with ``code`` (e.g. its job's work is
+        done); False when the pod is not running (starting, stopping or gone)."""
+        sim = self._pods.get(uid)
+        if sim is None or not sim.running or sim.stopping:
+            return False
+        if sim.timer is not None:
+            sim.timer.cancel()
+        self._exit(uid, code)
+        return True
+
     def _running(self, uid: str, role: str) -> None:
         sim = self._pods.get(uid)
         if sim is None:

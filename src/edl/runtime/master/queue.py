@@ -351,7 +351,22 @@ class TaskQueue:
             "samples_per_s": round(
                 sum(s.throughput() for s in self.trainers.values() if not s.gone), 2
             ),
+            # the job's throughput against the trainers that produce it (a trainer
+            # counts once it has finished tasks recently): a point of its scaling curve
+            "contributing": sum(
+                not s.gone and s.throughput() > 0 for s in self.trainers.values()
+            ),
+            "remaining_samples": self._remaining_samples(counts),
         }
+
+    def _remaining_samples(self, counts: dict[str, int]) -> int | None:
+        """Samples of the tasks not done in this pass, plus every later pass."""
+        if not self.tasks or self.finished:
+            return 0 if self.finished else None
+        sizes = [(t.end - t.begin, t.state) for t in self.tasks.values()]
+        passes_after = max(0, self.meta.passes - self.meta.current_pass - 1)
+        left = sum(size for size, state in sizes if state in (TODO, PENDING))
+        return left + passes_after * sum(size for size, _ in sizes)
 
     # ---- internals ----
     def _touch(self, trainer: str, now: float) -> None:

@@ -1,0 +1,93 @@
+"""What the Autoscaler knows about each job's speed: online fits and resize history.
+
+One `ScalingTracker` per Autoscaler. For every elastic job it keeps the declared
+prior and join cost (TrainingJob annotations, `edl.throughput.annotations`), an
+`OnlineFit` fed from a `ThroughputSource`, and when the Autoscaler last grew and
+shrank the job, and turns them into the `policy.Scaling` a throughput-aware
+policy reads. The history lives in memory: a restarted controller starts with
+fresh cooldowns and refits from the measurements the source still holds.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from edl.policy.base import Scaling
+from edl.throughput.annotations import read_hints
+from edl.throughput.board import ThroughputSource
+from edl.throughput.fit import OnlineFit
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, str]
+
+
+@dataclass
+class _Entry:
+    fit: OnlineFit
+    join_cost_s: float
+    seen_until: float = float("-inf")
+    grown_at: float | None = None
+    shrunk_at: float | None = None
+    warned: set[str] = field(default_factory=set)
+
+
+class ScalingTracker:
+    def __init__(self, source: ThroughputSource | None = None) -> None:
+        self.source = source
+        self._jobs: dict[Key, _Entry] = {}
+
+    def remember(self, key: Key, annotations: dict[str, str] | None) -> None:
+        prior, join, problems = read_hints(annotations)
+        entry = self._jobs.get(key)
+        if entry is None:
+            entry = self._jobs[key] = _Entry(OnlineFit(prior), join)
+        else:
+            entry.fit.set_prior(prior)
+            entry.join_cost_s = join
+        for problem in problems:
+            if problem not in entry.warned:
+                entry.warned.add(problem)
+                log.warning("%s/%s: ignoring annotation %s", *key, problem)
+
+    def forget(self, key: Key) -> None:
+        self._jobs.pop(key, None)
+
+    def resized(self, key: Key, diff: int, now: float) -> None:
+        entry = self._jobs.get(key)
+        if entry is None or diff == 0:
+            return
+        if diff > 0:
+            entry.grown_at = now
+        else:
+            entry.shrunk_at = now
+
+    def fit(self, key: Key) -> OnlineFit | None:
+        entry = self._jobs.get(key)
+        return entry.fit if entry is not None else None
+
+    async def scaling(self, key: Key, now: float) -> Scaling | None:
+        """The job's `Scaling` now (None when neither a prior nor a measurement exists)."""
+        entry = self._jobs.get(key)
+        if entry is None:
+            return None
+        if self.source is not None:
+            fresh = await self.source.job_throughput(*key, entry.seen_until)
+            if fresh:
+                entry.fit.extend(fresh)
+                entry.seen_until = max(o.at for o in fresh)
+        curve = entry.fit.curve()
+        if curve is None:
+            return None
+        source = entry.fit.method
+        latest = entry.fit.latest()
+        return Scaling(
+            curve=curve,
+            source=source,
+            join_cost_s=entry.join_cost_s,
+            since_grow_s=None if entry.grown_at is None else now - entry.grown_at,
+            since_shrink_s=None if entry.shrunk_at is None else now - entry.shrunk_at,
+            remaining_samples=latest.remaining_samples if latest is not None else None,
+            measured_samples_per_s=latest.samples_per_s if latest is not None else None,
+        )

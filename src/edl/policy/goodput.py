@@ -1,0 +1,138 @@
+"""`goodput`: trainers where they speed training up most, with every resize priced.
+
+`default` gives every job the same fair share of trainers; one more trainer is worth
+the same to every job. It is not: one job's throughput is flat beyond 8 trainers,
+another's scales to 60, and a new trainer costs seconds before it contributes.
+
+`goodput` is `default` with its share step replaced. Everything before it is kept —
+pending services get node room first, jobs below min-instance and services make the
+most fulfilled jobs shrink (victims chosen), requests stay under max load — and so is
+everything after it: growth onto concrete nodes with room (never over-committed),
+and jobs above their share giving way to jobs stuck below theirs. Only the shares
+differ: instead of water-filling by fulfillment, `marginal.allocate` hands out the
+budget by normalised marginal gain per unit of resource, under a fairness floor,
+with a payback rule for growth and a cooldown between opposite resizes
+(`edl.policy.marginal` has the rules). A job's curve comes from `JobView.scaling`
+(fitted online by the Autoscaler, or the job's declared prior); a job without one
+is assumed to scale linearly, which makes `goodput` behave like a fair share that
+favours jobs with a small min-instance.
+
+Every decision's reason names the goodput share, the fair share and floor it came
+from, the job's speed-up, the gain of one more trainer and what ended its growth.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from edl.accounting.types import ClusterResource
+from edl.policy.base import Decision, JobView
+from edl.policy.default import DefaultPolicy
+from edl.policy.marginal import Allocation, GoodputParams, Want, allocate
+from edl.policy.plan_state import Budget, JobPlan
+from edl.policy.room import Room
+from edl.throughput.curve import Curve, UslCurve
+
+__all__ = ["GoodputPolicy"]
+
+_LINEAR = UslCurve(1.0)
+_STOPS = {
+    "max": "at max-instance",
+    "ceiling": "cooldown after a shrink",
+    "budget": "budget used by better gains",
+    "no gain": "one more trainer adds no throughput",
+    "payback": "one more trainer would not repay its join cost within the horizon",
+    "deadband": "kept its size: the resize would change its throughput less than the deadband",
+    "": "",
+}
+
+
+class GoodputPolicy(DefaultPolicy):
+    """`default` with goodput shares (see the module doc)."""
+
+    name = "goodput"
+
+    def __init__(self, params: GoodputParams | None = None) -> None:
+        self.params = params or GoodputParams()
+        self._notes: dict[tuple[str, str], str] = {}
+
+    def plan_with_placement(
+        self, jobs: Sequence[JobView], resources: ClusterResource, max_load_desired: float
+    ) -> tuple[list[Decision], dict[tuple[str, str], list[str]]]:
+        self._notes = {}
+        return super().plan_with_placement(jobs, resources, max_load_desired)
+
+    # -- the replaced step ----------------------------------------------------------------
+    def _fair_shares(self, plans: list[JobPlan], budget: Budget, room: Room) -> None:
+        """Step 6 of `default`, by goodput: shares from `marginal.allocate`."""
+        super()._fair_shares(plans, budget, room)  # the fair share, input of the floor
+        if not plans:
+            return
+        trainer_cpu = sum(p.target * p.view.cpu_request_milli for p in plans)
+        trainer_memory = sum(p.target * p.view.memory_request_mega for p in plans)
+        trainer_gpu = sum(p.target * p.view.gpu_limit for p in plans)
+        trainer_budget = (  # what trainers may use under max load, as shares.py counts it
+            budget.cpu_cap - (budget.cpu - trainer_cpu),
+            budget.memory_cap - (budget.memory - trainer_memory),
+            budget.gpu_cap - (budget.gpu - trainer_gpu),
+        )
+        wants = [self._want(plan) for plan in plans]
+        allocations = allocate(wants, trainer_budget, self.params)
+        for plan, want, allocation in zip(plans, wants, allocations, strict=True):
+            self._notes[want.key] = self._explain(plan, want, allocation)
+            plan.share = allocation.target
+
+    def _want(self, plan: JobPlan) -> Want:
+        view: JobView = plan.view
+        scaling = view.scaling
+        cooldown = self.params.cooldown_s
+        curve: Curve = scaling.curve if scaling is not None else _LINEAR
+        return Want(
+            key=view.key,
+            min_instance=view.min_instance,
+            max_instance=view.max_instance,
+            current=plan.target,
+            held=max(view.parallelism, plan.target),
+            unit=(view.cpu_request_milli, view.memory_request_mega, view.gpu_limit),
+            curve=curve,
+            fair=plan.share,
+            join_cost_s=scaling.join_cost_s if scaling is not None else 0.0,
+            remaining_samples=scaling.remaining_samples if scaling is not None else None,
+            grown_recently=scaling is not None
+            and scaling.since_grow_s is not None
+            and scaling.since_grow_s < cooldown,
+            shrunk_recently=scaling is not None
+            and scaling.since_shrink_s is not None
+            and scaling.since_shrink_s < cooldown,
+        )
+
+    @staticmethod
+    def _explain(plan: JobPlan, want: Want, allocation: Allocation) -> str:
+        curve, low = want.curve, want.min_instance
+        base = curve.rate(low)
+        share = allocation.target
+
+        def speedup(n: int) -> float:
+            return curve.rate(n) / base if base > 0 else 0.0
+
+        source = plan.view.scaling.source if plan.view.scaling is not None else "none"
+        parts = [
+            f"goodput share {share} (fair share {want.fair}, floor {allocation.floor}"
+            + (f", ceiling {allocation.ceiling}" if allocation.ceiling < want.max_instance else "")
+            + ")",
+            f"speed-up x{speedup(share):.2f} over min {low}",
+        ]
+        if share < want.max_instance:
+            parts.append(f"+1 trainer: +{speedup(share + 1) - speedup(share):.3f}")
+        if want.grown_recently:
+            parts.append("grown within the cooldown: keeps its trainers")
+        if allocation.stop and allocation.stop != "max":
+            parts.append(_STOPS[allocation.stop])
+        parts.append(f"curve: {curve.describe()} ({source})")
+        return "; ".join(parts)
+
+    # -- explanation ----------------------------------------------------------------------
+    def _reason(self, plan: JobPlan) -> str:
+        text = super()._reason(plan).replace("fair share", "goodput share")
+        note = self._notes.get(plan.view.key)
+        return f"{text} | {note}" if note else text

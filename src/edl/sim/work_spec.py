@@ -1,0 +1,76 @@
+"""A scenario job's work: how much it must do, how fast it runs, what a new trainer costs.
+
+A job with ``work`` finishes in the simulator once its samples are done (`sim/work.py`);
+one without it runs until deleted, as before. Throughput is samples/s as a function of
+*contributing* trainers (running for at least ``join_cost_s``), given either by the
+Universal Scalability Law parameters or by measured points (`edl.throughput.curve`).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field, model_validator
+
+from edl.sim.sections import Seconds, Strict
+from edl.throughput.curve import Curve, PointsCurve, UslCurve
+
+PositiveFloat = Annotated[float, Field(gt=0)]
+
+
+class ThroughputSpec(Strict):
+    """``per_trainer`` (+ ``serial``, ``comm``) or ``points: {trainers: samples/s}``."""
+
+    per_trainer: PositiveFloat | None = None
+    serial: Annotated[float, Field(ge=0, le=1)] = 0.0
+    comm: Annotated[float, Field(ge=0, le=1)] = 0.0
+    points: dict[Annotated[int, Field(ge=1)], Annotated[float, Field(ge=0)]] | None = None
+
+    @model_validator(mode="after")
+    def _one_form(self) -> ThroughputSpec:
+        if (self.per_trainer is None) == (self.points is None):
+            raise ValueError("give exactly one of per_trainer or points")
+        if self.points is not None and (self.serial or self.comm):
+            raise ValueError("serial/comm belong to the per_trainer form")
+        if self.points is not None and not any(self.points.values()):
+            raise ValueError("points: at least one throughput must be above 0")
+        return self
+
+    def curve(self) -> Curve:
+        if self.points is not None:
+            return PointsCurve(tuple(sorted((int(n), float(x)) for n, x in self.points.items())))
+        assert self.per_trainer is not None
+        return UslCurve(float(self.per_trainer), float(self.serial), float(self.comm))
+
+
+class Work(Strict):
+    """``samples`` or ``passes`` x ``dataset_samples``; the true ``throughput``; the ``prior``
+    the job declares to the autoscaler (none: it learns from measurements only)."""
+
+    samples: PositiveFloat | None = None
+    passes: Annotated[int, Field(ge=1)] | None = None
+    dataset_samples: PositiveFloat | None = None
+    throughput: ThroughputSpec
+    prior: ThroughputSpec | None = None
+    join_cost_s: Seconds = 0.0
+    noise: Annotated[float, Field(ge=0, le=0.5)] = 0.05
+    publish_every_s: Annotated[float, Field(gt=0)] = 5.0
+    cleanup_after_s: Seconds = 30.0
+
+    @model_validator(mode="after")
+    def _amount(self) -> Work:
+        per_pass = self.passes is not None or self.dataset_samples is not None
+        if self.samples is None and not per_pass:
+            raise ValueError("give samples, or passes and dataset_samples")
+        if self.samples is not None and per_pass:
+            raise ValueError("give either samples or passes and dataset_samples, not both")
+        if per_pass and (self.passes is None or self.dataset_samples is None):
+            raise ValueError("passes and dataset_samples go together")
+        return self
+
+    @property
+    def total_samples(self) -> float:
+        if self.samples is not None:
+            return float(self.samples)
+        assert self.passes is not None and self.dataset_samples is not None
+        return float(self.passes) * float(self.dataset_samples)

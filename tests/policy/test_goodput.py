@@ -1,0 +1,113 @@
+"""The goodput policy keeps every guarantee of `default` (hypothesis, random curves)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from edl.policy import get_policy
+from edl.policy.base import Scaling
+from edl.policy.goodput import GoodputPolicy
+from edl.throughput.curve import PointsCurve, UslCurve
+from policy.test_properties import clusters, loads
+
+CURVES = [
+    UslCurve(100.0),
+    UslCurve(50.0, 0.3),
+    UslCurve(20.0, 0.002, 0.00002),
+    UslCurve(30.0, 0.03, 0.002),
+    PointsCurve(((1, 40.0), (4, 150.0), (8, 260.0), (16, 270.0))),
+]
+
+
+@st.composite
+def scaled_views(draw):
+    c = draw(clusters())
+    views = []
+    for view in c.views():
+        if draw(st.booleans()):
+            scaling = Scaling(
+                draw(st.sampled_from(CURVES)),
+                join_cost_s=draw(st.sampled_from([0.0, 30.0])),
+                since_grow_s=draw(st.one_of(st.none(), st.floats(0, 600))),
+                since_shrink_s=draw(st.one_of(st.none(), st.floats(0, 600))),
+            )
+            view = dataclasses.replace(view, scaling=scaling)
+        views.append(view)
+    return views, c.resources()
+
+
+@settings(max_examples=200, deadline=None)
+@given(scaled_views(), loads)
+def test_goodput_places_every_added_trainer_without_overcommit(state, load) -> None:
+    views, resources = state
+    decisions, placement = GoodputPolicy().plan_with_placement(views, resources, load)
+    taken = {name: [0, 0, 0] for name in resources.nodes.cpu_idle_milli}
+    for view, decision in zip(views, decisions, strict=True):
+        assert view.min_instance <= decision.target <= view.max_instance
+        assert decision.reason
+        kept = min(view.total - view.unbound, view.parallelism, view.max_instance)
+        if decision.target > view.parallelism:
+            assert len(placement[view.key]) == decision.target - min(kept, decision.target)
+        for node in placement[view.key]:
+            taken[node][0] += view.cpu_request_milli
+            taken[node][1] += view.memory_request_mega
+            taken[node][2] += view.gpu_request
+    for name, (cpu, memory, gpu) in taken.items():
+        assert cpu <= max(0, resources.nodes.cpu_idle_milli[name])
+        assert memory <= max(0, resources.nodes.memory_free_mega[name])
+        assert gpu <= max(0, resources.nodes.gpu_free[name])
+
+
+@settings(max_examples=200, deadline=None)
+@given(scaled_views(), loads)
+def test_goodput_keeps_cpu_within_max_load_and_never_grows_and_shrinks(state, load) -> None:
+    views, resources = state
+    decisions = get_policy("goodput").plan(views, resources, load)
+    cap = int(resources.cpu_total_milli * load)
+
+    def requests(counts):
+        return resources.cpu_request_milli + sum(
+            (n - v.total) * v.cpu_request_milli for n, v in zip(counts, views, strict=True)
+        )
+
+    before = requests([v.parallelism for v in views])
+    after = requests([d.target for d in decisions])
+    assert after <= (cap if before <= cap else before)
+    for decision in decisions:
+        verb = decision.reason.split(" ", 1)[0]
+        expected = {1: "grow", -1: "shrink", 0: "keep"}[
+            (decision.target > decision.parallelism) - (decision.target < decision.parallelism)
+        ]
+        assert verb == expected, decision
+
+
+@settings(max_examples=100, deadline=None)
+@given(scaled_views(), loads)
+def test_goodput_same_plan_in_any_job_order(state, load) -> None:
+    views, resources = state
+    first = GoodputPolicy().plan(views, resources, load)
+    reverse = GoodputPolicy().plan(views[::-1], resources, load)
+    assert {d.name: d.target for d in reverse} == {d.name: d.target for d in first}
+
+
+def test_goodput_explains_its_share() -> None:
+    from policy.test_properties import Cluster, Job
+
+    c = Cluster()
+    for i in range(2):
+        c.add_node(f"n{i}", 16_000, 64_000)
+    c.add_job(Job("ns", "flat", 1, 30, 2, 1000, 1000))
+    c.add_job(Job("ns", "wide", 1, 30, 2, 1000, 1000))
+    c.schedule()
+    curves = {"flat": CURVES[4], "wide": CURVES[2]}
+    views = [
+        dataclasses.replace(v, scaling=Scaling(curves[v.name], join_cost_s=30.0))
+        for v in c.views()
+    ]
+    decisions = {d.name: d for d in GoodputPolicy().plan(views, c.resources(), 0.97)}
+    assert decisions["wide"].target > decisions["flat"].target
+    for decision in decisions.values():
+        assert "goodput share" in decision.reason and "curve:" in decision.reason
