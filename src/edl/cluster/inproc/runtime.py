@@ -6,7 +6,8 @@ What it models, and why:
   container started). The original experiment measured 1–8 s, so the default
   is uniform on [1, 8] s.
 * **termination time per role** — how long a deleted pod keeps running (and
-  holding its node's resources) before it exits, capped by the grace period.
+  holding its node's resources) before it exits 143 (SIGTERM); one still running
+  at the end of its grace period is killed and exits 137 (SIGKILL).
   The original trainers ignored SIGTERM and used all 30 s; this project's
   trainers drain and exit within seconds.
 * **run time per role** (optional) — a pod that exits by itself (code 0)
@@ -122,8 +123,10 @@ class SimulatedPodRuntime:
         else:
             role = pod_role(pod)
             delay = self.termination.get(role, self.other_termination).draw(self.rng)
-        delay = min(delay, grace_period_s)
-        sim.timer = self.clock.call_later(delay, self._exit, uid, 143)  # 128 + SIGTERM
+        if delay > grace_period_s:  # still running at the end of the grace period: SIGKILL
+            sim.timer = self.clock.call_later(grace_period_s, self._exit, uid, 137)
+        else:
+            sim.timer = self.clock.call_later(delay, self._exit, uid, 143)  # 128 + SIGTERM
 
     def _running(self, uid: str, role: str) -> None:
         sim = self._pods.get(uid)
