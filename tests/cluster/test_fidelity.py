@@ -72,8 +72,9 @@ def cluster(clock, start=2.0, termination=3.0, nodes=1, cpu="32", placement="spr
 
 
 def trainer_job(parallelism: int = 4, max_instance: int = 8) -> dict[str, Any]:
-    """The JobParser's trainer Job (podFailurePolicy: Ignore 143 and DisruptionTarget)."""
-    return JobParser().parse_to_trainer({
+    """The old design: the JobParser's trainer Job (podFailurePolicy: Ignore 143 and
+    DisruptionTarget) run by the Job controller (no ``managedBy``)."""
+    job = JobParser().parse_to_trainer({
         "apiVersion": "edl.dev/v1", "kind": "TrainingJob",
         "metadata": {"name": "demo", "namespace": "default"},
         "spec": {
@@ -84,6 +85,8 @@ def trainer_job(parallelism: int = 4, max_instance: int = 8) -> dict[str, Any]:
             "pserver": {"min-instance": 1, "max-instance": 1},
         },
     })
+    del job["spec"]["managedBy"]
+    return job
 
 
 def plain_job(parallelism: int, **spec: Any) -> dict[str, Any]:

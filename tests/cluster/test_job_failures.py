@@ -80,8 +80,10 @@ def test_pod_failure_action(policy, pod, expected):
 
 
 def trainer_job(max_instance: int = 2, min_instance: int = 2) -> dict[str, Any]:
-    """The JobParser's trainer Job of a small TrainingJob `demo`."""
-    return JobParser().parse_to_trainer(
+    """The JobParser's trainer Job of a small TrainingJob `demo`, run by the Job
+    controller (the design before managedBy; the pair of rules is what a cluster
+    without JobManagedBy applies)."""
+    job = JobParser().parse_to_trainer(
         {
             "apiVersion": "edl.dev/v1",
             "kind": "TrainingJob",
@@ -97,6 +99,8 @@ def trainer_job(max_instance: int = 2, min_instance: int = 2) -> dict[str, Any]:
             },
         }
     )
+    del job["spec"]["managedBy"]
+    return job
 
 
 class Scripted(SimulatedPodRuntime):

@@ -258,6 +258,48 @@ class TrainerFailures(Protocol):
         ...
 
 
+@runtime_checkable
+class ManagedTrainers(Protocol):
+    """Optional `Cluster` capability: edl's controller runs the trainer Job's pods itself.
+
+    A trainer Job with ``spec.managedBy: edl.dev/trainer-controller`` is left alone
+    by the cluster's Job controller; the Controller (`edl.control.trainer_controller`)
+    creates, deletes and counts its pods through these calls, so a scale-up is never
+    held back by the built-in controller's failure back-off (docs/architecture.md).
+    Pod manifests come with their times (``creationTimestamp``, ``startTime``,
+    ``deletionTimestamp``, a terminated state's ``finishedAt``) as seconds on
+    ``trainer_clock()``.
+    """
+
+    def trainer_clock(self) -> float:
+        """Now, in the seconds of the pod times below."""
+        ...
+
+    def trainer_pod_manifests(self, namespace: str, job: str) -> list[Manifest]:
+        """TrainingJob ``job``'s trainer pods: live ones, and finished ones not yet
+        removed with `delete_trainer_pod`."""
+        ...
+
+    async def create_trainer_pod(self, pod: Manifest) -> None:
+        """Create a trainer pod (owned by its trainer Job; `AlreadyExistsError`)."""
+        ...
+
+    async def delete_trainer_pod(self, namespace: str, name: str) -> None:
+        """Delete a trainer pod (gracefully if it runs; a finished one is removed)."""
+        ...
+
+    async def update_trainer_job_status(
+        self, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> None:
+        """Write a managed trainer Job's status (the built-in controller's fields)."""
+        ...
+
+    def watch_trainers(self, callback: Callable[[str, str], None]) -> Unsubscribe:
+        """Call ``callback(namespace, training job)`` when one of its trainer pods or its
+        trainer Job changed."""
+        ...
+
+
 # --------------------------------------------------------------------------- plugs
 
 

@@ -40,12 +40,14 @@ from edl.cluster.port import (
     AlreadyExistsError,
     Cluster,
     ClusterError,
+    ManagedTrainers,
     Manifest,
     NotFoundError,
     TrainerFailures,
     Unsubscribe,
     training_job_key,
 )
+from edl.control.trainer_controller import TrainerController
 from edl.jobparser import JobParser
 
 log = logging.getLogger(__name__)
@@ -102,6 +104,10 @@ def trainer_job_outcome(
     return None
 
 
+def _job_key(job: TrainingJob) -> tuple[str, str]:
+    return job.metadata.namespace or "default", job.metadata.name or ""
+
+
 def _without_status(obj: Mapping[str, Any]) -> dict[str, Any]:
     """The user's part of a TrainingJob: status is ours, and validating it would be moot."""
     return {key: value for key, value in obj.items() if key != "status"}
@@ -139,6 +145,8 @@ class Controller:
         self.parser = parser or JobParser()
         self.status_interval = status_interval
         self._known: dict[tuple[str, str], _Known] = {}
+        # trainer Jobs with spec.managedBy: their pods are run here (docs/architecture.md)
+        self.trainers = TrainerController(cluster) if isinstance(cluster, ManagedTrainers) else None
 
     # -- event handlers (the cluster's watch calls these) -----------------------------------
     async def on_add(self, obj: Manifest) -> None:
@@ -166,6 +174,8 @@ class Controller:
         known = self._known.pop(key, None)
         if known is not None and known.job is not None and self.autoscaler is not None:
             self.autoscaler.on_del(known.job)
+        if self.trainers is not None:
+            self.trainers.forget(key)
         await self._delete_children(*key)
 
     # -- the loop ------------------------------------------------------------------------------
@@ -173,9 +183,18 @@ class Controller:
         """Subscribe to the cluster's TrainingJob events (the seed's WatchTrainingJobs).
 
         Existing jobs arrive first as ``on_add``. Returns the function that ends
-        the subscription.
+        the subscription (of the trainer pod events too, on a `ManagedTrainers` cluster).
         """
-        return self.cluster.watch_training_jobs(self)
+        unsubscribe = self.cluster.watch_training_jobs(self)
+        if self.trainers is None:
+            return unsubscribe
+        unwatch = self.trainers.watch()
+
+        def both() -> None:
+            unsubscribe()
+            unwatch()
+
+        return both
 
     async def run(self) -> None:
         """Watch TrainingJobs and refresh their status every ``status_interval`` s, forever."""
@@ -188,7 +207,10 @@ class Controller:
             unsubscribe()
 
     async def tick(self) -> None:
-        """Refresh the status of every known job (writes only what changed)."""
+        """Refresh the status of every known job (writes only what changed); reconcile
+        every managed trainer Job (a missed event heals here)."""
+        if self.trainers is not None:
+            await self.trainers.resync()
         for key in list(self._known):
             try:
                 await self._refresh_status(key)
@@ -223,6 +245,8 @@ class Controller:
                 namespace, name, known, {"state": FAILED, "message": f"creating children: {error}"}
             )
             return
+        if self.trainers is not None:
+            self.trainers.track((namespace, name))
         if self.autoscaler is not None:
             if previous is None or previous.job is None:
                 self.autoscaler.on_add(job)
@@ -286,7 +310,12 @@ class Controller:
             c.get("type") == "Failed" and c.get("status") == "True"
             for c in (trainer.get("status") or {}).get("conditions") or ()
         )
-        if not failed or not isinstance(self.cluster, TrainerFailures) or known.job is None:
+        if not failed or known.job is None:
+            return ""
+        record = self.trainers.record(_job_key(known.job)) if self.trainers else None
+        if record is not None and record.last_failure:
+            return record.last_failure  # counted by this controller (a managed trainer Job)
+        if not isinstance(self.cluster, TrainerFailures):
             return ""
         if known.last_trainer_failure is None:
             try:

@@ -15,6 +15,7 @@ from collections.abc import Awaitable
 from edl.cluster.port import Cluster
 from edl.control.autoscaler import DEFAULT_INTERVAL_S, Autoscaler
 from edl.control.controller import Controller
+from edl.jobparser import JobParser
 from edl.policy import Policy
 
 
@@ -42,6 +43,7 @@ class ControlLoops:
         policy: Policy | str = "default",
         interval: float = DEFAULT_INTERVAL_S,
         status_interval: float = 5.0,
+        parser: JobParser | None = None,
     ) -> ControlLoops:
         """The seed's ``New(cluster, maxLoadDesired)``: a Controller and its Autoscaler.
 
@@ -52,7 +54,8 @@ class ControlLoops:
             if not 0 < max_load_desired <= 1:
                 raise ValueError(f"max_load_desired must be in (0, 1] (got {max_load_desired})")
             autoscaler = Autoscaler(cluster, policy, max_load_desired, interval=interval)
-        return cls(Controller(cluster, autoscaler, status_interval=status_interval), autoscaler)
+        controller = Controller(cluster, autoscaler, parser, status_interval=status_interval)
+        return cls(controller, autoscaler)
 
     def start(self) -> None:
         """Start the loops as tasks on the running event loop (the Controller first, so it

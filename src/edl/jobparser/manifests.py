@@ -42,6 +42,8 @@ ETCD_DATA_VOLUME = "edl-etcd-data"
 # with `completions` unset, one pod exiting 0 would tell Kubernetes the work is done.
 # See edl.runtime.trainer.api.SIGTERM_EXIT (not imported: the parser stays below the runtime).
 TRAINER_SIGTERM_EXIT = 143
+# the trainer Job's spec.managedBy: edl's controller, not the Job controller, runs its pods
+TRAINER_MANAGED_BY = "edl.dev/trainer-controller"
 # Failures that count against backoffLimit (crashes, OOM kills, SIGKILLs) may happen this many
 # times per trainer slot before the Job fails; drained scale-downs and evictions never count.
 TRAINER_BACKOFF_PER_TRAINER = 2
@@ -90,8 +92,9 @@ def pserver_replica_set(job: TrainingJob) -> dict[str, Any]:
     return _replica_set(job, "pserver", replicas, containers, list(spec.volumes or []))
 
 
-def trainer_job(job: TrainingJob) -> dict[str, Any]:
-    """The trainers as a work-queue Job: parallelism = min-instance, completions unset."""
+def trainer_job(job: TrainingJob, managed: bool = True) -> dict[str, Any]:
+    """The trainers as a work-queue Job: parallelism = min-instance, completions unset;
+    ``managed``: with ``spec.managedBy`` (edl's controller runs its pods)."""
     name = child_names(_name(job))["trainer"]
     container = _container(job, "trainer", job.spec.trainer.resources, [])
     # a crashed trainer's log tail becomes its termination message: the Controller puts
@@ -106,6 +109,10 @@ def trainer_job(job: TrainingJob) -> dict[str, Any]:
         "spec": {
             "parallelism": _int(job.spec.trainer.min_instance),
             "backoffLimit": trainer_backoff_limit(_int(job.spec.trainer.max_instance)),
+            # edl's controller runs these pods, not the Job controller, whose failure
+            # back-off would hold every scale-up after drains (docs/architecture.md).
+            # The policy below is what a cluster without JobManagedBy (< 1.32) applies.
+            **({"managedBy": TRAINER_MANAGED_BY} if managed else {}),
             "podFailurePolicy": {
                 "rules": [
                     # a trainer drained by SIGTERM (scale-down, pod deletion) did nothing wrong

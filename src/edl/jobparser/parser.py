@@ -17,7 +17,13 @@ class JobParser:
 
     The `parse_to_*` methods validate first (it is cheap and idempotent), so they
     never emit a manifest for an invalid job and always see the defaults.
+
+    ``managed_trainers`` False emits the trainer Job without ``spec.managedBy``, run by
+    the cluster's Job controller: the design before issue 10, kept to measure it.
     """
+
+    def __init__(self, managed_trainers: bool = True) -> None:
+        self.managed_trainers = managed_trainers
 
     def validate(self, job: TrainingJob | Mapping[str, Any]) -> TrainingJob:
         """The job with defaults filled; raises JobValidationError listing every problem."""
@@ -33,7 +39,7 @@ class JobParser:
 
     def parse_to_trainer(self, job: TrainingJob | Mapping[str, Any]) -> dict[str, Any]:
         """`<job>-trainer` batch/v1 Job with parallelism = `trainer.min-instance`."""
-        return manifests.trainer_job(self.validate(job))
+        return manifests.trainer_job(self.validate(job), self.managed_trainers)
 
     def parse_to_service(self, job: TrainingJob | Mapping[str, Any]) -> dict[str, Any]:
         """`<job>-master` Service for the master and its etcd."""
@@ -46,7 +52,7 @@ class JobParser:
             manifests.master_service(valid),
             manifests.master_replica_set(valid),
             manifests.pserver_replica_set(valid),
-            manifests.trainer_job(valid),
+            manifests.trainer_job(valid, self.managed_trainers),
         ]
 
 

@@ -34,6 +34,7 @@ from edl.api.names import job_key, object_key, trainer_job_name
 from edl.api.quantity import cpu_milli, gpu_count, memory_mega
 from edl.cluster.inproc.controllers import TRAINING_JOB, WorkloadControllers
 from edl.cluster.inproc.kubelet import PodLifecycle, PodListener
+from edl.cluster.inproc.managed import ManagedTrainerPods
 from edl.cluster.inproc.pods import OwnerKey, OwnerPods, PodRecord
 from edl.cluster.inproc.runtime import SimulatedPodRuntime
 from edl.cluster.inproc.sampling import ClusterSample, ReplicaCounts, TrainerCounts
@@ -59,7 +60,7 @@ def _sample_key(namespace: str, name: str) -> str:
     return name if namespace == "default" else f"{namespace}/{name}"
 
 
-class InProcessCluster:
+class InProcessCluster(ManagedTrainerPods):
     """The in-process control plane; implements `edl.cluster.port.Cluster`.
 
     Args:

@@ -47,6 +47,7 @@ from edl.cluster.inproc.workloads import (
     REPLACE_FAILED,
     crash_backoff_s,
     job_backoff_remaining_s,
+    managed_elsewhere,
     owner_status,
     pod_failure_action,
     pod_from_template,
@@ -97,6 +98,9 @@ class WorkloadControllers:
     def with_status(self, kind: str, obj: Manifest) -> Manifest:
         """Fill ``status`` from the live counters (the controllers' status writes)."""
         namespace, name = object_key(obj)
+        if kind == "Job" and managed_elsewhere(obj.get("spec") or {}):
+            obj.setdefault("status", {})  # written by its own controller
+            return obj
         obj["status"] = owner_status(kind, self.owners.get((kind, namespace, name)) or OwnerPods())
         return obj
 
@@ -169,12 +173,15 @@ class WorkloadControllers:
         if owner is None:
             return
         if obj is None:  # owner deleted: its pods go too (cascading deletion)
+            owner.finished.clear()
             for pod in list(owner.pods.values()):
                 self.pods.delete(pod)
             if not owner.pods:
                 del self.owners[key]
             return
         spec = obj["spec"]
+        if kind == "Job" and managed_elsewhere(spec):
+            return  # its own controller creates and deletes its pods
         want, owner.condition = wanted_pods(kind, spec, owner)
         if kind == "Job" and owner.condition is not None:
             want = 0  # a finished Job deletes its active pods
@@ -235,7 +242,9 @@ class WorkloadControllers:
             return
         obj = self.store.peek(*pod.owner)
         owner = self.owners.get(pod.owner)
-        if obj is None or owner is None or pod_replacement_policy(obj["spec"]) == REPLACE_FAILED:
+        if obj is None or owner is None or managed_elsewhere(obj["spec"]):
+            return
+        if pod_replacement_policy(obj["spec"]) == REPLACE_FAILED:
             return
         pod.counted = True
         self._job_pod_failed(pod, owner, obj, None)
@@ -251,6 +260,9 @@ class WorkloadControllers:
         del owner.pods[pod.uid]
         kind, namespace, name = pod.owner
         obj = self.store.peek(kind, namespace, name)
+        if kind == "Job" and obj is not None and managed_elsewhere(obj["spec"]):
+            owner.finished[pod.name] = pod  # for its controller to count and remove
+            return
         if kind == "Job":
             if obj is not None and not pod.counted:
                 if code == 0:

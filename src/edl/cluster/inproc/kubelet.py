@@ -217,7 +217,7 @@ class PodLifecycle:
         message = ""
         if code != 0 and isinstance(self.runtime, TerminationMessages):
             message = str(self.runtime.termination_message(pod.name) or "")
-        terminated: dict[str, Any] = {"exitCode": code}
+        terminated: dict[str, Any] = {"exitCode": code, "finishedAt": self.clock.now()}
         if message:
             terminated["message"] = message
         pod.manifest["status"] = {

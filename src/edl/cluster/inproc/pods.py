@@ -107,6 +107,8 @@ class OwnerPods:
     failure_reason: str | None = None  # a FailJob rule's reason; else BackoffLimitExceeded
     failure_condition_message: str = ""  # the Failed condition's message, if not the default
     last_failure: str = ""  # "<pod>: <its termination message>" of the last counted failure
+    # a Job managed by another controller: its finished pods, kept until that one removes them
+    finished: dict[str, PodRecord] = field(default_factory=dict)
     generation: int = -1  # owner generation the cached template resources belong to
     resources: PodResources = field(default_factory=PodResources)
 

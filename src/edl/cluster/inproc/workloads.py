@@ -144,6 +144,16 @@ def job_backoff_remaining_s(
     return 0.0 if delay < elapsed else delay - elapsed
 
 
+JOB_CONTROLLER = "kubernetes.io/job-controller"
+
+
+def managed_elsewhere(spec: Mapping[str, Any]) -> bool:
+    """``spec.managedBy`` names another controller: the Job controller leaves the Job
+    (its pods and status) alone (``JobManagedBy``, Kubernetes >= 1.32)."""
+    managed_by = spec.get("managedBy")
+    return managed_by is not None and managed_by != JOB_CONTROLLER
+
+
 def pod_replacement_policy(spec: Mapping[str, Any]) -> str:
     """``spec.podReplacementPolicy``: default ``Failed`` with a podFailurePolicy (the only
     value allowed with one), else ``TerminatingOrFailed`` (Kubernetes >= 1.29)."""
