@@ -222,26 +222,35 @@ def job_status(plan: TrainerPlan, record: CrashRecord, previous: Mapping[str, An
                now: float) -> dict[str, Any]:
     """The trainer Job's status as edl's controller writes it (the built-in's fields).
 
-    A terminal condition comes with its interim one (``FailureTarget`` before
-    ``Failed``, ``SuccessCriteriaMet`` before ``Complete``), as the API server's
-    validation of externally managed Jobs asks.
+    As the API server's validation of externally managed Jobs asks, a terminal
+    condition comes after its interim one (``FailureTarget`` before ``Failed``,
+    ``SuccessCriteriaMet`` before ``Complete``), and only once no pod is active or
+    terminating; ``Complete`` comes with ``completionTime``.
     """
     status: dict[str, Any] = {
         "active": plan.active, "succeeded": record.succeeded, "failed": record.failed,
         "terminating": plan.terminating, "ready": plan.running,
+        "startTime": previous.get("startTime", now),
     }
-    status["startTime"] = previous.get("startTime", now)
-    conditions = list(previous.get("conditions") or ())
-    if plan.condition is not None and not conditions:
+    conditions = [dict(c) for c in previous.get("conditions") or ()]
+    if plan.condition is not None:
         interim = "FailureTarget" if plan.condition == "Failed" else "SuccessCriteriaMet"
-        for kind in (interim, plan.condition):
+        have = {c.get("type") for c in conditions}
+        wanted = [interim]
+        if plan.active == 0 and plan.terminating == 0 and not plan.delete:
+            wanted.append(plan.condition)
+        for kind in wanted:
+            if kind in have:
+                continue
             condition = {"type": kind, "status": "True"}
             if plan.reason:
                 condition["reason"] = plan.reason
                 condition["message"] = plan.message
             conditions.append(condition)
-        if plan.condition == "Complete":
-            status["completionTime"] = now
+            if kind == "Complete":
+                status["completionTime"] = now
+    if "completionTime" in previous:
+        status["completionTime"] = previous["completionTime"]
     if conditions:
         status["conditions"] = conditions
     return status

@@ -49,6 +49,7 @@ from edl.kube.client import FIELD_MANAGER
 from edl.kube.crd import GROUP, KIND, PLURAL, VERSION
 from edl.kube.events import EventRecorder, make_event
 from edl.kube.failures import last_trainer_failure
+from edl.kube.managed import KubeManagedTrainers
 from edl.kube.reflector import Reflector
 from edl.kube.retry import http_status, is_conflict, is_not_found, retry_call
 from edl.kube.state import ClusterState, NodeStore, PodStore
@@ -80,7 +81,7 @@ def _to_dict(obj: Any) -> dict[str, Any]:
     return obj.to_dict() if hasattr(obj, "to_dict") else dict(obj)
 
 
-class KubeCluster:
+class KubeCluster(KubeManagedTrainers):
     """`edl.cluster.port.Cluster` over lightkube; start() before use, stop() after."""
 
     def __init__(self, client: AsyncClient, *, namespace: str | None = None,
@@ -258,7 +259,9 @@ class KubeCluster:
         version = _meta(job).get("resourceVersion")
         if version:
             patch["metadata"] = {"resourceVersion": version}
-        return await self._merge_patch_job(namespace, name, patch, "scale")
+        stored = await self._merge_patch_job(namespace, name, patch, "scale")
+        self._trainer_job_changed(stored)  # the trainer controller reconciles at once
+        return stored
 
     async def delete_trainer_job(self, namespace: str, name: str) -> None:
         await self._delete(Job, "Job", namespace, name)
