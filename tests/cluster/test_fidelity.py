@@ -300,3 +300,73 @@ def test_replica_set_scale_down_follows_the_deletion_cost(clock):
 
     oldest = clock.run(scenario())
     assert plane.pods.by_key[("default", oldest.name)].terminating
+
+
+# --------------------------------------------------------------------------- scheduler scores
+
+
+def upstream_score(alloc_cpu, alloc_mem, req_cpu, req_mem, strategy):
+    """NodeResourcesFit (least/mostRequestedScore, weighted mean) + BalancedAllocation,
+    written out per node as in pkg/scheduler/framework/plugins/noderesources."""
+    def resource(requested, capacity):
+        if capacity == 0 or requested > capacity:
+            return 0
+        if strategy == "spread":
+            return (capacity - requested) * 100 // capacity
+        return requested * 100 // capacity
+
+    scores = [(resource(req_cpu, alloc_cpu), alloc_cpu), (resource(req_mem, alloc_mem), alloc_mem)]
+    weighted = [score for score, capacity in scores if capacity > 0]
+    fit = sum(weighted) // len(weighted) if weighted else 0
+    if alloc_cpu and alloc_mem:
+        std = abs(min(req_cpu / alloc_cpu, 1) - min(req_mem / alloc_mem, 1)) / 2
+    else:
+        std = 0.0
+    return fit + int((1 - std) * 100)
+
+
+nodes_strategy = st.lists(
+    st.tuples(st.integers(1, 64), st.integers(1, 256), st.integers(0, 64), st.integers(0, 256)),
+    min_size=1, max_size=12,
+)
+
+
+@given(nodes_strategy, st.integers(0, 8000), st.integers(0, 16000),
+       st.sampled_from(["spread", "binpack"]))
+def test_scheduler_binds_to_a_highest_scoring_feasible_node(nodes, cpu, memory, placement):
+    from edl.cluster.inproc.scheduler import Node, NodeIndex
+
+    index = NodeIndex(placement, seed=1)
+    for i, (cores, gib, used_cpu, used_gib) in enumerate(nodes):
+        node = Node(f"n{i}", i, cores * 1000, gib * 1000, 0)
+        index.add(node)
+        index.take(node, min(used_cpu * 250, node.cpu_milli), min(used_gib * 500,
+                   node.memory_mega), 0)
+    feasible = [n for n in index.nodes
+                if n.free_cpu_milli >= cpu and n.free_memory_mega >= memory]
+    chosen = index.find(cpu, memory, 0)
+    if not feasible:
+        assert chosen is None
+        return
+    def score(n):
+        return upstream_score(n.cpu_milli, n.memory_mega, n.cpu_milli - n.free_cpu_milli + cpu,
+                              n.memory_mega - n.free_memory_mega + memory, placement)
+    assert chosen in feasible
+    assert score(chosen) == max(score(n) for n in feasible)
+
+
+def test_spread_prefers_the_balanced_node_and_binpack_the_fullest():
+    from edl.cluster.inproc.scheduler import Node, NodeIndex
+
+    def build(placement):
+        index = NodeIndex(placement)
+        a, b, c = (Node(name, i, 16000, 64000, 0) for i, name in enumerate("abc"))
+        for node in (a, b, c):
+            index.add(node)
+        index.take(a, 8000, 8000, 0)   # half the CPU, little memory: unbalanced
+        index.take(b, 4000, 16000, 0)  # a quarter of both: balanced, emptier
+        index.take(c, 12000, 48000, 0)  # three quarters of both: the fullest
+        return index
+
+    assert build("spread").find(1000, 1000, 0).name == "b"
+    assert build("binpack").find(1000, 1000, 0).name == "c"
