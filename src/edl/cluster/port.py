@@ -58,6 +58,10 @@ class NotFoundError(ClusterError):
     """The object does not exist (HTTP 404)."""
 
 
+class NotLeaderError(ClusterError):
+    """A write refused before it was sent: this replica no longer holds the leader Lease."""
+
+
 class AlreadyExistsError(ClusterError):
     """A create named an object that already exists (HTTP 409 AlreadyExists)."""
 

@@ -40,6 +40,7 @@ from edl.cluster.port import (
     JobPods,
     Manifest,
     NotFoundError,
+    NotLeaderError,
     TrainerPod,
     TrainingJobHandler,
     Unsubscribe,
@@ -86,8 +87,11 @@ class KubeCluster(KubeManagedTrainers):
 
     def __init__(self, client: AsyncClient, *, namespace: str | None = None,
                  events: EventRecorder | None = None,
-                 watch_client: AsyncClient | None = None) -> None:
+                 watch_client: AsyncClient | None = None,
+                 fence: Callable[[], bool] | None = None) -> None:
         self.client = client
+        # every write first asks fence() (the leader still holds its Lease), each attempt
+        self.fence = fence
         # Watch streams get their own connection pool: cancelling a stream must never
         # leave the pool that serves ordinary requests (status, scaling, leases) stuck.
         watch_client = watch_client or client
@@ -133,9 +137,16 @@ class KubeCluster(KubeManagedTrainers):
         return ClusterError(kind, namespace, name, f"HTTP {http_status(exc)}: {exc}")
 
     async def _call(self, what: str, call: Callable[[], Any], kind: str, namespace: str,
-                    name: str) -> Any:
+                    name: str, *, write: bool = True) -> Any:
+        fence = self.fence if write else None
+
+        def fenced() -> Any:
+            if fence is not None and not fence():
+                raise NotLeaderError(kind, namespace, name, f"{what}: not the leader")
+            return call()
+
         try:
-            return await retry_call(call, what=what, retry_conflicts=False)
+            return await retry_call(fenced, what=what, retry_conflicts=False)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -188,7 +199,7 @@ class KubeCluster(KubeManagedTrainers):
     async def _get(self, resource: type, kind: str, namespace: str, name: str) -> Manifest:
         obj = await self._call(f"get {kind} {namespace}/{name}",
                                lambda: self.client.get(resource, name, namespace=namespace),
-                               kind, namespace, name)
+                               kind, namespace, name, write=False)
         return _to_dict(obj)
 
     async def _delete(self, resource: type, kind: str, namespace: str, name: str) -> None:
@@ -334,7 +345,7 @@ class KubeCluster(KubeManagedTrainers):
             return [_to_dict(pod) async for pod in listed]
 
         found = await self._call(f"list trainer pods of {namespace}/{name}", pods,
-                                 "Pod", namespace, f"{name}-trainer")
+                                 "Pod", namespace, f"{name}-trainer", write=False)
         return last_trainer_failure(found)
 
     async def inquiry_resource(self) -> ClusterResource:

@@ -74,6 +74,7 @@ class LeaderElector:
         self.clock = clock
         self.is_leader = False
         self._observed: _Observed | None = None
+        self._renewed_at: float | None = None  # our last successful write of the Lease
 
     # -- one attempt ---------------------------------------------------------
 
@@ -143,8 +144,21 @@ class LeaderElector:
         self._remember(created.to_dict())
         return True
 
+    def holds_lease(self) -> bool:
+        """Whether writes may go out now: we lead and renewed within ``renew_deadline``.
+
+        The fence for every write of the leader's work: past the deadline the renew
+        loop is about to declare the Lease lost, and a standby may take it once
+        ``lease_duration`` has passed, so nothing is written in between.
+        """
+        renewed = self._renewed_at
+        return (self.is_leader and renewed is not None
+                and self.clock() - renewed < self.renew_deadline)
+
     def _remember(self, raw: dict[str, Any]) -> None:
         spec = raw.get("spec") or {}
+        if spec.get("holderIdentity") == self.identity:
+            self._renewed_at = self.clock()
         self._observed = _Observed(
             spec.get("holderIdentity"), spec.get("renewTime"),
             (raw.get("metadata") or {}).get("resourceVersion"), self.clock(),
@@ -181,15 +195,24 @@ class LeaderElector:
                 raise LeadershipLost(f"{self.identity} lost lease {self.namespace}/{self.name}")
 
     async def release(self) -> None:
-        """Give the Lease up on a clean shutdown so a standby need not wait for expiry."""
+        """Give the Lease up on a clean shutdown so a standby need not wait for expiry.
+
+        As client-go, the write carries the resourceVersion we read last: if someone
+        else has written the Lease since, the release conflicts and changes nothing.
+        """
         if not self.is_leader:
             return
         self.is_leader = False
+        observed = self._observed
+        version = observed.resource_version if observed is not None else None
+        patch: dict[str, Any] = {
+            "spec": {"holderIdentity": None, "leaseDurationSeconds": 1},
+        }
+        if version:
+            patch["metadata"] = {"resourceVersion": version}
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.client.patch(
-                Lease, self.name,
-                {"spec": {"holderIdentity": None, "leaseDurationSeconds": 1}},
-                namespace=self.namespace, patch_type=PatchType.MERGE,
+                Lease, self.name, patch, namespace=self.namespace, patch_type=PatchType.MERGE,
             ), self.retry_period * 2)
 
     async def run_as_leader(self, body: Callable[[], Awaitable[None]]) -> None:

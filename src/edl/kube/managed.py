@@ -38,7 +38,7 @@ class KubeManagedTrainers:
     state: ClusterState
 
     async def _call(self, what: str, call: Callable[[], Any], kind: str, namespace: str,
-                    name: str) -> Any:
+                    name: str, *, write: bool = True) -> Any:
         raise NotImplementedError
 
     def trainer_clock(self) -> float:

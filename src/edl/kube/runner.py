@@ -131,7 +131,7 @@ class ControllerProcess:
                  self.elector.identity)
         self.health.leader = True
         cluster = KubeCluster(self.client, namespace=options.namespace, events=self.events,
-                              watch_client=self.watch_client)
+                              watch_client=self.watch_client, fence=self.elector.holds_lease)
         self.cluster = cluster
         await cluster.start()
         self.health.synced = True
@@ -149,8 +149,10 @@ class ControllerProcess:
         try:
             await loops.wait()
         finally:
-            await kopf.stop()
+            # the loops first: they write (scaling, status); kopf only delivers events and
+            # takes seconds to stop, during which a deposed leader must write nothing
             await loops.stop()
+            await kopf.stop()
             await cluster.stop()
             self.health.synced = False
             self.health.leader = False
