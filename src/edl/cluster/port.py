@@ -41,13 +41,28 @@ Unsubscribe = Callable[[], None]
 class ClusterError(Exception):
     """Base of the errors a `Cluster` raises for API-level failures."""
 
-    def __init__(self, kind: str, namespace: str, name: str, detail: str = "") -> None:
+    def __init__(
+        self, kind: str, namespace: str, name: str, detail: str = "", status: int | None = None
+    ) -> None:
         self.kind = kind
         self.namespace = namespace
         self.name = name
         self.detail = detail
+        self.status = status  # the HTTP status, where an API server answered
         where = f"{kind} {namespace}/{name}"
         super().__init__(f"{where}: {detail}" if detail else where)
+
+
+def is_permanent(error: ClusterError) -> bool:
+    """An error retrying cannot fix: an invalid object (400, 422) or a refusal (403)
+    that is not a quota's (``exceeded quota``: freed quota lets a retry through).
+
+    Everything else (5xx after the client's own retries, a webhook timeout, 429, a
+    dropped connection) is transient.
+    """
+    if error.status in (400, 422):
+        return True
+    return error.status == 403 and "exceeded quota" not in error.detail
 
 
 class ConflictError(ClusterError):

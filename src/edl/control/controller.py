@@ -45,6 +45,7 @@ from edl.cluster.port import (
     NotFoundError,
     TrainerFailures,
     Unsubscribe,
+    is_permanent,
     training_job_key,
 )
 from edl.control.trainer_controller import TrainerController
@@ -55,6 +56,8 @@ log = logging.getLogger(__name__)
 CREATED = "Created"
 RUNNING = "Running"
 FAILED = "Failed"
+CHILD_RETRY_BASE_S = 1.0  # creating children failed: retry after 1 s, doubling
+CHILD_RETRY_MAX_S = 60.0
 SUCCEEDED = "Succeeded"
 
 
@@ -145,6 +148,8 @@ class Controller:
         self.parser = parser or JobParser()
         self.status_interval = status_interval
         self._known: dict[tuple[str, str], _Known] = {}
+        self._child_retries: dict[tuple[str, str], int] = {}
+        self._retry_tasks: set[asyncio.Task[None]] = set()
         # trainer Jobs with spec.managedBy: their pods are run here (docs/architecture.md)
         self.trainers = TrainerController(cluster) if isinstance(cluster, ManagedTrainers) else None
 
@@ -237,13 +242,7 @@ class Controller:
             return
         known = _Known(generation, job, _status(obj))
         self._known[(namespace, name)] = known
-        try:
-            await self._create_children(job)
-        except (ClusterError, ValueError) as error:
-            log.warning("children of %s/%s not created: %s", namespace, name, error)
-            await self._write_status(
-                namespace, name, known, {"state": FAILED, "message": f"creating children: {error}"}
-            )
+        if not await self._ensure_children(known):
             return
         if self.trainers is not None:
             self.trainers.track((namespace, name))
@@ -253,6 +252,54 @@ class Controller:
             else:
                 self.autoscaler.on_update(job)
         await self._refresh_status((namespace, name))
+
+    async def _ensure_children(self, known: _Known) -> bool:
+        """Create the children; on an error, say so and try again after a back-off.
+
+        A transient error (5xx, a webhook timeout, a quota refusal) keeps the state
+        and only notes the retry in ``message``; a permanent one (an invalid object,
+        a forbidden create) makes the job Failed — and the retries go on, so the job
+        recovers once the cause is gone (the RBAC fixed, the webhook back).
+        """
+        job = known.job
+        assert job is not None
+        key = _job_key(job)
+        try:
+            await self._create_children(job)
+        except (ClusterError, ValueError) as error:
+            attempt = self._child_retries.get(key, 0) + 1
+            self._child_retries[key] = attempt
+            delay = min(CHILD_RETRY_BASE_S * 2 ** (attempt - 1), CHILD_RETRY_MAX_S)
+            permanent = not isinstance(error, ClusterError) or is_permanent(error)
+            log.warning("children of %s/%s not created (%s; retry in %.0f s): %s",
+                        *key, "permanent" if permanent else "transient", delay, error)
+            if permanent:
+                status = {"state": FAILED, "message": f"creating children: {error}"}
+            else:
+                status = {**known.status, "message": f"creating children, retrying: {error}"}
+                status.setdefault("state", CREATED)
+            await self._write_status(*key, known, status)
+            self._retry_children(key, known, delay)
+            return False
+        self._child_retries.pop(key, None)
+        return True
+
+    def _retry_children(self, key: tuple[str, str], known: _Known, delay: float) -> None:
+        async def retry() -> None:
+            await asyncio.sleep(delay)
+            if self._known.get(key) is not known:
+                return  # edited or deleted meanwhile: that event reconciled it
+            if await self._ensure_children(known):
+                assert known.job is not None
+                if self.trainers is not None:
+                    self.trainers.track(key)
+                if self.autoscaler is not None:
+                    self.autoscaler.on_add(known.job)
+                await self._refresh_status(key)
+
+        task = asyncio.get_running_loop().create_task(retry())
+        self._retry_tasks.add(task)
+        task.add_done_callback(self._retry_tasks.discard)
 
     async def _create_children(self, job: TrainingJob) -> None:
         parser = self.parser

@@ -134,7 +134,8 @@ class KubeCluster(KubeManagedTrainers):
             return NotFoundError(kind, namespace, name)
         if is_conflict(exc):
             return ConflictError(kind, namespace, name, "resourceVersion is stale")
-        return ClusterError(kind, namespace, name, f"HTTP {http_status(exc)}: {exc}")
+        status = http_status(exc)
+        return ClusterError(kind, namespace, name, f"HTTP {status}: {exc}", status)
 
     async def _call(self, what: str, call: Callable[[], Any], kind: str, namespace: str,
                     name: str, *, write: bool = True) -> Any:
