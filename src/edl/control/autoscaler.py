@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from edl.accounting import trainer_request
@@ -51,6 +51,26 @@ CONFLICT_RETRIES = 5
 
 def _job_key(job: TrainingJob) -> tuple[str, str]:
     return job.metadata.namespace or "default", job.metadata.name or ""
+
+
+FINISHED = frozenset({"Complete", "Failed", "SuccessCriteriaMet", "FailureTarget"})
+
+
+def trainer_job_done(trainer: Mapping[str, Any]) -> bool:
+    """Whether a trainer Job is past scaling (pure).
+
+    Only a terminal condition that is True counts (a resumed Job keeps
+    ``Suspended=False``, a condition that says nothing of the end), and a trainer
+    that succeeded means the work is done: a Job without completions creates no pod
+    after that, so growing it would only raise a number.
+    """
+    status = trainer.get("status") or {}
+    if int(status.get("succeeded") or 0) > 0:
+        return True
+    return any(
+        c.get("type") in FINISHED and c.get("status") == "True"
+        for c in status.get("conditions") or ()
+    )
 
 
 def pick_victims(
@@ -203,8 +223,8 @@ class Autoscaler:
                 trainer = await self.cluster.get_trainer_job(job)
             except NotFoundError:
                 continue  # not created yet, or being deleted
-            if (trainer.get("status") or {}).get("conditions"):
-                continue  # finished (Complete or Failed): nothing to scale
+            if trainer_job_done(trainer):
+                continue  # finished, or its work is done: nothing to scale
             pods = await self.cluster.job_pods(job)
             # JobView counts as Kubernetes reports phases: terminating pods are still
             # Running and hold their room, so the policy can credit room on its way.
