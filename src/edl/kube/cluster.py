@@ -407,6 +407,7 @@ class KubeCluster(KubeManagedTrainers):
         generation = _meta(body).get("generation")
         generation = generation if isinstance(generation, int) else None
         full = kube_status(status, previous, generation)
+        full["selector"] = f"edl.dev/job={name},edl.dev/role=trainer"  # scale subresource
         await self._call(
             f"status of TrainingJob {namespace}/{name}",
             lambda: self.client.patch(TrainingJobStatus, name, status_patch(full),

@@ -11,7 +11,10 @@ Scale subresource: `kubectl scale tj NAME --replicas=N` writes
 autoscaler keeps the trainer count in [min-instance, max-instance], so the
 count becomes at least N; the CEL rule rejects N > max-instance and the
 schema's minimum rejects N < 1. `status.replicas` reports the trainer Job's
-current parallelism (what `kubectl get --subresource=scale` shows as status).
+current parallelism (what `kubectl get --subresource=scale` shows as status) and
+`status.selector` the trainer pods' label selector (`labelSelectorPath`, which an
+HPA needs). The CRD's only category is `edl` (`kubectl get edl`): `all` would make
+`kubectl delete all` delete training jobs.
 """
 
 from __future__ import annotations
@@ -227,6 +230,8 @@ def status_schema() -> dict[str, Any]:
             "observedGeneration": {"type": "integer", "format": "int64", "minimum": 0},
             "replicas": {"type": "integer", "minimum": 0,
                          "description": "Trainer parallelism now (scale subresource status)."},
+            "selector": {"type": "string",
+                         "description": "Label selector of the trainer pods (scale subresource)."},
             "trainers": {
                 "type": "object",
                 "properties": {
@@ -294,7 +299,8 @@ def build_crd() -> dict[str, Any]:
                 "kind": KIND,
                 "listKind": f"{KIND}List",
                 "shortNames": list(SHORT_NAMES),
-                "categories": ["all", "edl"],
+                # not "all": `kubectl delete all` must not take training jobs along
+                "categories": ["edl"],
             },
             "versions": [
                 {
@@ -307,6 +313,8 @@ def build_crd() -> dict[str, Any]:
                         "scale": {
                             "specReplicasPath": ".spec.trainer.min-instance",
                             "statusReplicasPath": ".status.replicas",
+                            # an HPA finds the trainer pods through this selector
+                            "labelSelectorPath": ".status.selector",
                         },
                     },
                     "additionalPrinterColumns": printer_columns(),
