@@ -6,8 +6,9 @@ What it does that the in-process cluster does not need to:
 * children are written with **server-side apply** under the field manager
   `edl-controller` and carry an **ownerReference** to their TrainingJob, so
   deleting the TrainingJob garbage-collects them even if the controller is down.
-  Applying is idempotent, so `create_*` on an existing child updates it: an
-  edited TrainingJob's ReplicaSets and Service follow. A batch/v1 Job's pod
+  Applying is idempotent, so `create_*` on an existing child updates the object
+  (a ReplicaSet's running pods keep their old template: only later pods get the
+  new one; docs/kubernetes.md). A batch/v1 Job's pod
   template is immutable, so an existing trainer Job only gets its labels and
   its parallelism clamped into the new [min, max];
 * nodes and pods come from list+watch caches (`reflector`, `state`), so
