@@ -10,7 +10,7 @@ import pytest
 
 from edl.cluster.inproc.clock import VirtualClock
 from edl.cluster.inproc.cluster import InProcessCluster
-from edl.cluster.inproc.runtime import Fixed, SimulatedPodRuntime
+from edl.cluster.inproc.simulated_pods import Fixed, SimulatedPodRunner
 
 
 def pod_template(
@@ -62,13 +62,13 @@ def make_cluster(
     placement: str = "spread",
 ) -> InProcessCluster:
     """A cluster with fixed start latency and termination time, so tests can reason in time."""
-    runtime = SimulatedPodRuntime(
+    pod_runner = SimulatedPodRunner(
         clock,
         start_latency=Fixed(start),
         termination={"trainer": Fixed(termination)},
         other_termination=Fixed(termination),
     )
-    cluster = InProcessCluster(clock, runtime, placement=placement)  # type: ignore[arg-type]
+    cluster = InProcessCluster(clock, pod_runner, placement=placement)  # type: ignore[arg-type]
     for index in range(nodes):
         cluster.add_node(f"node-{index}", {"cpu": cpu, "memory": memory})
     return cluster

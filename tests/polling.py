@@ -7,6 +7,7 @@ deadline only costs time when a test is already failing.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -16,20 +17,28 @@ NOT_YET = (KeyError, TypeError, IndexError)  # the object being polled is not co
 
 
 async def eventually(
-    check: Callable[[], Any], timeout: float = 60.0, interval: float = 0.1
+    check: Callable[[], Any],
+    timeout: float = 60.0,
+    what: str = "condition",
+    *,
+    interval: float = 0.1,
+    not_yet: tuple[type[BaseException], ...] = NOT_YET,
 ) -> Any:
-    """Return check()'s first truthy result; AssertionError when `timeout` seconds pass."""
+    """Return check()'s first truthy result (awaited if it is a coroutine); AssertionError
+    naming ``what`` when ``timeout`` seconds pass. Errors in ``not_yet`` count as false."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while True:
         try:
             result = check()
-        except NOT_YET:
+            if inspect.isawaitable(result):
+                result = await result
+        except not_yet:
             result = None
         if result:
             return result
         if loop.time() > deadline:
-            raise AssertionError(f"condition not reached within {timeout} s")
+            raise AssertionError(f"{what} not reached within {timeout} s")
         await asyncio.sleep(interval)
 
 

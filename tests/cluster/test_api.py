@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from edl.accounting import inquire_resource
 from edl.cluster.inproc.clock import VirtualClock
 from edl.cluster.inproc.cluster import InProcessCluster
-from edl.cluster.inproc.runtime import Fixed, SimulatedPodRuntime, Uniform
+from edl.cluster.inproc.simulated_pods import Fixed, SimulatedPodRunner, Uniform
 from edl.cluster.port import AlreadyExistsError, Cluster, ConflictError, NotFoundError
 
 
@@ -123,10 +123,10 @@ def test_incremental_accounting_matches_inquire_resource(ops, placement):
     over-committed, and once settled no waiting pod would fit anywhere."""
     clock = VirtualClock()
     try:
-        runtime = SimulatedPodRuntime(
+        pod_runner = SimulatedPodRunner(
             clock, random.Random(3), start_latency=Uniform(0.5, 3), other_termination=Fixed(2)
         )
-        cluster = InProcessCluster(clock, runtime, placement=placement)
+        cluster = InProcessCluster(clock, pod_runner, placement=placement)
         for index in range(3):
             cluster.add_node(f"n{index}", {"cpu": "6", "memory": "16Gi"})
         cpus = ["500m", "1", "2", "3"]

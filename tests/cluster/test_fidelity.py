@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from edl.cluster.inproc.cluster import InProcessCluster
 from edl.cluster.inproc.ranking import job_removal_order, replica_set_removal_order
-from edl.cluster.inproc.runtime import Fixed, SimulatedPodRuntime
+from edl.cluster.inproc.simulated_pods import Fixed, SimulatedPodRunner
 from edl.cluster.inproc.workloads import job_backoff_remaining_s, pod_replacement_policy
 from edl.jobparser import JobParser
 
@@ -61,7 +61,7 @@ def test_replacement_policy_defaults_as_upstream():
 
 
 def cluster(clock, start=2.0, termination=3.0, nodes=1, cpu="32", placement="spread"):
-    runtime = SimulatedPodRuntime(
+    runtime = SimulatedPodRunner(
         clock, start_latency=Fixed(start), termination={"trainer": Fixed(termination)},
         other_termination=Fixed(termination),
     )
@@ -143,7 +143,7 @@ def test_drained_trainers_delay_every_later_scale_up_more_cycle_by_cycle(clock):
 
 
 def test_a_success_resets_the_backoff_record(clock):
-    runtime = SimulatedPodRuntime(clock, start_latency=Fixed(1), run_time={"trainer": Fixed(50)},
+    runtime = SimulatedPodRunner(clock, start_latency=Fixed(1), run_time={"trainer": Fixed(50)},
                                   termination={"trainer": Fixed(1)})
     plane = InProcessCluster(clock, runtime)
     plane.add_node("n", {"cpu": "32", "memory": "64Gi"})

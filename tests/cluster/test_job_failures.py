@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from edl.cluster.inproc.cluster import InProcessCluster
-from edl.cluster.inproc.runtime import Fixed, SimulatedPodRuntime
+from edl.cluster.inproc.simulated_pods import Fixed, SimulatedPodRunner
 from edl.cluster.inproc.workloads import pod_failure_action
 from edl.jobparser import JobParser
 
@@ -103,12 +103,12 @@ def trainer_job(max_instance: int = 2, min_instance: int = 2) -> dict[str, Any]:
     return job
 
 
-class Scripted(SimulatedPodRuntime):
+class Scripted(SimulatedPodRunner):
     """Simulated pods whose exits a test scripts.
 
     ``crash_after`` (s): a running pod exits ``crash_code`` by itself; ``stop_code``:
     the code a deleted pod exits with (143 = drained by SIGTERM, 137 = SIGKILLed).
-    Failed pods get a termination message, as the local process runtime keeps one.
+    Failed pods get a termination message, as the local process pod runner keeps one.
     """
 
     def __init__(self, clock, crash_after=None, crash_code=1, stop_code=143):
@@ -140,10 +140,10 @@ class Scripted(SimulatedPodRuntime):
 
 def cluster_with(runtime_factory) -> tuple[InProcessCluster, Any]:
     def build(clock):
-        runtime = runtime_factory(clock)
-        cluster = InProcessCluster(clock, runtime)
+        pod_runner = runtime_factory(clock)
+        cluster = InProcessCluster(clock, pod_runner)
         cluster.add_node("n", {"cpu": "32", "memory": "64Gi"})
-        return cluster, runtime
+        return cluster, pod_runner
 
     return build
 
@@ -178,7 +178,7 @@ def test_a_crashing_trainer_fails_its_job_after_the_backoff_limit(clock):
 
 def test_scale_downs_and_evictions_never_fail_the_trainer_job(clock):
     # deleted pods exit 143 (drained) unless evicted: those are SIGKILLed (137)
-    cluster, runtime = cluster_with(lambda c: Scripted(c))(clock)
+    cluster, pod_runner = cluster_with(lambda c: Scripted(c))(clock)
     manifest = trainer_job(max_instance=2)
     limit = manifest["spec"]["backoffLimit"]
 
@@ -194,11 +194,11 @@ def test_scale_downs_and_evictions_never_fail_the_trainer_job(clock):
             await asyncio.sleep(5)
             cluster.scale("Job", "default", "demo-trainer", 2)
             await both_running()
-            runtime.stop_code = 137
+            pod_runner.stop_code = 137
             (victim, *_) = [p.name for p in cluster.pod_records() if p.phase == "Running"]
             cluster.evict_pod("default", victim)
             await asyncio.sleep(5)
-            runtime.stop_code = 143
+            pod_runner.stop_code = 143
         await both_running()
         return await cluster.get_trainer_job_by_name("default", "demo-trainer")
 
@@ -211,7 +211,7 @@ def test_scale_downs_and_evictions_never_fail_the_trainer_job(clock):
 def test_deleted_pods_count_when_no_rule_ignores_them(clock, manifests):
     # as Kubernetes counts a deleted Job pod that ends Failed: a SIGKILLed trainer (137)
     # and, for a Job without podFailurePolicy, a drained one too
-    cluster, runtime = cluster_with(lambda c: Scripted(c, stop_code=137))(clock)
+    cluster, pod_runner = cluster_with(lambda c: Scripted(c, stop_code=137))(clock)
     plain = manifests.batch_job("plain-trainer", 2, "1")
 
     async def scenario():
@@ -220,7 +220,7 @@ def test_deleted_pods_count_when_no_rule_ignores_them(clock, manifests):
         await asyncio.sleep(5)
         victim = next(p.name for p in cluster.pod_records() if p.name.startswith("demo-"))
         cluster.delete_pod("default", victim)  # a plain delete: no DisruptionTarget
-        runtime.stop_code = 143
+        pod_runner.stop_code = 143
         cluster.scale("Job", "default", "plain-trainer", 1)
         await asyncio.sleep(15)  # past the 10 s back-off before a counted failure's replacement
         return (

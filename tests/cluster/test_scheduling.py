@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from edl.cluster.inproc.clock import VirtualClock, VirtualTimeDeadlock
-from edl.cluster.inproc.runtime import Fixed, SimulatedPodRuntime
+from edl.cluster.inproc.simulated_pods import Fixed, SimulatedPodRunner
 
 
 def phases(cluster, prefix: str) -> dict[str, tuple[str, str | None, bool]]:
@@ -86,10 +86,10 @@ def test_deleted_pod_holds_its_room_until_it_exits_then_pending_pod_binds(
 
 
 def test_termination_is_capped_by_the_grace_period(clock, manifests):
-    runtime = SimulatedPodRuntime(clock, start_latency=Fixed(1), other_termination=Fixed(30))
+    pod_runner = SimulatedPodRunner(clock, start_latency=Fixed(1), other_termination=Fixed(30))
     from edl.cluster.inproc.cluster import InProcessCluster
 
-    cluster = InProcessCluster(clock, runtime)
+    cluster = InProcessCluster(clock, pod_runner)
     cluster.add_node("n", {"cpu": "4", "memory": "8Gi"})
     pod = {
         "metadata": {"name": "p"},
@@ -178,10 +178,10 @@ def test_unscheduled_pods_are_retried_when_a_node_joins(clock, cluster_factory, 
 def test_trainer_exit_zero_completes_a_job_without_completions(clock, manifests):
     from edl.cluster.inproc.cluster import InProcessCluster
 
-    runtime = SimulatedPodRuntime(
+    pod_runner = SimulatedPodRunner(
         clock, start_latency=Fixed(1), run_time={"trainer": Fixed(10)}
     )
-    cluster = InProcessCluster(clock, runtime)
+    cluster = InProcessCluster(clock, pod_runner)
     cluster.add_node("n", {"cpu": "16", "memory": "32Gi"})
 
     async def scenario():
@@ -199,7 +199,7 @@ def test_trainer_exit_zero_completes_a_job_without_completions(clock, manifests)
 def test_failed_pods_are_replaced_after_a_growing_back_off(clock, manifests):
     from edl.cluster.inproc.cluster import InProcessCluster
 
-    class Crashing(SimulatedPodRuntime):
+    class Crashing(SimulatedPodRunner):
         """Pods of the `crash` ReplicaSet exit 1 one second after they start."""
 
         def start(self, pod, on_running, on_exit):

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from edl.cluster.inproc import InProcessCluster, SimulatedPodRuntime, Uniform, VirtualClock
+from edl.cluster.inproc import InProcessCluster, SimulatedPodRunner, Uniform, VirtualClock
 from edl.cluster.port import ConflictError
 from edl.control.autoscaler import Autoscaler
 from edl.control.controller import Controller
@@ -139,8 +139,8 @@ def run_case(seed: int, make_job) -> list[tuple]:
     """Five jobs, 1 s apart, on a small cluster; the trainer counts every 5 s."""
     clock = VirtualClock()
     try:
-        runtime = SimulatedPodRuntime(clock, random.Random(seed), start_latency=Uniform(1, 8))
-        cluster = InProcessCluster(clock, runtime)
+        pod_runner = SimulatedPodRunner(clock, random.Random(seed), start_latency=Uniform(1, 8))
+        cluster = InProcessCluster(clock, pod_runner)
         for index in range(6):
             cluster.add_node(f"n{index}", {"cpu": "16", "memory": "64Gi"})
         timeline = []

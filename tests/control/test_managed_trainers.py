@@ -14,7 +14,7 @@ import itertools
 import pytest
 
 from edl.cluster.inproc.cluster import InProcessCluster
-from edl.cluster.inproc.runtime import Fixed, SimulatedPodRuntime
+from edl.cluster.inproc.simulated_pods import Fixed, SimulatedPodRunner
 from edl.control.controller import Controller
 from edl.control.trainers import CrashRecord, TrainerPodState, crash_delay_s, plan_trainers
 
@@ -105,7 +105,7 @@ def training_job(min_instance=2, max_instance=8):
 
 
 def plane(clock, runtime=None):
-    runtime = runtime or SimulatedPodRuntime(
+    runtime = runtime or SimulatedPodRunner(
         clock, start_latency=Fixed(2.0), termination={"trainer": Fixed(3.0)},
         other_termination=Fixed(1.0))
     cluster = InProcessCluster(clock, runtime)
@@ -148,7 +148,7 @@ def test_scale_ups_after_any_number_of_shrinks_are_immediate(clock):
     assert job["status"]["failed"] == 0 and "conditions" not in job["status"]
 
 
-class Crashing(SimulatedPodRuntime):
+class Crashing(SimulatedPodRunner):
     """Trainers crash (exit 1) 5 s after they start."""
 
     def _running(self, uid, role):

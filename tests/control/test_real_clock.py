@@ -5,17 +5,17 @@ from __future__ import annotations
 import asyncio
 import time
 
-from edl.cluster.inproc import AsyncioClock, Fixed, InProcessCluster, SimulatedPodRuntime
+from edl.cluster.inproc import AsyncioClock, Fixed, InProcessCluster, SimulatedPodRunner
 from edl.control.autoscaler import Autoscaler
 from edl.control.controller import Controller
 
 
 async def test_loops_scale_a_job_on_a_real_clock(manifests):
     clock = AsyncioClock()
-    runtime = SimulatedPodRuntime(
+    pod_runner = SimulatedPodRunner(
         clock, start_latency=Fixed(0.05), termination={"trainer": Fixed(0.05)}
     )
-    cluster = InProcessCluster(clock, runtime)
+    cluster = InProcessCluster(clock, pod_runner)
     cluster.add_node("local", {"cpu": "8", "memory": "16Gi"})
     autoscaler = Autoscaler(cluster, interval=0.2)
     controller = Controller(cluster, autoscaler, status_interval=0.1)

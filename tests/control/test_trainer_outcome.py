@@ -11,13 +11,13 @@ import asyncio
 import pytest
 
 from edl.cluster.inproc.cluster import InProcessCluster
-from edl.cluster.inproc.runtime import Fixed, SimulatedPodRuntime
+from edl.cluster.inproc.simulated_pods import Fixed, SimulatedPodRunner
 from edl.control.controller import Controller, trainer_job_outcome
 
 
-class CrashingTrainers(SimulatedPodRuntime):
+class CrashingTrainers(SimulatedPodRunner):
     """Trainer pods exit 1 two seconds after they start and keep a log tail, as a
-    crashing script under the local process runtime does; other pods run on."""
+    crashing script under the local process pod runner does; other pods run on."""
 
     def start(self, pod, on_running, on_exit):
         if pod["metadata"]["labels"].get("edl.dev/role") == "trainer":
@@ -32,8 +32,8 @@ class CrashingTrainers(SimulatedPodRuntime):
         )
 
 
-def cluster_with(clock, runtime) -> InProcessCluster:
-    cluster = InProcessCluster(clock, runtime)
+def cluster_with(clock, pod_runner) -> InProcessCluster:
+    cluster = InProcessCluster(clock, pod_runner)
     cluster.add_node("n", {"cpu": "32", "memory": "64Gi"})
     return cluster
 
@@ -75,8 +75,8 @@ def test_a_crashing_trainer_fails_the_training_job_with_its_error(clock, manifes
 
 
 def test_finished_trainers_make_the_training_job_succeed(clock, manifests):
-    runtime = SimulatedPodRuntime(clock, start_latency=Fixed(1), run_time={"trainer": Fixed(30)})
-    cluster = cluster_with(clock, runtime)
+    pod_runner = SimulatedPodRunner(clock, start_latency=Fixed(1), run_time={"trainer": Fixed(30)})
+    cluster = cluster_with(clock, pod_runner)
     controller = Controller(cluster, status_interval=1.0)
     cluster.create_training_job(manifests.training_job("done", 2, 3))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from edl.cluster.inproc import InProcessCluster
-from edl.cluster.inproc.runtime import Fixed, SimulatedPodRuntime
+from edl.cluster.inproc.simulated_pods import Fixed, SimulatedPodRunner
 from edl.cluster.port import VictimScaling
 from edl.control.autoscaler import Autoscaler
 from edl.control.controller import Controller
@@ -63,11 +63,11 @@ def test_trainers_leave_from_the_named_nodes_in_order(clock, cluster_factory, ma
 
 
 def test_a_cluster_without_the_capability_scales_as_before(clock, manifests):
-    runtime = SimulatedPodRuntime(
+    pod_runner = SimulatedPodRunner(
         clock, start_latency=Fixed(2.0), termination={"trainer": Fixed(4.0)},
         other_termination=Fixed(4.0),
     )
-    plain = JobControllerChooses(clock, runtime, placement="spread")
+    plain = JobControllerChooses(clock, pod_runner, placement="spread")
     for index in range(3):
         plain.add_node(f"node-{index}", {"cpu": "16", "memory": "32Gi"})
     assert not isinstance(plain, VictimScaling)

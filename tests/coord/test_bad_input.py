@@ -16,7 +16,8 @@ from edl.coord import (
     EtcdConfigError,
     EtcdUnavailableError,
 )
-from edl.coord.embedded import EmbeddedEtcd, free_port
+from edl.coord.embedded import EmbeddedEtcd
+from edl.procs import free_port
 
 # A stated timeout may overshoot by event-loop lag on a loaded 2-core machine; a hang
 # (gRPC's default back-off, a retry loop without deadline) overshoots by far more.

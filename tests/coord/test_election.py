@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import signal
 import time
 from collections.abc import Callable
 
 import pytest
 
+from coord.clients import etcd_client
 from edl.coord import Election, EtcdClient, NotLeaderError, keys, leader_address, watch_leader
 from edl.coord.embedded import EmbeddedEtcd
 
@@ -20,8 +22,7 @@ PREFIX = "/edl/test/election"
 FAILOVER_BOUND = TTL + 1.0 + 3.0
 
 
-def client(etcd: EmbeddedEtcd) -> EtcdClient:
-    return EtcdClient(etcd.endpoints, 1, 5.0, TTL, prefix=PREFIX)
+client = functools.partial(etcd_client, prefix=PREFIX, ttl=TTL)
 
 
 async def history(observer: EtcdClient, key: str) -> list[bytes]:

@@ -163,7 +163,7 @@ async def test_picked_port_taken_meanwhile_is_retried(monkeypatch: pytest.Monkey
         squatter.bind(("127.0.0.1", 0))
         squatter.listen(1)
         busy = squatter.getsockname()[1]
-        real_free_port = embedded.free_port
+        real_free_port = embedded.free_port  # as imported there
         picks = iter([busy])
         monkeypatch.setattr(embedded, "free_port", lambda: next(picks, None) or real_free_port())
         async with EmbeddedEtcd() as server:

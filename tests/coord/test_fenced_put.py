@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
-from edl.coord import EtcdClient, NotRegisteredError
+from coord.clients import etcd_client
+from edl.coord import NotRegisteredError
 from edl.coord.embedded import EmbeddedEtcd
 
 PREFIX = "/edl/test/fenced"
@@ -13,8 +16,7 @@ PREFIX = "/edl/test/fenced"
 LONG_TTL = 30
 
 
-def client(etcd: EmbeddedEtcd, ttl: int = LONG_TTL) -> EtcdClient:
-    return EtcdClient(etcd.endpoints, 1, 5.0, ttl, prefix=PREFIX)
+client = functools.partial(etcd_client, prefix=PREFIX, ttl=LONG_TTL)
 
 
 async def test_put_succeeds_while_registered_and_names_the_index(etcd: EmbeddedEtcd) -> None:

@@ -3,34 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import signal
 import time
 from collections.abc import Callable
 
+from coord.clients import etcd_client
 from edl.coord import EtcdClient, EtcdUnavailableError
 from edl.coord.embedded import EmbeddedEtcd
+from polling import eventually
 
 TTL = 2
 PREFIX = "/edl/test/loss"
+# etcd is being stopped and restarted here: an unavailable etcd means "not yet"
+until = functools.partial(eventually, not_yet=(EtcdUnavailableError,))
 
 
-def client(etcd: EmbeddedEtcd, desired: int) -> EtcdClient:
-    return EtcdClient(etcd.endpoints, desired, 5.0, TTL, prefix=PREFIX)
-
-
-async def until(check: Callable[[], object], within: float, what: str) -> None:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        try:
-            result = check()
-            if asyncio.iscoroutine(result):
-                result = await result
-        except EtcdUnavailableError:  # etcd still coming back
-            result = False
-        if result:
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{what} not true within {within} s")
+client = functools.partial(etcd_client, prefix=PREFIX, ttl=TTL)
 
 
 async def test_sigstopped_pserver_notices_lost_lease_before_serving(

@@ -3,32 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import signal
 import time
 from collections.abc import Callable
 
+from coord.clients import etcd_client
 from edl.coord import EtcdClient
 from edl.coord.embedded import EmbeddedEtcd
+from polling import eventually
 
 TTL = 2
 PREFIX = "/edl/test/job"
 
 
-def client(etcd: EmbeddedEtcd, desired: int, **kw: object) -> EtcdClient:
-    return EtcdClient(etcd.endpoints, desired, 5.0, TTL, prefix=PREFIX, **kw)  # type: ignore[arg-type]
-
-
-async def eventually(check: Callable[[], object], within: float, what: str) -> float:
-    """Poll an async/sync predicate until true; returns seconds taken."""
-    start = time.monotonic()
-    while time.monotonic() - start < within:
-        result = check()
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return time.monotonic() - start
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{what} not true within {within} s")
+client = functools.partial(etcd_client, prefix=PREFIX, ttl=TTL)
 
 
 async def test_concurrent_registration_gets_distinct_indices(etcd: EmbeddedEtcd) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 from lightkube import AsyncClient
 from lightkube.resources.coordination_v1 import Lease
 
-from edl.kube.leader import LeaderElector, LeadershipLost
+from edl.kube.leader import LeaderElector, LeaseLost
 
 
 class FakeClock:
@@ -115,7 +115,7 @@ async def test_leader_that_cannot_renew_steps_down(api: AsyncClient, emulator: A
                                         and r.resource.plural == "leases", 503, times=1000)
     try:
         await asyncio.wait_for(task, 30)
-    except LeadershipLost:
+    except LeaseLost:
         pass
     else:
         raise AssertionError("run_as_leader returned without losing leadership")

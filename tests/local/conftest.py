@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from polling import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 DIGITS = REPO / "examples" / "digits"
@@ -49,15 +49,7 @@ def run_dir_of(tmp_path: Path) -> Path | None:
     return runs[-1].parent if runs else None
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str, poll: float = 0.25) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(poll)
+wait_for = wait_until  # the shared poller, under the name these tests use
 
 
 def descendants(root: int) -> set[int]:

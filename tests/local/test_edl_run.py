@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from edl.local import procs
-from edl.local.runtime import RUN_MARKER_ENV
+from edl.local.process_pods import RUN_MARKER_ENV
 from edl.local.status import read_snapshot
 
 from .conftest import (

@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from edl.local import procs
+from edl.local.process_pods import RUN_MARKER_ENV
 from edl.local.run import LocalRun, RunOptions
-from edl.local.runtime import RUN_MARKER_ENV
 
 from .conftest import DIGITS, digits_job
 

@@ -1,4 +1,4 @@
-"""The run reads the master's progress where the runtime writes it (real etcd)."""
+"""The run reads the master's progress where the pod runner writes it (real etcd)."""
 
 from __future__ import annotations
 

@@ -2,20 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 from edl.accounting import PodResources
 from edl.policy import get_policy
-
-_spec = importlib.util.spec_from_file_location(
-    "policy_cluster", Path(__file__).with_name("cluster.py")
-)
-cluster_mod = importlib.util.module_from_spec(_spec)
-sys.modules["policy_cluster"] = cluster_mod
-_spec.loader.exec_module(cluster_mod)
-Cluster, Job = cluster_mod.Cluster, cluster_mod.Job
+from policy.cluster import Cluster, Job
 
 DEFAULT = get_policy("default")
 REFERENCE = get_policy("reference")

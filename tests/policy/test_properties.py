@@ -2,23 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edl.accounting import PodResources
 from edl.policy import get_policy
-
-_spec = importlib.util.spec_from_file_location(
-    "policy_cluster", Path(__file__).with_name("cluster.py")
-)
-cluster_mod = importlib.util.module_from_spec(_spec)
-sys.modules["policy_cluster"] = cluster_mod
-_spec.loader.exec_module(cluster_mod)
-Cluster, Job = cluster_mod.Cluster, cluster_mod.Job
+from policy.cluster import Cluster, Job
 
 POLICIES = ("default", "reference")
 SHAPES = [(1000, 1000, 0), (2000, 4000, 0), (3000, 2000, 0), (500, 500, 1), (4000, 8000, 2)]

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -13,15 +9,7 @@ from edl.accounting import PodResources
 from edl.cluster.port import TrainerPod
 from edl.control.autoscaler import pick_victims
 from edl.policy import get_policy
-
-if "policy_cluster" not in sys.modules:
-    _spec = importlib.util.spec_from_file_location(
-        "policy_cluster", Path(__file__).with_name("cluster.py")
-    )
-    _module = importlib.util.module_from_spec(_spec)
-    sys.modules["policy_cluster"] = _module
-    _spec.loader.exec_module(_module)
-Cluster, Job = sys.modules["policy_cluster"].Cluster, sys.modules["policy_cluster"].Job
+from policy.cluster import Cluster, Job
 
 DEFAULT = get_policy("default")
 REFERENCE = get_policy("reference")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -208,9 +209,5 @@ def test_cli_bad_state_exits_1_with_one_line(tmp_path: Path) -> None:
 
 
 def test_generator_reproduces_the_example(tmp_path: Path) -> None:
-    spec = __import__("importlib.util").util.spec_from_file_location(
-        "gen", EXAMPLES / "generate.py"
-    )
-    module = __import__("importlib.util").util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    assert json.loads((EXAMPLES / "training-and-service.json").read_text()) == module.build()
+    build = runpy.run_path(str(EXAMPLES / "generate.py"))["build"]
+    assert json.loads((EXAMPLES / "training-and-service.json").read_text()) == build()

@@ -14,11 +14,11 @@ from typing import Any
 
 from edl.accounting.request import PodRequestError, ResourceError, field, pod_request
 from edl.accounting.types import ClusterResource, Nodes, PodResources
+from edl.api.names import LABEL_ROLE, ROLE_TRAINER
 from edl.api.quantity import cpu_milli, gpu_count, memory_mega
 
 __all__ = [
     "TERMINAL_PHASES",
-    "TRAINER_ROLE_LABEL",
     "NodeCapacity",
     "ResourceLedger",
     "is_trainer_pod",
@@ -26,14 +26,13 @@ __all__ = [
 ]
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
-TRAINER_ROLE_LABEL = "edl.dev/role"
 _GPU_NAMES = ("nvidia.com/gpu", "alpha.kubernetes.io/nvidia-gpu")
 
 
 def is_trainer_pod(pod: Mapping[str, Any]) -> bool:
     """True for a pod labelled `edl.dev/role: trainer` (every edl trainer pod is)."""
     labels = (pod.get("metadata") or {}).get("labels") or {}
-    return labels.get(TRAINER_ROLE_LABEL) == "trainer"
+    return labels.get(LABEL_ROLE) == ROLE_TRAINER
 
 
 @dataclass(frozen=True, slots=True)

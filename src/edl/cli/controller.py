@@ -42,7 +42,7 @@ def controller(server: str | None, namespace: str | None, policy: str, max_load_
                lease_name: str, identity: str, lease_duration: float, renew_deadline: float,
                retry_period: float, verbose: bool) -> None:
     """Watch TrainingJobs, create their children, and scale trainers to fit the cluster."""
-    from edl.kube.leader import LeadershipLost
+    from edl.kube.leader import LeaseLost
     from edl.kube.runner import ControllerOptions, ControllerProcess
     from edl.policy import get_policy
 
@@ -68,7 +68,7 @@ def controller(server: str | None, namespace: str | None, policy: str, max_load_
 
     try:
         asyncio.run(main())
-    except LeadershipLost as error:
+    except LeaseLost as error:
         click.echo(f"edl controller: {error}; exiting so a fresh replica can stand by", err=True)
         sys.exit(1)
     except Exception as error:  # one readable line; the log above has the details

@@ -9,8 +9,6 @@ as one readable line and the exit status is passed on.
 from __future__ import annotations
 
 import collections
-import contextlib
-import ctypes
 import os
 import shlex
 import signal
@@ -21,14 +19,7 @@ import threading
 import click
 
 from edl.cli._runtime_common import common_options, fail, load_config
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: SIGKILL it when `edl trainer` dies, as a pod's
-    processes die together (otherwise a killed trainer would leave its script
-    training as an orphan)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+from edl.procs import die_with_parent
 
 
 def entry_argv(entrypoint: str) -> list[str]:
@@ -66,7 +57,7 @@ def trainer(**overrides: object) -> None:
     env["PYTHONUNBUFFERED"] = "1"
     try:
         child = subprocess.Popen(
-            argv, cwd=workspace, env=env, stderr=subprocess.PIPE, preexec_fn=_die_with_parent
+            argv, cwd=workspace, env=env, stderr=subprocess.PIPE, preexec_fn=die_with_parent
         )
     except OSError as error:
         fail(f"edl trainer: cannot start {config.entrypoint!r}: {error}", 127)

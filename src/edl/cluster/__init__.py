@@ -11,7 +11,7 @@ from edl.cluster.port import (
     ConflictError,
     JobPods,
     NotFoundError,
-    PodRuntime,
+    PodRunner,
     TrainingJobHandler,
 )
 
@@ -23,6 +23,6 @@ __all__ = [
     "ConflictError",
     "JobPods",
     "NotFoundError",
-    "PodRuntime",
+    "PodRunner",
     "TrainingJobHandler",
 ]

@@ -1,12 +1,10 @@
-"""The `Cluster` port and the two plugs of the in-process control plane.
-
-Three teams code against this module:
+"""The `Cluster` port, its optional capabilities, and the two plugs of the in-process cluster.
 
 * the Controller and Autoscaler use **only** `Cluster` — so Kubernetes
   (`edl.kube`), simulation and local runs (`edl.cluster.inproc`)
   are interchangeable behind it;
 * the in-process control plane takes a `Clock` (virtual time for `edl simulate`,
-  real time for `edl run`) and a `PodRuntime` (simulated pods, or real
+  real time for `edl run`) and a `PodRunner` (simulated pods, or real
   processes on this machine).
 
 Objects cross this boundary as plain dicts in Kubernetes manifest shape
@@ -81,27 +79,11 @@ class AlreadyExistsError(ClusterError):
     """A create named an object that already exists (HTTP 409 AlreadyExists)."""
 
 
-def training_job_key(obj: object) -> tuple[str, str] | None:
-    """(namespace, name) of a TrainingJob event's object; None if it cannot be addressed.
-
-    Events come from outside (an API server, a test, a user's file). An object
-    with no usable ``metadata.name`` can get neither a status nor children, so
-    receivers skip it instead of letting it crash the watch that delivered it.
-    """
-    metadata = obj.get("metadata") if isinstance(obj, Mapping) else None
-    if not isinstance(metadata, Mapping):
-        return None
-    name, namespace = metadata.get("name"), metadata.get("namespace") or "default"
-    if not isinstance(name, str) or not name or not isinstance(namespace, str):
-        return None
-    return namespace, name
-
-
 # --------------------------------------------------------------------------- Cluster
 
 
 class JobPods(NamedTuple):
-    """Trainer pods of one TrainingJob, as the seed's ``JobPods`` counted them.
+    """Trainer pods of one TrainingJob, as PaddlePaddle EDL's ``JobPods`` counted them.
 
     Pods that are being deleted (``metadata.deletionTimestamp`` set) or have
     finished (Succeeded/Failed) are not in total/running/pending: they are
@@ -138,16 +120,21 @@ class TrainingJobHandler(Protocol):
 
 @runtime_checkable
 class Cluster(Protocol):
-    """What the Controller and Autoscaler need from a cluster (the seed's ``Cluster``, async).
+    """What the Controller and Autoscaler need from a cluster (PaddlePaddle EDL's ``Cluster``).
 
-    Names follow the seed. "Trainer job" means the batch/v1 Job that runs a
+    Names follow PaddlePaddle EDL's. "Trainer job" means the batch/v1 Job that runs a
     TrainingJob's trainers (``<job>-trainer``); its ``spec.parallelism`` is
     the knob the Autoscaler turns.
     """
 
     # -- children of a TrainingJob -------------------------------------------------
     async def create_job(self, job: Manifest) -> Manifest:
-        """Create a batch/v1 Job; returns the stored object. `AlreadyExistsError` if present."""
+        """Create a batch/v1 Job; returns the stored object.
+
+        For every ``create_*``: a child that already exists is never duplicated. The
+        in-process cluster raises `AlreadyExistsError`; Kubernetes applies the manifest
+        (server-side apply), converging the existing object. Callers accept both.
+        """
         ...
 
     async def create_replica_set(self, replica_set: Manifest) -> Manifest:
@@ -359,24 +346,24 @@ class Clock(Protocol):
         ...
 
 
-class PodRuntime(Protocol):
+class PodRunner(Protocol):
     """Runs the containers of pods the scheduler has bound to a node.
 
-    Implementations: `edl.cluster.inproc.runtime.SimulatedPodRuntime` (start
+    Implementations: `edl.cluster.inproc.simulated_pods.SimulatedPodRunner` (start
     latency and termination time drawn from distributions) and, for
-    ``edl run``, a runtime that starts real processes.
+    ``edl run``, a pod runner that starts real processes.
 
     Contract (callbacks are plain functions, call them on the event loop thread):
 
     * `start` is called once per pod, after binding (``spec.nodeName`` set).
-      The runtime calls ``on_running()`` at most once when the containers run,
+      The pod runner calls ``on_running()`` at most once when the containers run,
       and ``on_exit(code)`` exactly once when they have all stopped
       (0 = success -> phase Succeeded, anything else -> Failed).
     * `stop` asks the pod to end: SIGTERM now, SIGKILL once ``grace_period_s``
       has passed. It may come before ``on_running`` and must still lead to
       exactly one ``on_exit``. Until ``on_exit``, the pod keeps its phase
       and its node's resources, as a terminating pod does in Kubernetes.
-    * Neither method blocks; a runtime schedules work on the event loop.
+    * Neither method blocks; a pod runner schedules work on the event loop.
     """
 
     def start(
@@ -391,7 +378,7 @@ class PodRuntime(Protocol):
 
 @runtime_checkable
 class TerminationMessages(Protocol):
-    """Optional `PodRuntime` capability: what a pod's container said as it failed
+    """Optional `PodRunner` capability: what a pod's container said as it failed
     (Kubernetes' ``terminationMessage``: the tail of its log)."""
 
     def termination_message(self, pod_name: str) -> str | None: ...

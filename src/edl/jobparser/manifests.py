@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from edl.api.names import LABEL_JOB, LABEL_ROLE, child_names
 from edl.api.resources import GPU, GPU_LEGACY
 from edl.api.trainingjob import ResourceRequirements, TrainingJob
 
@@ -33,8 +34,6 @@ __all__ = [
     "trainer_job",
 ]
 
-LABEL_JOB = "edl.dev/job"
-LABEL_ROLE = "edl.dev/role"
 ETCD_IMAGE = "quay.io/coreos/etcd:v3.5.17"
 ETCD_CLIENT_PORT = 2379
 ETCD_DATA_VOLUME = "edl-etcd-data"
@@ -48,11 +47,6 @@ TRAINER_MANAGED_BY = "edl.dev/trainer-controller"
 # times per trainer slot before the Job fails; drained scale-downs and evictions never count.
 TRAINER_BACKOFF_PER_TRAINER = 2
 TRAINER_BACKOFF_MIN = 6  # Kubernetes' default backoffLimit
-
-
-def child_names(job_name: str) -> dict[str, str]:
-    """The names of a job's children, by role (the Service shares the master's name)."""
-    return {role: f"{job_name}-{role}" for role in ("master", "pserver", "trainer")}
 
 
 def role_labels(job: TrainingJob, role: str) -> dict[str, str]:
@@ -267,7 +261,7 @@ def _etcd_container() -> dict[str, Any]:
 
 
 def _env(job: TrainingJob) -> list[dict[str, Any]]:
-    """The environment the original passed, under EDL_* names (see the cross-team contract)."""
+    """The environment the original passed, under EDL_* names."""
     spec = job.spec
     values = {
         "EDL_JOB_NAME": _name(job),

@@ -1,4 +1,4 @@
-"""`JobParser`: the seed's interface, validate + parse a TrainingJob into child manifests."""
+"""`JobParser`: validate a TrainingJob and parse it into child manifests (EDL's interface)."""
 
 from __future__ import annotations
 
@@ -57,9 +57,9 @@ class JobParser:
 
 
 DefaultJobParser = JobParser
-"""The seed's name for its one JobParser implementation (``DefaultJobParser``).
+"""PaddlePaddle EDL's name for its one JobParser implementation (``DefaultJobParser``).
 
-The seed split an interface (``JobParser``) from its implementation; edl has one
+PaddlePaddle EDL split an interface (``JobParser``) from its implementation; edl has one
 implementation, so both names are the same class. A different parser only needs
 the same five methods (the Controller takes any object that has them).
 """

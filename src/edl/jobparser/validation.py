@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from edl import __version__
 from edl.api.errors import JobValidationError, Problem, join_path
+from edl.api.names import ROLE_MASTER, ROLE_PSERVER, ROLE_TRAINER, child_name
 from edl.api.quantity import parse_quantity
 from edl.api.resources import GPU, GPU_LEGACY
 from edl.api.trainingjob import (
@@ -50,7 +51,7 @@ RUNTIME_IMAGE_REPOSITORY = "ghcr.io/edl-dev/edl-runtime"
 DEFAULT_IMAGE = f"{RUNTIME_IMAGE_REPOSITORY}:{__version__}"
 DEFAULT_PSERVERS = 1
 
-ROLE_SUFFIXES = ("-trainer", "-pserver", "-master")
+ROLE_SUFFIXES = tuple(child_name("", role) for role in (ROLE_TRAINER, ROLE_PSERVER, ROLE_MASTER))
 MAX_NAME_LENGTH = 63  # a Kubernetes object name that is also a label value / DNS label
 _LONGEST_SUFFIX = max(ROLE_SUFFIXES, key=len)
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

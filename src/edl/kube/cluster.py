@@ -35,6 +35,15 @@ from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import Node, Pod, Service
 from lightkube.types import CascadeType, PatchType
 
+from edl.api.names import (
+    LABEL_JOB,
+    LABEL_ROLE,
+    ROLE_TRAINER,
+    JobKey,
+    job_key,
+    trainer_job_name,
+    training_job_key,
+)
 from edl.cluster.port import (
     ClusterError,
     ConflictError,
@@ -45,7 +54,6 @@ from edl.cluster.port import (
     TrainerPod,
     TrainingJobHandler,
     Unsubscribe,
-    training_job_key,
 )
 from edl.kube.client import FIELD_MANAGER
 from edl.kube.crd import GROUP, KIND, PLURAL, VERSION
@@ -67,7 +75,6 @@ TrainingJobResource = create_namespaced_resource(GROUP, VERSION, KIND, PLURAL)
 TrainingJobStatus = TrainingJobResource.Status
 
 KINDS: dict[str, type] = {"Job": Job, "ReplicaSet": ReplicaSet, "Service": Service}
-JobKey = tuple[str, str]
 
 
 def _meta(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -174,7 +181,7 @@ class KubeCluster(KubeManagedTrainers):
         manifest = copy.deepcopy(manifest)
         meta = manifest.setdefault("metadata", {})
         namespace = meta.get("namespace") or "default"
-        job = (meta.get("labels") or {}).get("edl.dev/job")
+        job = (meta.get("labels") or {}).get(LABEL_JOB)
         if not job:
             return manifest
         uid = await self._training_job_uid(namespace, job)
@@ -223,7 +230,7 @@ class KubeCluster(KubeManagedTrainers):
     async def _follow_trainer_job(self, wanted: Manifest, current: Manifest) -> Manifest:
         """An existing trainer Job: keep its template (immutable), clamp parallelism."""
         namespace, name = _key(current)
-        low, high = self._trainer_range(_meta(wanted).get("labels", {}).get("edl.dev/job"),
+        low, high = self._trainer_range(_meta(wanted).get("labels", {}).get(LABEL_JOB),
                                         namespace)
         parallelism = int((current.get("spec") or {}).get("parallelism") or 0)
         clamped = min(max(parallelism, low), high) if high >= low > 0 else parallelism
@@ -259,8 +266,8 @@ class KubeCluster(KubeManagedTrainers):
         await self._delete(Service, "Service", namespace, name)
 
     async def get_trainer_job(self, job: TrainingJob) -> Manifest:
-        namespace = job.metadata.namespace or "default"
-        return await self.get_trainer_job_by_name(namespace, f"{job.metadata.name}-trainer")
+        namespace, name = job_key(job)
+        return await self.get_trainer_job_by_name(namespace, trainer_job_name(name))
 
     async def get_trainer_job_by_name(self, namespace: str, name: str) -> Manifest:
         return await self._get(Job, "Job", namespace, name)
@@ -293,8 +300,7 @@ class KubeCluster(KubeManagedTrainers):
     # -- optional: VictimScaling (the Autoscaler names which trainers leave) -------------
 
     async def trainer_pods(self, job: TrainingJob) -> list[TrainerPod]:
-        return self.state.trainer_pods(job.metadata.namespace or "default",
-                                       job.metadata.name or "")
+        return self.state.trainer_pods(*job_key(job))
 
     async def scale_trainer_job(self, job: Manifest, victims: list[str]) -> Manifest:
         """Delete the victim pods, then patch ``spec.parallelism`` down.
@@ -335,19 +341,19 @@ class KubeCluster(KubeManagedTrainers):
     # -- observation -------------------------------------------------------------------
 
     async def job_pods(self, job: TrainingJob) -> JobPods:
-        return self.state.job_pods(job.metadata.namespace or "default", job.metadata.name or "")
+        return self.state.job_pods(*job_key(job))
 
     async def last_trainer_failure(self, job: TrainingJob) -> str:
         """The trainer that failed last and its error (one pod list, asked once per failure)."""
-        namespace, name = job.metadata.namespace or "default", job.metadata.name or ""
-        labels = {"edl.dev/job": name, "edl.dev/role": "trainer"}
+        namespace, name = job_key(job)
+        labels = {LABEL_JOB: name, LABEL_ROLE: ROLE_TRAINER}
 
         async def pods() -> list[dict[str, Any]]:
             listed = self.client.list(Pod, namespace=namespace, labels=labels)
             return [_to_dict(pod) async for pod in listed]
 
         found = await self._call(f"list trainer pods of {namespace}/{name}", pods,
-                                 "Pod", namespace, f"{name}-trainer", write=False)
+                                 "Pod", namespace, trainer_job_name(name), write=False)
         return last_trainer_failure(found)
 
     async def inquiry_resource(self) -> ClusterResource:
@@ -360,14 +366,28 @@ class KubeCluster(KubeManagedTrainers):
     # -- TrainingJobs --------------------------------------------------------------------
 
     def watch_training_jobs(self, handler: TrainingJobHandler) -> Unsubscribe:
-        """Register a handler; kopf (edl.kube.operator) delivers events through dispatch_*."""
-        self._handlers.append(handler)
+        """Register a handler; kopf (edl.kube.operator) delivers events through dispatch_*.
+
+        Jobs already seen are replayed to the new handler as ``on_add`` first, under the
+        dispatch lock, so it hears of every job in order whenever it subscribes.
+        """
+        replay = asyncio.get_running_loop().create_task(self._subscribe(handler))
 
         def unsubscribe() -> None:
+            replay.cancel()
             if handler in self._handlers:
                 self._handlers.remove(handler)
 
         return unsubscribe
+
+    async def _subscribe(self, handler: TrainingJobHandler) -> None:
+        async with self._dispatch_lock:
+            for obj in list(self._jobs.values()):
+                try:
+                    await handler.on_add(copy.deepcopy(obj))
+                except Exception:  # a handler bug must not stop the others' events
+                    log.exception("TrainingJob replay to a new handler failed")
+            self._handlers.append(handler)
 
     def training_job(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._jobs.get((namespace, name))

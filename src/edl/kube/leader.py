@@ -31,7 +31,7 @@ from edl.kube.retry import is_conflict, is_not_found
 log = logging.getLogger(__name__)
 
 
-class LeadershipLost(RuntimeError):
+class LeaseLost(RuntimeError):
     """We could not renew the Lease in time; another replica may now lead."""
 
 
@@ -179,7 +179,7 @@ class LeaderElector:
             await asyncio.sleep(self.retry_period)
 
     async def keep_renewing(self) -> None:
-        """Renew every retry_period; raise LeadershipLost after renew_deadline without success."""
+        """Renew every retry_period; raise LeaseLost after renew_deadline without success."""
         last_success = self.clock()
         while True:
             await asyncio.sleep(self.retry_period)
@@ -192,7 +192,7 @@ class LeaderElector:
                 last_success = self.clock()
             elif self.clock() - last_success > self.renew_deadline:
                 self.is_leader = False
-                raise LeadershipLost(f"{self.identity} lost lease {self.namespace}/{self.name}")
+                raise LeaseLost(f"{self.identity} lost lease {self.namespace}/{self.name}")
 
     async def release(self) -> None:
         """Give the Lease up on a clean shutdown so a standby need not wait for expiry.
@@ -223,7 +223,7 @@ class LeaderElector:
         try:
             done, _ = await asyncio.wait({renew, work}, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
-                task.result()  # re-raise LeadershipLost or a failure of the work
+                task.result()  # re-raise LeaseLost or a failure of the work
         finally:
             for task in (renew, work):
                 task.cancel()

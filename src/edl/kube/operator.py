@@ -23,7 +23,7 @@ from typing import Any
 
 import kopf
 
-from edl.cluster.port import training_job_key
+from edl.api.names import training_job_key
 from edl.kube.cluster import KubeCluster
 from edl.kube.crd import GROUP, PLURAL, VERSION
 

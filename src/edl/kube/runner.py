@@ -4,7 +4,7 @@ Standby replicas serve /healthz and /readyz and wait for the Lease. The leader
 starts the node/pod caches, then the Controller, the Autoscaler and kopf
 (in that order, so no TrainingJob event arrives before the Controller listens).
 If the leader cannot renew its Lease it stops everything and `run_controller`
-raises `LeadershipLost`; the process exits and Kubernetes restarts it as a standby.
+raises `LeaseLost`; the process exits and Kubernetes restarts it as a standby.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ class ControllerProcess:
         try:
             done, _ = await asyncio.wait({leading, stopping}, return_when=asyncio.FIRST_COMPLETED)
             if leading in done:
-                leading.result()  # LeadershipLost or a crash of the leader's work
+                leading.result()  # LeaseLost or a crash of the leader's work
         finally:
             self.stop.set()
             for task in (leading, stopping, beat):

@@ -23,6 +23,7 @@ from edl.accounting import (
     is_trainer_pod,
     pod_request,
 )
+from edl.api.names import LABEL_JOB, LABEL_ROLE, ROLE_TRAINER, JobKey, object_key
 from edl.cluster import port
 from edl.cluster.port import JobPods
 from edl.kube.trainer_index import TrainerPodIndex
@@ -30,16 +31,13 @@ from edl.kube.trainer_index import TrainerPodIndex
 log = logging.getLogger(__name__)
 
 REQUEST_CACHE_SIZE = 4096
-JOB_LABEL = "edl.dev/job"
-ROLE_LABEL = "edl.dev/role"
 
 PodKey = tuple[str, str]
-JobKey = tuple[str, str]
 
 
 @dataclass(frozen=True, slots=True)
-class TrainerPod:
-    """What `job_pods` needs of one trainer pod."""
+class TrainerPodState:
+    """What `job_pods` needs of one cached trainer pod."""
 
     phase: str
     leaving: bool  # deletionTimestamp set
@@ -47,17 +45,12 @@ class TrainerPod:
     node: str = ""  # spec.nodeName
 
 
-def _key(obj: Mapping[str, Any]) -> PodKey:
-    meta = obj.get("metadata") or {}
-    return meta.get("namespace") or "default", meta.get("name") or ""
-
-
 def _trainer_job(obj: Mapping[str, Any]) -> JobKey | None:
     meta = obj.get("metadata") or {}
     labels = meta.get("labels") or {}
-    if labels.get(ROLE_LABEL) != "trainer" or JOB_LABEL not in labels:
+    if labels.get(LABEL_ROLE) != ROLE_TRAINER or LABEL_JOB not in labels:
         return None
-    return meta.get("namespace") or "default", labels[JOB_LABEL]
+    return meta.get("namespace") or "default", labels[LABEL_JOB]
 
 
 class ClusterState:
@@ -67,7 +60,7 @@ class ClusterState:
         self.ledger = ResourceLedger()
         self._pods: set[PodKey] = set()
         self._nodes: set[str] = set()
-        self._trainers: dict[JobKey, dict[PodKey, TrainerPod]] = {}
+        self._trainers: dict[JobKey, dict[PodKey, TrainerPodState]] = {}
         self._trainer_of: dict[PodKey, JobKey] = {}
         self.bad_pods = 0
         self._unschedulable: set[PodKey] = set()
@@ -78,7 +71,7 @@ class ClusterState:
     # -- pods ------------------------------------------------------------------------
 
     def set_pod(self, pod: Mapping[str, Any]) -> None:
-        key = _key(pod)
+        key = object_key(pod)
         phase = (pod.get("status") or {}).get("phase") or "Pending"
         try:
             if phase in TERMINAL_PHASES:  # finished pods hold no resources
@@ -167,7 +160,7 @@ class ClusterState:
         previous = self._trainer_of.get(key)
         if previous is not None and previous != job:
             self._unindex_trainer(key)
-        self._trainers.setdefault(job, {})[key] = TrainerPod(phase, leaving, bound, node)
+        self._trainers.setdefault(job, {})[key] = TrainerPodState(phase, leaving, bound, node)
         self._trainer_of[key] = job
 
     def _unindex_trainer(self, key: PodKey) -> None:
@@ -276,11 +269,11 @@ class PodStore:
 
     def apply(self, event_type: str, obj: dict[str, Any]) -> None:
         if event_type == "DELETED":
-            self.state.remove_pod(*_key(obj))
+            self.state.remove_pod(*object_key(obj))
         elif event_type in {"ADDED", "MODIFIED"}:
             self.state.set_pod(obj)
             if self._listed is not None:
-                self._listed.add(_key(obj))
+                self._listed.add(object_key(obj))
 
 
 class NodeStore:

@@ -9,23 +9,13 @@ started in quick succession cannot receive the same port before either binds.
 from __future__ import annotations
 
 import random
-import socket
+
+from edl.procs import port_is_free
 
 # Below Linux's default ephemeral range (32768-60999): a port the kernel gave an
 # outgoing connection or an etcd picked with bind(0) cannot be handed to a pod.
 FIRST_PORT = 20000
 LAST_PORT = 32000
-
-
-def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
-    """True if host:port can be bound right now, even by a server without SO_REUSEADDR
-    (so a port still in TIME_WAIT counts as busy)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-    return True
 
 
 class PortAllocator:

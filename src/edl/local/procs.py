@@ -14,7 +14,7 @@ import subprocess
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from edl.coord.embedded import die_with_parent
+from edl.procs import die_with_parent
 
 
 def spawn(

@@ -5,7 +5,7 @@ What runs, all in this process except the pods and etcd:
 * an embedded etcd (`edl.coord.embedded.EmbeddedEtcd`) — it replaces the
   master pod's etcd sidecar, which is not run locally;
 * `InProcessCluster` on the real clock (`AsyncioClock`) with this machine as its
-  one node and `ProcessPodRuntime` as kubelet: pods are process groups;
+  one node and `ProcessPodRunner` as kubelet: pods are process groups;
 * the `Controller` and the `Autoscaler` — the same code that runs on Kubernetes;
 * a monitor loop that folds the cluster, the pods and the master's progress
   (read from etcd) into a `RunSnapshot`, hands it to the display and writes
@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from edl.api.names import LABEL_ROLE
 from edl.api.trainingjob import TrainingJob
 from edl.cluster.inproc import AsyncioClock, InProcessCluster
 from edl.cluster.port import ClusterError, NotFoundError
@@ -45,8 +46,8 @@ from edl.jobparser import JobParser, child_names
 from edl.local import snapshot as snap
 from edl.local.node import local_node
 from edl.local.podspec import default_context
+from edl.local.process_pods import ProcessPodRunner
 from edl.local.progress import ProgressReader
-from edl.local.runtime import ProcessPodRuntime
 from edl.local.status import PodLine, RunSnapshot, new_run_dir, write_snapshot
 
 log = logging.getLogger(__name__)
@@ -113,7 +114,7 @@ class LocalRun:
         self.on_update = on_update
         self.run_dir = new_run_dir(self.options.runs_root.resolve(), self.name)
         self.etcd: EmbeddedEtcd | None = None
-        self.runtime: ProcessPodRuntime | None = None
+        self.pod_runner: ProcessPodRunner | None = None
         self.cluster: InProcessCluster | None = None
         self.loops: ControlLoops | None = None
         self._progress: ProgressReader | None = None
@@ -155,11 +156,11 @@ class LocalRun:
             default_env={"EDL_CHECKPOINT_DIR": str(self.run_dir / "checkpoints")},
             workspace_base=str(self.options.job_dir.resolve()),
         )
-        self.runtime = ProcessPodRuntime(self.run_dir, context, cwd=self.options.job_dir)
+        self.pod_runner = ProcessPodRunner(self.run_dir, context, cwd=self.options.job_dir)
         clock = AsyncioClock()
         self.cluster = InProcessCluster(
             clock,
-            self.runtime,
+            self.pod_runner,
             backoff_base_s=LOCAL_BACKOFF_BASE_S,
             backoff_max_s=LOCAL_BACKOFF_MAX_S,
             job_backoff_max_s=LOCAL_BACKOFF_MAX_S,
@@ -189,8 +190,8 @@ class LocalRun:
     def kill_now(self) -> None:
         """SIGKILL every pod at once (a second Ctrl-C)."""
         self.stop()
-        if self.runtime is not None:
-            self.runtime.kill_all()
+        if self.pod_runner is not None:
+            self.pod_runner.kill_all()
 
     async def wait(self) -> RunResult:
         """Monitor until the job ends; returns the outcome (teardown is `close()`)."""
@@ -221,8 +222,8 @@ class LocalRun:
                     self.namespace, self.name, {"state": FAILED, "message": result.message}
                 )
         await self._delete_workloads()
-        if self.runtime is not None:
-            await self.runtime.shutdown(self.options.shutdown_grace_s)
+        if self.pod_runner is not None:
+            await self.pod_runner.shutdown(self.options.shutdown_grace_s)
         if self._progress is not None:
             await self._progress.close()
         if self.etcd is not None:
@@ -327,7 +328,7 @@ class LocalRun:
         name, role = pod.name, pod.role or "pod"
         if event == "exited":
             code = int((pod.manifest.get("status") or {}).get("exitCode", 0))
-            message = self.runtime.termination_message(name) if self.runtime else ""
+            message = self.pod_runner.termination_message(name) if self.pod_runner else ""
             phase = "Succeeded" if code == 0 else "Failed"
             self._pods[name] = PodLine(name, role, phase, None, code, _last_line(message))
             if 0 < code < SIGNAL_EXIT_FLOOR and not pod.terminating and role not in JOB_ROLES:
@@ -345,8 +346,8 @@ class LocalRun:
 
     def _refresh_pods(self) -> None:
         pids = {}
-        if self.runtime is not None:
-            pids = {r.name: r.pids[0] for r in self.runtime.records() if r.pids}
+        if self.pod_runner is not None:
+            pids = {r.name: r.pids[0] for r in self.pod_runner.records() if r.pids}
         lines = [
             replace(p, pid=pids.get(p.name)) if p.exit_code is None else p
             for p in self._pods.values()
@@ -392,7 +393,7 @@ def reservation_pod(name: str, namespace: str, cpu: str, memory: str) -> dict[st
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "labels": {"edl.dev/role": "reservation"},
+            "labels": {LABEL_ROLE: "reservation"},
         },
         "spec": {
             "terminationGracePeriodSeconds": 2,

@@ -1,6 +1,6 @@
 """Runtime configuration from the EDL_* environment (the container contract).
 
-Processes are configured only through env vars (see the team contracts); the
+Processes are configured only through env vars (docs/architecture.md lists them); the
 CLI flags of `edl master|pserver|trainer` override single fields for tests.
 Parsing is pure: `from_env(mapping)` never reads os.environ itself.
 """

@@ -17,9 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from edl.api.names import trainer_job_name
 from edl.cluster.inproc.clock import VirtualClock
 from edl.cluster.inproc.cluster import ClusterSample, InProcessCluster
-from edl.cluster.inproc.runtime import Fixed, SimulatedPodRuntime, Uniform
+from edl.cluster.inproc.simulated_pods import Fixed, SimulatedPodRunner, Uniform
 from edl.cluster.port import ConflictError, NotFoundError
 from edl.control.loops import ControlLoops
 from edl.jobparser import JobParser
@@ -121,7 +122,7 @@ class _Run:
         self.clock = VirtualClock(start=-warmup)
         latency = scenario.pod_start_latency_s
         termination = scenario.termination_s
-        runtime = SimulatedPodRuntime(
+        pod_runner = SimulatedPodRunner(
             self.clock,
             random.Random(seed),
             start_latency=Uniform(latency.min, latency.max),
@@ -133,7 +134,7 @@ class _Run:
             other_termination=Fixed(termination.other),
         )
         self.cluster = InProcessCluster(
-            self.clock, runtime, placement=scenario.placement, seed=seed
+            self.clock, pod_runner, placement=scenario.placement, seed=seed
         )
         for group in scenario.cluster.node_groups:
             allocatable = group.allocatable.to_resource_list()
@@ -146,7 +147,7 @@ class _Run:
         }
         self.recorder = _Recorder(keys)
         self._start_trainers = {
-            (plan.namespace, f"{plan.name}-trainer"): plan.start_trainers
+            (plan.namespace, trainer_job_name(plan.name)): plan.start_trainers
             for plan in self.plans
             if self.elastic and plan.start_trainers is not None
         }

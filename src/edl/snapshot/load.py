@@ -26,6 +26,7 @@ from edl.accounting import (
     trainer_request,
 )
 from edl.api.errors import JobValidationError, format_problem
+from edl.api.names import trainer_job_name
 from edl.api.quantity import QuantityError
 from edl.api.trainingjob import TrainingJob
 from edl.policy import JobView
@@ -39,7 +40,6 @@ __all__ = [
     "selector_matches",
 ]
 
-TRAINER_SUFFIX = "-trainer"
 
 
 class SnapshotError(ValueError):
@@ -235,9 +235,9 @@ def _plan_job(
         return Unplannable(namespace, name, f"invalid TrainingJob: spec.trainer.{error}"), []
     if not job.elastic():
         return None, []
-    trainer = trainer_jobs.get((namespace, name + TRAINER_SUFFIX))
+    trainer = trainer_jobs.get((namespace, trainer_job_name(name)))
     if trainer is None:
-        return Unplannable(namespace, name, f"no trainer Job {name}{TRAINER_SUFFIX} yet"), []
+        return Unplannable(namespace, name, f"no trainer Job {trainer_job_name(name)} yet"), []
     mine = [
         p
         for p in _job_pods(trainer, pods)

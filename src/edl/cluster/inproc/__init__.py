@@ -1,12 +1,12 @@
 """The in-process control plane: one Python object that behaves like a small Kubernetes.
 
-Simulation: ``InProcessCluster(VirtualClock(), SimulatedPodRuntime(...))``.
-Local runs: ``InProcessCluster(AsyncioClock(), <process runtime>)``.
+Simulation: ``InProcessCluster(VirtualClock(), SimulatedPodRunner(...))``.
+Local runs: ``InProcessCluster(AsyncioClock(), <process pod runner>)``.
 """
 
 from edl.cluster.inproc.clock import AsyncioClock, VirtualClock, VirtualTimeDeadlock
 from edl.cluster.inproc.cluster import ClusterSample, InProcessCluster, ReplicaCounts, TrainerCounts
-from edl.cluster.inproc.runtime import Fixed, SimulatedPodRuntime, Uniform
+from edl.cluster.inproc.simulated_pods import Fixed, SimulatedPodRunner, Uniform
 
 __all__ = [
     "AsyncioClock",
@@ -14,7 +14,7 @@ __all__ = [
     "Fixed",
     "InProcessCluster",
     "ReplicaCounts",
-    "SimulatedPodRuntime",
+    "SimulatedPodRunner",
     "TrainerCounts",
     "Uniform",
     "VirtualClock",

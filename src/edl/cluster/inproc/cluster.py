@@ -9,7 +9,7 @@ their own modules:
 * the workload controllers (`controllers`): ReplicaSet, Deployment, Job, GC;
 * the pod lifecycle (`kubelet`) with the scheduler (`scheduler`).
 
-Time comes from a `Clock` plug and pods run in a `PodRuntime` plug, so
+Time comes from a `Clock` plug and pods run in a `PodRunner` plug, so
 `edl simulate` (virtual clock, simulated pods) and `edl run` (real clock, real
 processes) are this same code. Every object has optimistic concurrency
 (`store`). Not modelled: rolling updates of a Deployment's template (a
@@ -36,9 +36,9 @@ from edl.cluster.inproc.controllers import TRAINING_JOB, WorkloadControllers
 from edl.cluster.inproc.kubelet import PodLifecycle, PodListener
 from edl.cluster.inproc.managed import ManagedTrainerPods
 from edl.cluster.inproc.pods import OwnerKey, OwnerPods, PodRecord
-from edl.cluster.inproc.runtime import SimulatedPodRuntime
 from edl.cluster.inproc.sampling import ClusterSample, ReplicaCounts, TrainerCounts
 from edl.cluster.inproc.scheduler import Node, NodeIndex, Placement
+from edl.cluster.inproc.simulated_pods import SimulatedPodRunner
 from edl.cluster.inproc.store import ObjectStore, copy_manifest
 from edl.cluster.inproc.workloads import BACKOFF_BASE_S, BACKOFF_MAX_S, JOB_BACKOFF_MAX_S
 from edl.cluster.port import (
@@ -47,7 +47,7 @@ from edl.cluster.port import (
     JobPods,
     Manifest,
     NotFoundError,
-    PodRuntime,
+    PodRunner,
     TrainerPod,
     TrainingJobHandler,
     Unsubscribe,
@@ -65,9 +65,9 @@ class InProcessCluster(ManagedTrainerPods):
 
     Args:
         clock: time source (`VirtualClock` for simulation, `AsyncioClock` for real time).
-        runtime: runs bound pods; default `SimulatedPodRuntime(clock, Random(seed))`.
+        pod_runner: runs bound pods; default `SimulatedPodRunner(clock, Random(seed))`.
         placement: "spread" (kube-scheduler default) or "binpack".
-        seed: seeds the default runtime's random draws.
+        seed: seeds the default pod runner's random draws.
         backoff_base_s, backoff_max_s: the failed-pod back-off's first delay (10 s,
             doubling) and its cap for ReplicaSet pods (5 min, CrashLoopBackOff);
         job_backoff_max_s: the Job controller's cap (10 min). Local runs shorten them
@@ -80,7 +80,7 @@ class InProcessCluster(ManagedTrainerPods):
     def __init__(
         self,
         clock: Clock,
-        runtime: PodRuntime | None = None,
+        pod_runner: PodRunner | None = None,
         *,
         placement: Placement = "spread",
         seed: int = 0,
@@ -89,14 +89,14 @@ class InProcessCluster(ManagedTrainerPods):
         job_backoff_max_s: float = JOB_BACKOFF_MAX_S,
     ) -> None:
         self.clock = clock
-        self.runtime: PodRuntime = runtime or SimulatedPodRuntime(clock, random.Random(seed))
+        self.pod_runner: PodRunner = pod_runner or SimulatedPodRunner(clock, random.Random(seed))
         self.store = ObjectStore(clock.now)
         self.ledger = ResourceLedger()
         self.nodes = NodeIndex(placement, seed)
         self._owners: dict[OwnerKey, OwnerPods] = {}
         self._unschedulable_listeners: list[Callable[[], None]] = []
         self.pods = PodLifecycle(
-            clock, self.runtime, self.nodes, self.ledger, self._owners, self._unschedulable
+            clock, self.pod_runner, self.nodes, self.ledger, self._owners, self._unschedulable
         )
         self.scheduler = self.pods.scheduler
         self.controllers = WorkloadControllers(

@@ -1,11 +1,11 @@
 """`PodLifecycle`: what a kubelet (and the scheduler's binding) does to a pod, in process.
 
 A pod is created Pending, bound to a node by the scheduler (or pinned by
-``spec.nodeName``), started by the `PodRuntime`, Running once its containers
+``spec.nodeName``), started by the `PodRunner`, Running once its containers
 run, and gone once they exit. A deleted pod keeps its phase and its node's
 room until its containers have exited (at most its grace period,
 ``terminationGracePeriodSeconds``, 30 s); a pod deleted before it was bound
-goes at once. The exit code and the runtime's termination message go to the
+goes at once. The exit code and the pod runner's termination message go to the
 pod's ``status.containerStatuses``, where a podFailurePolicy looks for them.
 
 Every transition updates the counters the rest of the cluster reads: the
@@ -32,7 +32,7 @@ from edl.cluster.inproc.pods import (
     PodRecord,
 )
 from edl.cluster.inproc.scheduler import Node, NodeIndex, Scheduler
-from edl.cluster.port import Clock, Manifest, PodRuntime, TerminationMessages
+from edl.cluster.port import Clock, Manifest, PodRunner, TerminationMessages
 
 DEFAULT_GRACE_PERIOD_S = 30.0
 
@@ -53,14 +53,14 @@ class PodLifecycle:
     def __init__(
         self,
         clock: Clock,
-        runtime: PodRuntime,
+        pod_runner: PodRunner,
         nodes: NodeIndex,
         ledger: ResourceLedger,
         owners: dict[OwnerKey, OwnerPods],
         on_unschedulable: Callable[[], None],
     ) -> None:
         self.clock = clock
-        self.runtime = runtime
+        self.pod_runner = pod_runner
         self.nodes = nodes
         self.ledger = ledger
         self.owners = owners  # shared with the workload controllers, which own its entries
@@ -130,7 +130,7 @@ class PodLifecycle:
         grace = (pod.manifest.get("spec") or {}).get(
             "terminationGracePeriodSeconds", DEFAULT_GRACE_PERIOD_S
         )
-        self.runtime.stop(pod.manifest, float(grace))
+        self.pod_runner.stop(pod.manifest, float(grace))
 
     # -- transitions ---------------------------------------------------------------------
     def _transition(self, pod: PodRecord, change: Callable[[], None]) -> None:
@@ -150,7 +150,7 @@ class PodLifecycle:
             trainer=pod.role == ROLE_TRAINER,
         )
         self._emit("bound", pod)
-        self.runtime.start(
+        self.pod_runner.start(
             pod.manifest,
             lambda: self._running(pod),
             lambda code: self._exited(pod, code),
@@ -199,7 +199,7 @@ class PodLifecycle:
     def _record_exit(self, pod: PodRecord, code: int | None) -> None:
         """Write the exit into the pod's status, where a podFailurePolicy looks for it.
 
-        The runtime reports one exit code per pod (its first failing container's),
+        The pod runner reports one exit code per pod (its first failing container's),
         so every container is shown terminated with that code. A pod whose
         containers never started shows them waiting: no exit code for a policy
         to match (Kubernetes then counts the failure).
@@ -215,8 +215,8 @@ class PodLifecycle:
             }
             return
         message = ""
-        if code != 0 and isinstance(self.runtime, TerminationMessages):
-            message = str(self.runtime.termination_message(pod.name) or "")
+        if code != 0 and isinstance(self.pod_runner, TerminationMessages):
+            message = str(self.pod_runner.termination_message(pod.name) or "")
         terminated: dict[str, Any] = {"exitCode": code, "finishedAt": self.clock.now()}
         if message:
             terminated["message"] = message

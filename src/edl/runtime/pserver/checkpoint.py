@@ -5,7 +5,7 @@ Layout: b"EDLCKPT1", a 4-byte little-endian header length, a JSON header
 and length), then the raw array bytes. The CRC32 of the whole file goes into
 the etcd metadata, so a torn or foreign file is detected on restore.
 
-Order of a save (the original's hole 4): write a temp file, fsync, rename,
+Order of a save: write a temp file, fsync, rename,
 fsync the directory; only then may the caller publish the metadata and
 delete the previous file.
 """

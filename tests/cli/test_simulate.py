@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from edl.cli.simulate import simulate_command
 from edl.sim.metrics import METRIC_KEYS
 
-TINY = str(Path(__file__).parent / "data" / "tiny.yaml")
+TINY = str(Path(__file__).resolve().parents[1] / "sim" / "data" / "tiny.yaml")
 
 
 def test_out_layout_with_several_policies(tmp_path: Path) -> None:

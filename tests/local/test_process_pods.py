@@ -1,4 +1,4 @@
-"""The process pod runtime with tiny Python scripts as pods (real processes)."""
+"""The process pod runner with tiny Python scripts as pods (real processes)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from edl.local import procs
 from edl.local.podspec import default_context
-from edl.local.runtime import RUN_MARKER_ENV, ProcessPodRuntime
+from edl.local.process_pods import RUN_MARKER_ENV, ProcessPodRunner
 
 
 def pod(name: str, code: str, env: list[dict] | None = None, role: str = "trainer") -> dict:
@@ -25,20 +25,20 @@ def pod(name: str, code: str, env: list[dict] | None = None, role: str = "traine
 
 
 class Events:
-    """Collects the runtime's callbacks per pod."""
+    """Collects the pod runner's callbacks per pod."""
 
     def __init__(self) -> None:
         self.running: set[str] = set()
         self.exits: dict[str, int] = {}
 
-    def start(self, runtime: ProcessPodRuntime, manifest: dict) -> None:
+    def start(self, pod_runner: ProcessPodRunner, manifest: dict) -> None:
         name = manifest["metadata"]["name"]
 
         def on_exit(code: int) -> None:
             assert name not in self.exits, "on_exit must be called exactly once"
             self.exits[name] = code
 
-        runtime.start(manifest, lambda: self.running.add(name), on_exit)
+        pod_runner.start(manifest, lambda: self.running.add(name), on_exit)
 
     async def wait_exit(self, name: str, timeout: float = 30.0) -> int:
         deadline = time.monotonic() + timeout
@@ -49,24 +49,25 @@ class Events:
 
 
 @pytest.fixture
-def runtime(tmp_path: Path) -> ProcessPodRuntime:
+def pod_runner(tmp_path: Path) -> ProcessPodRunner:
     ctx = default_context("http://127.0.0.1:1", "local", os.environ)
-    return ProcessPodRuntime(tmp_path / "run", ctx, cwd=tmp_path)
+    return ProcessPodRunner(tmp_path / "run", ctx, cwd=tmp_path)
 
 
-async def test_exit_codes_become_phases_and_logs_are_files(runtime: ProcessPodRuntime) -> None:
+async def test_exit_codes_become_phases_and_logs_are_files(pod_runner: ProcessPodRunner) -> None:
     events = Events()
-    events.start(runtime, pod("ok", "import os; print('hello from', os.environ['EDL_POD_NAME'])"))
-    events.start(runtime, pod("bad", "raise SystemExit('script exploded: bad data')"))
+    hello = "import os; print('hello from', os.environ['EDL_POD_NAME'])"
+    events.start(pod_runner, pod("ok", hello))
+    events.start(pod_runner, pod("bad", "raise SystemExit('script exploded: bad data')"))
     assert await events.wait_exit("ok") == 0
     assert await events.wait_exit("bad") == 1
     assert events.running >= {"ok", "bad"}
-    assert "hello from ok" in (runtime.run_dir / "ok.log").read_text()
-    assert runtime.termination_message("ok") == ""
-    assert "script exploded: bad data" in runtime.termination_message("bad")
+    assert "hello from ok" in (pod_runner.run_dir / "ok.log").read_text()
+    assert pod_runner.termination_message("ok") == ""
+    assert "script exploded: bad data" in pod_runner.termination_message("bad")
 
 
-async def test_pods_get_distinct_free_ports_and_local_env(runtime: ProcessPodRuntime) -> None:
+async def test_pods_get_distinct_free_ports_and_local_env(pod_runner: ProcessPodRunner) -> None:
     events = Events()
     code = (
         "import os, socket\n"
@@ -78,11 +79,11 @@ async def test_pods_get_distinct_free_ports_and_local_env(runtime: ProcessPodRun
     env = [{"name": "EDL_PORTS_NUM", "value": "2"}]
     names = [f"ps-{i}" for i in range(4)]
     for name in names:
-        events.start(runtime, pod(name, code, env))
+        events.start(pod_runner, pod(name, code, env))
     ports = []
     for name in names:
-        assert await events.wait_exit(name) == 0, (runtime.run_dir / f"{name}.log").read_text()
-        line = next(x for x in (runtime.run_dir / f"{name}.log").read_text().splitlines()
+        assert await events.wait_exit(name) == 0, (pod_runner.run_dir / f"{name}.log").read_text()
+        line = next(x for x in (pod_runner.run_dir / f"{name}.log").read_text().splitlines()
                     if x.startswith("PORT"))
         _, port, ip, etcd = line.split()
         assert ip == "127.0.0.1" and etcd == "http://127.0.0.1:1"
@@ -91,7 +92,7 @@ async def test_pods_get_distinct_free_ports_and_local_env(runtime: ProcessPodRun
     assert all(a.isdisjoint(b) for i, a in enumerate(blocks) for b in blocks[i + 1:])
 
 
-async def test_stop_sends_sigterm_first(runtime: ProcessPodRuntime) -> None:
+async def test_stop_sends_sigterm_first(pod_runner: ProcessPodRunner) -> None:
     events = Events()
     code = (
         "import signal, sys, time\n"
@@ -102,14 +103,14 @@ async def test_stop_sends_sigterm_first(runtime: ProcessPodRuntime) -> None:
         "print('ready', flush=True)\n"
         "time.sleep(60)\n"
     )
-    events.start(runtime, pod("polite", code))
-    await wait_for_log(runtime.run_dir / "polite.log", "ready")
-    runtime.stop({"metadata": {"name": "polite"}}, grace_period_s=10)
-    assert await events.wait_exit("polite") == 0, (runtime.run_dir / "polite.log").read_text()
-    assert "got SIGTERM" in (runtime.run_dir / "polite.log").read_text()
+    events.start(pod_runner, pod("polite", code))
+    await wait_for_log(pod_runner.run_dir / "polite.log", "ready")
+    pod_runner.stop({"metadata": {"name": "polite"}}, grace_period_s=10)
+    assert await events.wait_exit("polite") == 0, (pod_runner.run_dir / "polite.log").read_text()
+    assert "got SIGTERM" in (pod_runner.run_dir / "polite.log").read_text()
 
 
-async def test_stop_kills_after_grace_with_children(runtime: ProcessPodRuntime) -> None:
+async def test_stop_kills_after_grace_with_children(pod_runner: ProcessPodRunner) -> None:
     events = Events()
     code = (
         "import signal, subprocess, sys, time\n"
@@ -119,43 +120,43 @@ async def test_stop_kills_after_grace_with_children(runtime: ProcessPodRuntime) 
         "print('child', child.pid, flush=True)\n"
         "time.sleep(60)\n"
     )
-    events.start(runtime, pod("stubborn", code))
-    await wait_for_log(runtime.run_dir / "stubborn.log", "child")
+    events.start(pod_runner, pod("stubborn", code))
+    await wait_for_log(pod_runner.run_dir / "stubborn.log", "child")
     started = time.monotonic()
-    runtime.stop({"metadata": {"name": "stubborn"}}, grace_period_s=1.0)
+    pod_runner.stop({"metadata": {"name": "stubborn"}}, grace_period_s=1.0)
     assert await events.wait_exit("stubborn") == 128 + 9
     assert time.monotonic() - started >= 0.9, "SIGKILL must wait for the grace period"
-    await wait_until(lambda: not procs.pids_with_env(RUN_MARKER_ENV, str(runtime.run_dir)))
+    await wait_until(lambda: not procs.pids_with_env(RUN_MARKER_ENV, str(pod_runner.run_dir)))
 
 
-async def test_stop_before_running_still_exits_once(runtime: ProcessPodRuntime) -> None:
+async def test_stop_before_running_still_exits_once(pod_runner: ProcessPodRunner) -> None:
     events = Events()
     manifest = pod("early", "import time; time.sleep(60)")
-    events.start(runtime, manifest)
-    runtime.stop(manifest, grace_period_s=0)  # before the supervisor task ever ran
+    events.start(pod_runner, manifest)
+    pod_runner.stop(manifest, grace_period_s=0)  # before the supervisor task ever ran
     assert await events.wait_exit("early") != 0
     await asyncio.sleep(0.3)  # a second on_exit would trip the assertion in Events
 
 
-async def test_missing_executable_fails_the_pod(runtime: ProcessPodRuntime) -> None:
+async def test_missing_executable_fails_the_pod(pod_runner: ProcessPodRunner) -> None:
     events = Events()
     manifest = pod("ghost", "")
     manifest["spec"]["containers"][0]["command"] = ["/nonexistent/program"]
-    events.start(runtime, manifest)
+    events.start(pod_runner, manifest)
     assert await events.wait_exit("ghost") != 0
-    assert "nonexistent" in runtime.termination_message("ghost")
+    assert "nonexistent" in pod_runner.termination_message("ghost")
 
 
-async def test_shutdown_leaves_no_process(runtime: ProcessPodRuntime) -> None:
+async def test_shutdown_leaves_no_process(pod_runner: ProcessPodRunner) -> None:
     events = Events()
     for i in range(3):
         code = "import time; print('up', flush=True); time.sleep(60)"
-        events.start(runtime, pod(f"sleeper-{i}", code))
+        events.start(pod_runner, pod(f"sleeper-{i}", code))
     for i in range(3):
-        await wait_for_log(runtime.run_dir / f"sleeper-{i}.log", "up")
-    assert len(procs.pids_with_env(RUN_MARKER_ENV, str(runtime.run_dir))) == 3
-    await runtime.shutdown(grace_period_s=2)
-    assert procs.pids_with_env(RUN_MARKER_ENV, str(runtime.run_dir)) == []
+        await wait_for_log(pod_runner.run_dir / f"sleeper-{i}.log", "up")
+    assert len(procs.pids_with_env(RUN_MARKER_ENV, str(pod_runner.run_dir))) == 3
+    await pod_runner.shutdown(grace_period_s=2)
+    assert procs.pids_with_env(RUN_MARKER_ENV, str(pod_runner.run_dir)) == []
     assert set(events.exits) == {f"sleeper-{i}" for i in range(3)}
 
 
@@ -185,7 +186,7 @@ def test_pod_dies_with_its_parent(tmp_path: Path) -> None:
 
 
 async def wait_for_log(path: Path, text: str, timeout: float = 30.0) -> None:
-    """Wait for a line the pod printed (the runtime's own header line names the command)."""
+    """Wait for a line the pod printed (the pod runner's own header line names the command)."""
 
     def printed() -> bool:
         if not path.exists():

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from edl.cli.run import Reservation, parse_reservation, run
 
-from .conftest import DIGITS
+DIGITS = Path(__file__).resolve().parents[2] / "examples" / "digits"
 
 
 def test_reservations_parse() -> None:

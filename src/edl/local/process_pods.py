@@ -1,7 +1,7 @@
-"""The process pod runtime: pods of the in-process cluster as real processes.
+"""The process pod runner: pods of the in-process cluster as real processes.
 
-This is the kubelet of a local run (`edl.cluster.port.PodRuntime`). The
-in-process control plane decides which pods exist and binds them; this runtime
+This is the kubelet of a local run (`edl.cluster.port.PodRunner`). The
+in-process control plane decides which pods exist and binds them; this pod runner
 starts each pod's containers as processes (what to run comes from ``podspec``),
 reports ``on_running`` once they run and ``on_exit(code)`` once all have
 stopped, and on deletion sends SIGTERM, then SIGKILL after the grace period.
@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edl.api.names import LABEL_ROLE
 from edl.local import procs
 from edl.local.podspec import LocalContext, ports_needed, process_specs, runnable_containers
 from edl.local.ports import PortAllocator
@@ -73,7 +74,7 @@ class PodRecord:
     started_at: float
 
 
-class ProcessPodRuntime:
+class ProcessPodRunner:
     """Runs pods as process groups on this machine; logs go to ``run_dir/<pod>.log``."""
 
     def __init__(
@@ -90,7 +91,7 @@ class ProcessPodRuntime:
         self._pods: dict[str, _Pod] = {}
         self._closed = False
 
-    # -- PodRuntime ------------------------------------------------------
+    # -- PodRunner ------------------------------------------------------
 
     def start(
         self,
@@ -101,7 +102,7 @@ class ProcessPodRuntime:
         """Spawn the pod's containers and watch them; a spawn error fails the pod, not the run."""
         meta = pod.get("metadata") or {}
         name = str(meta["name"])
-        role = str((meta.get("labels") or {}).get("edl.dev/role", ""))
+        role = str((meta.get("labels") or {}).get(LABEL_ROLE, ""))
         entry = _Pod(name=name, role=role)
         self._pods[name] = entry
         if self._closed:  # a controller replacing pods while the run shuts down
@@ -147,7 +148,7 @@ class ProcessPodRuntime:
             self._kill_groups(entry)
 
     def records(self) -> list[PodRecord]:
-        """Every pod this runtime started, oldest first."""
+        """Every pod this pod runner started, oldest first."""
         return [
             PodRecord(
                 name=e.name,
@@ -183,7 +184,7 @@ class ProcessPodRuntime:
         except asyncio.CancelledError:
             self._kill_groups(entry, reap_timeout=2.0)
             raise
-        except Exception as error:  # a runtime bug must not leave the pod hanging
+        except Exception as error:  # a pod runner bug must not leave the pod hanging
             entry.message = entry.message or f"{type(error).__name__}: {error}"
             code = START_ERROR_CODE
         self._kill_groups(entry)

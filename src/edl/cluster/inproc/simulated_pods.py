@@ -1,4 +1,4 @@
-"""Simulated pods: a `PodRuntime` whose containers are timers on the clock.
+"""Simulated pods: a `PodRunner` whose containers are timers on the clock.
 
 What it models, and why:
 
@@ -23,9 +23,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from edl.api.names import LABEL_ROLE
 from edl.cluster.port import Clock, Manifest, Timer
-
-ROLE_LABEL = "edl.dev/role"
 
 
 class Duration(Protocol):
@@ -68,7 +67,7 @@ DEFAULT_OTHER_TERMINATION: Duration = Fixed(1.0)
 
 def pod_role(pod: Manifest) -> str:
     """The ``edl.dev/role`` label of a pod, or '' for pods that are not edl's."""
-    return ((pod.get("metadata") or {}).get("labels") or {}).get(ROLE_LABEL, "")
+    return ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_ROLE, "")
 
 
 @dataclass
@@ -81,8 +80,8 @@ class _SimPod:
 
 
 @dataclass
-class SimulatedPodRuntime:
-    """`edl.cluster.port.PodRuntime` for virtual time: pods are timers.
+class SimulatedPodRunner:
+    """`edl.cluster.port.PodRunner` for virtual time: pods are timers.
 
     ``termination`` maps a role to how long a deleted pod takes to exit;
     ``run_time`` maps a role to how long a pod runs before exiting 0 by itself
