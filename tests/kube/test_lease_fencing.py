@@ -3,6 +3,7 @@ released only with the resourceVersion last read (kmock's emulator over HTTP).""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import kmock
@@ -97,3 +98,21 @@ async def test_release_gives_up_our_own_lease(api: AsyncClient) -> None:
     await leader.release()
     lease = await api.get(Lease, "edl-controller", namespace="edl-system")
     assert lease.spec.holderIdentity is None
+
+
+async def test_a_fenced_event_is_dropped_not_raised_to_kopf(api: AsyncClient) -> None:
+    """kopf retries a handler that raises; a write fenced off for good must not loop."""
+    cluster = KubeCluster(api, fence=lambda: False)
+
+    class Writes:
+        calls = 0
+
+        async def on_add(self, obj: Any) -> None:
+            self.calls += 1
+            await cluster.update_training_job_status("default", "j", {"state": "Running"})
+
+    handler = Writes()
+    cluster.watch_training_jobs(handler)  # type: ignore[arg-type]
+    await asyncio.sleep(0.1)  # the subscription (a replay task) lands
+    await cluster.dispatch_add({"metadata": {"name": "j", "namespace": "default"}})
+    assert handler.calls == 1

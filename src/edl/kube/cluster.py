@@ -417,7 +417,13 @@ class KubeCluster(KubeManagedTrainers):
             else:
                 self._jobs[key] = obj
             for handler in list(self._handlers):
-                await getattr(handler, method)(copy.deepcopy(obj))
+                try:
+                    await getattr(handler, method)(copy.deepcopy(obj))
+                except NotLeaderError as error:
+                    # deposed (or stopping): the next leader handles this job; raising
+                    # would make kopf retry a write that is fenced off for good
+                    log.info("TrainingJob %s/%s %s dropped: %s", *key, method, error)
+                    return
 
     async def update_training_job_status(
         self, namespace: str, name: str, status: Mapping[str, Any]
