@@ -112,6 +112,9 @@ class ControllerProcess:
                 for reflector in (cluster.pod_reflector, cluster.node_reflector):
                     self.metrics.watch_restarts.labels(reflector.kind).set(
                         reflector.watch_restarts)
+                    stale = reflector.stale_for()
+                    self.metrics.watch_stale.labels(reflector.kind).set(stale)
+                    self.health.stale_caches[reflector.kind] = stale
                 self._observe_jobs(cluster)
             await asyncio.sleep(1.0)
 
