@@ -305,19 +305,15 @@ class KubeCluster(KubeManagedTrainers):
     async def scale_trainer_job(self, job: Manifest, victims: list[str]) -> Manifest:
         """Delete the victim pods, then patch ``spec.parallelism`` down.
 
-        Why deleting first is race-free: the trainer Job sets a podFailurePolicy,
-        so on Kubernetes >= 1.29 (JobPodReplacementPolicy beta, on by default; GA in
-        1.34) its ``podReplacementPolicy`` defaults to ``Failed``, the only value
-        allowed with a podFailurePolicy: a pod being deleted is not replaced until
-        it has terminated, and the victims' exit
-        (143 after the drain) is ignored by the policy. The patch lands
-        milliseconds later, long before a drained trainer exits, so the Job
-        controller finds the active count already at parallelism and removes no pod
-        of its own choosing. Patching first would let it pick (newest first) before
-        seeing the deletions. A stale resourceVersion still raises `ConflictError`
-        after the deletions: the caller re-reads; the deleted pods are leaving and
-        are not named again. A cluster role without ``delete`` on pods (403) makes
-        this a plain `update_trainer_job` from then on.
+        Why deleting first is race-free: the trainer Job's pods are run by edl's
+        trainer controller (``spec.managedBy``), which counts a deleted pod as
+        leaving, never replaces a drained one beyond parallelism, and is told of the
+        patch at once; with the built-in Job controller (a cluster without
+        JobManagedBy) the podFailurePolicy makes ``podReplacementPolicy: Failed``,
+        so a terminating pod is not replaced either. A stale resourceVersion still
+        raises `ConflictError` after the deletions: the caller re-reads; the deleted
+        pods are leaving and are not named again. A cluster role without ``delete``
+        on pods (403) makes this a plain `update_trainer_job` from then on.
         """
         namespace, _ = _key(job)
         if self._victims_allowed:
