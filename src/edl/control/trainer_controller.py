@@ -35,6 +35,7 @@ from edl.control.trainers import (
 
 log = logging.getLogger(__name__)
 JobKey = tuple[str, str]
+RESYNC_S = 30.0  # a job is reconciled at least this often, events or not
 
 
 class TrainerController:
@@ -48,6 +49,7 @@ class TrainerController:
         self._task: asyncio.Task[None] | None = None
         self._timers: dict[JobKey, asyncio.TimerHandle] = {}
         self._unwatch: Unsubscribe | None = None
+        self._reconciled: dict[JobKey, float] = {}  # loop time of each job's last reconcile
 
     def watch(self) -> Unsubscribe:
         """Follow the cluster's trainer events (done by the first `track`); returns the
@@ -70,6 +72,7 @@ class TrainerController:
 
     def forget(self, key: JobKey) -> None:
         self.records.pop(key, None)
+        self._reconciled.pop(key, None)
         self._created.pop(key, None)
         self._dirty.pop(key, None)
         timer = self._timers.pop(key, None)
@@ -88,8 +91,12 @@ class TrainerController:
             self._task = asyncio.get_running_loop().create_task(self._drain())
 
     async def resync(self) -> None:
+        """Reconcile every job not reconciled for ``RESYNC_S`` (heals a missed event;
+        events keep the others current)."""
+        now = asyncio.get_running_loop().time()
         for key in list(self.records):
-            self.poke(key)
+            if now - self._reconciled.get(key, float("-inf")) >= RESYNC_S:
+                self.poke(key)
 
     async def _drain(self) -> None:
         while self._dirty:
@@ -106,6 +113,7 @@ class TrainerController:
         record = self.records.get(key)
         if record is None:
             return
+        self._reconciled[key] = asyncio.get_running_loop().time()
         namespace, name = key
         try:
             job = await self.cluster.get_trainer_job_by_name(  # type: ignore[attr-defined]

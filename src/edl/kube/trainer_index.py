@@ -82,6 +82,11 @@ def slim(pod: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _leaving(pod: Mapping[str, Any]) -> tuple[bool, bool]:
+    finished = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+    return finished, (pod.get("metadata") or {}).get("deletionTimestamp") is not None
+
+
 class TrainerPodIndex:
     """Slim trainer pod manifests by job, finished ones included, with change listeners."""
 
@@ -97,9 +102,12 @@ class TrainerPodIndex:
             self.remove(key)
         if job is None:
             return
-        self._pods.setdefault(job, {})[key] = slim(pod)
+        pods = self._pods.setdefault(job, {})
+        before = pods.get(key)
+        pods[key] = after = slim(pod)
         self._job_of[key] = job
-        self._notify(job)
+        if before is None or _leaving(before) != _leaving(after):
+            self._notify(job)  # new, or now deleted or finished: a plan may change
 
     def remove(self, key: PodKey) -> None:
         job = self._job_of.pop(key, None)

@@ -42,7 +42,7 @@ class ManagedTrainerPods:
         if owner is None:
             return []
         pods = [*owner.pods.values(), *owner.finished.values()]
-        return [copy_manifest(pod.manifest) for pod in pods]
+        return [_slim(pod) for pod in pods]
 
     async def create_trainer_pod(self, pod: Manifest) -> None:
         namespace, name = object_key(pod)
@@ -76,10 +76,13 @@ class ManagedTrainerPods:
         self.store.update_status("Job", namespace, name, status)
 
     def watch_trainers(self, callback: Callable[[str, str], None]) -> Unsubscribe:
-        """Trainer pod transitions and trainer Job spec changes, by TrainingJob."""
+        """Trainer pods leaving or finishing, and trainer Job spec changes, by TrainingJob
+        (a pod being bound or starting changes no plan; the periodic resync writes its
+        counts)."""
 
         def on_pod(event: str, pod: PodRecord) -> None:
-            if pod.role == ROLE_TRAINER and pod.job and pod.owner is not None:
+            # only a pod leaving or finishing can change what to create or delete
+            if event in ("deleting", "exited") and pod.role == ROLE_TRAINER and pod.job:
                 callback(pod.namespace, pod.job)
 
         def on_job(event: str, obj: Manifest, old: Manifest | None) -> None:
@@ -97,3 +100,31 @@ class ManagedTrainerPods:
 
         return unsubscribe
 
+
+
+def _slim(pod: PodRecord) -> Manifest:
+    """What the trainer controller reads of a pod (a copy; never the containers)."""
+    metadata = pod.manifest["metadata"]
+    status = pod.manifest.get("status") or {}
+    if pod.phase in ("Pending", "Running") and not pod.terminating:  # the common case
+        return {
+            "metadata": {"name": pod.name, "uid": pod.uid,
+                         "creationTimestamp": metadata.get("creationTimestamp")},
+            "spec": {"nodeName": pod.node},
+            "status": {"phase": pod.phase, "startTime": status.get("startTime")},
+        }
+    return {
+        "metadata": {
+            "name": pod.name, "namespace": pod.namespace, "uid": pod.uid,
+            "creationTimestamp": metadata.get("creationTimestamp"),
+            "deletionTimestamp": metadata.get("deletionTimestamp"),
+        },
+        "spec": {"nodeName": pod.node},
+        "status": {
+            "phase": status.get("phase"),
+            "startTime": status.get("startTime"),
+            "conditions": [dict(c) for c in status.get("conditions") or ()],
+            "containerStatuses": copy_manifest(
+                {"c": status.get("containerStatuses") or []})["c"],
+        },
+    }
