@@ -116,3 +116,15 @@ async def test_a_fenced_event_is_dropped_not_raised_to_kopf(api: AsyncClient) ->
     await asyncio.sleep(0.1)  # the subscription (a replay task) lands
     await cluster.dispatch_add({"metadata": {"name": "j", "namespace": "default"}})
     assert handler.calls == 1
+
+
+async def test_release_after_an_unread_renewal_still_gives_the_lease_up(api: AsyncClient) -> None:
+    """Our last renewal landed but its answer was never read (cancelled at shutdown)."""
+    leader = elector(api, "a", FakeClock())
+    assert await leader.try_acquire_or_renew()
+    leader.is_leader = True
+    await api.patch(Lease, "edl-controller", {"spec": {"renewTime": "2026-11-30T17:00:00.000000Z"}},
+                    namespace="edl-system", patch_type=PatchType.MERGE)  # rv moves, holder a
+    await leader.release()
+    lease = await api.get(Lease, "edl-controller", namespace="edl-system")
+    assert lease.spec.holderIdentity is None

@@ -272,6 +272,8 @@ class ManagedTrainers(Protocol):
     by the cluster's Job controller; the Controller (`edl.control.trainer_controller`)
     creates, deletes and counts its pods through these calls, so a scale-up is never
     held back by the built-in controller's failure back-off (docs/architecture.md).
+    A cluster may set ``crash_backoff_s = (first delay, cap)`` for the delay between
+    crash replacements (default 10 s doubling to 10 min; local runs shorten it).
     Pod manifests come with their times (``creationTimestamp``, ``startTime``,
     ``deletionTimestamp``, a terminated state's ``finishedAt``) as seconds on
     ``trainer_clock()``.

@@ -25,6 +25,8 @@ from edl.cluster.port import (
     Unsubscribe,
 )
 from edl.control.trainers import (
+    CRASH_BACKOFF_BASE_S,
+    CRASH_BACKOFF_MAX_S,
     CrashRecord,
     is_managed,
     job_status,
@@ -128,7 +130,9 @@ class TrainerController:
             record.succeeded = int(status.get("succeeded") or 0)
         now = self.cluster.trainer_clock()
         pods = [pod_state(p) for p in self.cluster.trainer_pod_manifests(namespace, name)]
-        plan = plan_trainers(job["spec"], pods, record, now)
+        base_s, max_s = getattr(self.cluster, "crash_backoff_s", (CRASH_BACKOFF_BASE_S,
+                                                                   CRASH_BACKOFF_MAX_S))
+        plan = plan_trainers(job["spec"], pods, record, now, base_s, max_s)
         for pod in (*plan.collect, *plan.delete):
             with contextlib.suppress(NotFoundError):
                 await self.cluster.delete_trainer_pod(namespace, pod)

@@ -197,23 +197,35 @@ class LeaderElector:
     async def release(self) -> None:
         """Give the Lease up on a clean shutdown so a standby need not wait for expiry.
 
-        As client-go, the write carries the resourceVersion we read last: if someone
-        else has written the Lease since, the release conflicts and changes nothing.
+        As client-go, the write carries the resourceVersion we read last, so it never
+        overwrites a successor. A conflict can also mean our own renewal landed after
+        we stopped reading its answer: re-read once, and release only if we still hold it.
         """
         if not self.is_leader:
             return
         self.is_leader = False
         observed = self._observed
         version = observed.resource_version if observed is not None else None
-        patch: dict[str, Any] = {
-            "spec": {"holderIdentity": None, "leaseDurationSeconds": 1},
-        }
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._release_once(version), self.retry_period * 4)
+
+    async def _release_once(self, version: str | None) -> None:
+        try:
+            await self._clear_holder(version)
+        except Exception as exc:
+            if not is_conflict(exc):
+                raise
+            lease = (await self.client.get(Lease, self.name, namespace=self.namespace)).to_dict()
+            if (lease.get("spec") or {}).get("holderIdentity") != self.identity:
+                return  # a successor holds it: leave it alone
+            await self._clear_holder((lease.get("metadata") or {}).get("resourceVersion"))
+
+    async def _clear_holder(self, version: str | None) -> None:
+        patch: dict[str, Any] = {"spec": {"holderIdentity": None, "leaseDurationSeconds": 1}}
         if version:
             patch["metadata"] = {"resourceVersion": version}
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.client.patch(
-                Lease, self.name, patch, namespace=self.namespace, patch_type=PatchType.MERGE,
-            ), self.retry_period * 2)
+        await self.client.patch(Lease, self.name, patch, namespace=self.namespace,
+                                patch_type=PatchType.MERGE)
 
     async def run_as_leader(self, body: Callable[[], Awaitable[None]]) -> None:
         """Acquire, then run `body` while renewing; if renewal fails, cancel body and raise."""

@@ -104,6 +104,9 @@ class InProcessCluster(ManagedTrainerPods):
             job_backoff_base_s=backoff_base_s, job_backoff_max_s=job_backoff_max_s,
         )
         self._cpu_total_milli = 0
+        # the trainer controller's crash back-off here (first delay, cap): a local run's
+        # short values reach it too
+        self.crash_backoff_s = (backoff_base_s, job_backoff_max_s)
 
     # ================================================================ nodes
     def add_node(
