@@ -135,24 +135,30 @@ class Reflector:
         return inner.watch(request)
 
     async def watch_once(self) -> None:
-        """Follow the watch stream until it raises (`WatchIdle` after ``idle_timeout``)."""
-        stream = self._open_watch().__aiter__()
-        while True:
-            try:
-                event_type, obj = await asyncio.wait_for(anext(stream), self.idle_timeout)
-            except StopAsyncIteration:
-                return
-            except TimeoutError:
-                raise WatchIdle(f"{self.kind} watch silent for {self.idle_timeout:.0f} s") from None
-            self.failing_since = None  # the server talks to us
-            raw = obj.to_dict()
-            version = (raw.get("metadata") or {}).get("resourceVersion")
-            if version:
-                self.resource_version = version
-            if event_type == "BOOKMARK":
-                continue
-            self.store.apply(event_type, raw)
-            self.events += 1
+        """Follow the watch stream until it raises (`WatchIdle` after ``idle_timeout``).
+
+        The deadline moves with every line received; the stream is read in this task
+        (no inner task), so cancelling the reflector unwinds it as before.
+        """
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(self.idle_timeout) as deadline:
+                async for event_type, obj in self._open_watch():
+                    deadline.reschedule(loop.time() + self.idle_timeout)
+                    self._received(event_type, obj)
+        except TimeoutError:
+            raise WatchIdle(f"{self.kind} watch silent for {self.idle_timeout:.0f} s") from None
+
+    def _received(self, event_type: str, obj: Any) -> None:
+        self.failing_since = None  # the server talks to us
+        raw = obj.to_dict()
+        version = (raw.get("metadata") or {}).get("resourceVersion")
+        if version:
+            self.resource_version = version
+        if event_type == "BOOKMARK":
+            return
+        self.store.apply(event_type, raw)
+        self.events += 1
 
     async def run(self) -> None:
         """List, then watch forever; never returns except by cancellation."""
