@@ -9,6 +9,9 @@ under both scheduler placements; prints a markdown table of the means (min-max i
 brackets). ``--trainers job`` runs the trainer Job by the Job controller (the design
 before issue 10, on the faithful model) instead of edl's controller.
 
+``--suite [SEEDS [SCENARIOS [PNG]]]`` runs every policy on every shipped scenario
+under both placements and prints one markdown table (bench/suite.py).
+
 ``--bound`` prints the best steady-state CPU utilisation any plan and any placement
 could reach in case1 and case2 (an integer program over per-node packings, CPU only:
 memory never binds there), to judge the utilisation targets.
@@ -207,6 +210,11 @@ def bound() -> None:
 
 
 def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--suite":
+        import suite  # bench/suite.py, beside this file
+
+        suite.main(sys.argv[2:])
+        return
     if len(sys.argv) > 1 and sys.argv[1] == "--bound":
         bound()
         return

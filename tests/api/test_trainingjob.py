@@ -128,7 +128,7 @@ def test_load_errors() -> None:
     assert caught.value.exit_code == 1 and "not valid YAML at line" in str(caught.value)
     with pytest.raises(JobLoadError) as caught:
         load_trainingjob(Path("/nonexistent/job.yaml"))
-    assert caught.value.exit_code == 2 and "cannot read /nonexistent/job.yaml" in str(caught.value)
+    assert caught.value.exit_code == 1 and "cannot read /nonexistent/job.yaml" in str(caught.value)
     with pytest.raises(JobLoadError, match="found 2"):
         load_trainingjob("a: 1\n---\nb: 2\n")
     assert load_trainingjob("apiVersion: edl.dev/v1\nkind: TrainingJob\n").metadata.name is None

@@ -40,7 +40,7 @@ def test_invalid_job_is_one_line_naming_every_field(tmp_path: Path) -> None:
     job = tmp_path / "bad.yaml"
     job.write_text("kind: Foo\nmetadata: {name: x}\n")
     result = CliRunner().invoke(run, [str(job), "--runs-dir", str(tmp_path / "runs")])
-    assert result.exit_code == 2
+    assert result.exit_code == 1  # bad input, as `edl validate`; bad option values are 2
     lines = result.output.strip().splitlines()
     assert len(lines) == 1, result.output
     assert "apiVersion" in lines[0] and "kind" in lines[0]
@@ -62,7 +62,7 @@ def test_missing_etcd_binary_is_one_line_and_nothing_starts(
 
 def test_missing_job_file_is_one_line(tmp_path: Path) -> None:
     result = CliRunner().invoke(run, [str(tmp_path / "nope.yaml")])
-    assert result.exit_code == 2
+    assert result.exit_code == 1
     assert len(result.output.strip().splitlines()) == 1 and "cannot read" in result.output
 
 
@@ -84,3 +84,25 @@ async def test_reserve_holds_its_share_from_start_to_end() -> None:
     calls.clear()
     await _hold(Recorder(), Reservation("1", 0.01, None), 3)  # type: ignore[arg-type]
     assert calls == [("reserve", "reserved-3", "1")]
+
+
+@pytest.mark.parametrize("args, option", [
+    (["--timeout", "-5"], "--timeout"),
+    (["--timeout", "0"], "--timeout"),
+    (["--max-error-exits", "0"], "--max-error-exits"),
+    (["--max-load", "2"], "--max-load"),
+])  # fmt: skip
+def test_bad_option_values_are_usage_errors(tmp_path: Path, args: list[str], option: str) -> None:
+    """Defect 7: `--timeout -5` started a run that then 'did not finish within -5 s'."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "edl.cli.main", "run", str(DIGITS / "job.yaml"),
+         "--runs-dir", str(tmp_path / "runs"), *args],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and option in lines[0] and "Traceback" not in done.stderr, done.stderr
+    assert not (tmp_path / "runs").exists()

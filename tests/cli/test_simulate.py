@@ -35,27 +35,30 @@ def test_out_layout_with_several_policies(tmp_path: Path) -> None:
 def test_one_policy_json_and_flat_layout(tmp_path: Path) -> None:
     result = CliRunner().invoke(simulate_command, [TINY, "--json", "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
-    printed = json.loads(result.output)
+    printed = json.loads(result.stdout)
     assert printed["policy"] == "default"
-    assert (tmp_path / "metrics.json").read_text() == result.output
+    assert (tmp_path / "metrics.json").read_text() == result.stdout
+    assert f"wrote metrics.json, table.md and utilization.png, trainers.png, " \
+        f"pending_jobs.png, services.png to {tmp_path}" in result.stderr
 
 
-def test_errors_are_one_line_and_exit_1(tmp_path: Path) -> None:
+def test_errors_are_one_line_exit_1_or_2_for_usage(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\nduration_s: -1\ncluster: {node_groups: []}\nmeasure: {}\n")
     a_file = tmp_path / "a-file"
     a_file.write_text("")
     broken = tmp_path / "broken.yaml"
     broken.write_text("name: [x\n")
+    usage = ([TINY, "--policy", "greedy"], [TINY, "--out", str(a_file)])
     for args in (
-        [str(bad)], ["no-such-scenario"], [TINY, "--policy", "greedy"],
-        [TINY, "--out", str(a_file)], [str(tmp_path)], [str(a_file)], [str(broken)],
+        [str(bad)], ["no-such-scenario"], *usage, [str(tmp_path)], [str(a_file)], [str(broken)],
     ):
         done = subprocess.run(
             [sys.executable, "-m", "edl.cli.main", "simulate", *args],
             capture_output=True, text=True, timeout=120,
         )
-        assert done.returncode == 1
+        # defect 10: a bad option value is a usage error (2) as in every command; bad input 1
+        assert done.returncode == (2 if args in usage else 1), (args, done.stderr)
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("edl simulate: "), done.stderr
         assert "Traceback" not in done.stderr

@@ -46,12 +46,12 @@ def test_validate_bad_yaml_and_missing_file() -> None:
     assert bad.exit_code == 1
     assert len(bad.output.splitlines()) == 1 and "not valid YAML at line 4" in bad.output
     missing = run("validate", "/nonexistent/job.yaml")
-    assert missing.exit_code == 2
+    assert missing.exit_code == 1  # bad input is 1 in every command (usage errors are 2)
     assert missing.output == (
         "/nonexistent/job.yaml: cannot read /nonexistent/job.yaml: No such file or directory\n"
     )
     directory = run("validate", str(EXAMPLES))
-    assert directory.exit_code == 2 and len(directory.output.splitlines()) == 1
+    assert directory.exit_code == 1 and len(directory.output.splitlines()) == 1
 
 
 def test_validate_reads_stdin() -> None:
@@ -102,3 +102,25 @@ def test_the_installed_binary() -> None:
     assert invalid.returncode == 1 and invalid.stdout == ""
     assert "spec.pserver.min-instance: must be >= 1 (got 0)" in invalid.stderr.splitlines()
     assert "Traceback" not in invalid.stderr
+
+
+def test_validate_and_render_a_collective_job(tmp_path: Path) -> None:
+    example = ROOT / "examples" / "digits-ddp" / "job.yaml"
+    result = run("validate", str(example))
+    assert result.exit_code == 0
+    assert result.output.strip().endswith(
+        "(edl.dev/v1, elastic, 1..4 trainers, collective, 1 worker per trainer)")
+    rendered = list(yaml.safe_load_all(run("render", str(example)).output))
+    assert [m["kind"] for m in rendered] == ["Service", "ReplicaSet", "Job"]
+    bad = yaml.safe_load(example.read_text())
+    bad["spec"]["pserver"] = {"min-instance": 1}
+    bad["spec"]["collective"]["world-sizes"] = [2, 4]  # min-instance 1 is no longer allowed
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(bad))
+    result = run("validate", str(path))
+    assert result.exit_code == 1
+    lines = result.output.splitlines()
+    assert len(lines) == 2
+    assert any(line.startswith("spec.pserver: only for parameter-server jobs") for line in lines)
+    assert any(line.startswith("spec.trainer.min-instance: must give an allowed world size")
+               for line in lines)

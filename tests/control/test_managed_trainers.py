@@ -185,3 +185,16 @@ def test_a_crash_loop_waits_longer_each_time_then_fails_the_training_job(clock):
     assert job["status"]["state"] == "Failed"
     assert "BackoffLimitExceeded" in job["status"]["message"]
     assert "ValueError: bad batch" in job["status"]["message"]
+
+
+def test_a_fail_job_rule_fails_at_the_first_matching_crash():
+    spec = {"parallelism": 2, "podFailurePolicy": {"rules": [
+        {"action": "FailJob", "onExitCodes": {"containerName": "trainer", "operator": "In",
+                                              "values": [78]}}]}}
+    plan = plan_trainers(spec, [pod("a", "Failed", code=78, finished=3.0), pod("b")],
+                         CrashRecord(), now=3.0)
+    assert plan.condition == "Failed" and plan.reason == "PodFailurePolicy"
+    assert plan.delete == ("b",)
+    drained = plan_trainers(spec, [pod("a", "Failed", deleting=True, code=78, finished=3.0)],
+                            CrashRecord(), now=3.0)
+    assert drained.condition is None  # only a crash (not a deleted pod) fails the job

@@ -73,3 +73,35 @@ def test_a_cluster_without_the_capability_scales_as_before(clock, manifests):
     assert not isinstance(plain, VictimScaling)
     _, _, leaving, parallelism = run_shrink(plain, manifests, clock, fewest_first)
     assert parallelism == 4 and len(leaving) == 2
+
+
+def test_the_named_pods_leave_and_views_say_where_trainers_run(clock, cluster_factory, manifests):
+    """A Decision naming exact victims deletes exactly those; the next views carry every
+    trainer's node, the leaving ones flagged."""
+    cluster = cluster_factory(nodes=3, cpu="16", termination=4.0)
+    autoscaler = Autoscaler(cluster, interval=NEVER)
+    controller = Controller(cluster, autoscaler)
+
+    async def scenario():
+        stored = cluster.create_training_job(manifests.training_job("j", 2, 6, cpu="2"))
+        await controller.on_add(stored)
+        await autoscaler.tick()
+        await asyncio.sleep(10)
+        live = sorted(
+            (pod.name, pod.node) for pod in cluster.pod_records() if pod.role == "trainer"
+        )
+        named = (live[4][0], live[1][0])  # not what a Job controller would pick
+        await autoscaler._scale(Decision("default", "j", 6, 4, "test", victims=named))
+        await asyncio.sleep(0)
+        leaving = sorted(
+            pod.name for pod in cluster.pod_records()
+            if pod.role == "trainer" and pod.terminating
+        )
+        [view] = await autoscaler._job_views()
+        return live, named, leaving, view
+
+    live, named, leaving, view = clock.run(scenario())
+    assert len(live) == 6 and leaving == sorted(named)
+    assert view.trainers is not None
+    assert sorted((t.name, t.node) for t in view.trainers) == live
+    assert sorted(t.name for t in view.trainers if t.leaving) == sorted(named)

@@ -200,3 +200,46 @@ async def test_leader_through_an_etcd_outage(etcd: EmbeddedEtcd) -> None:
     finally:
         await leader.resign()
         await leader_client.shutdown()
+
+
+async def test_an_etcd_outage_is_logged_sparsely_and_watchers_come_back(
+    etcd: EmbeddedEtcd, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 12: with etcd gone, campaigning and watching members logged every 200 ms
+    (~570 lines in 2 minutes). Now they back off (<= 2 s) and log the 1st, 2nd, 4th ...
+    failure only, and still find etcd again within the back-off cap once it is back."""
+    caplog.set_level("INFO", logger="edl.coord")
+    candidate_client, watcher_client = client(etcd), client(etcd)
+    seen: list[str | None] = []
+
+    async def watch() -> None:
+        async for address in watch_leader(watcher_client):
+            seen.append(address)
+
+    watcher = asyncio.create_task(watch())
+    candidate = Election(candidate_client, "b:1")
+    try:
+        await asyncio.sleep(0.5)
+        await etcd.adown()
+        campaign = asyncio.create_task(candidate.campaign(timeout=60))
+        await asyncio.sleep(12)  # 60 retries at the old fixed 200 ms
+        retries = [r for r in caplog.records
+                   if "retrying" in r.message or "re-listing" in r.message]
+        assert 2 <= len(retries) <= 12, [r.message for r in retries]
+        back = time.monotonic()
+        await etcd.aup()
+        await asyncio.wait_for(campaign, 20)
+        await asyncio.wait_for(_until(lambda: seen and seen[-1] == "b:1"), 20)
+        assert time.monotonic() - back < 15
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+        await candidate.resign()
+        await candidate_client.shutdown()
+        await watcher_client.shutdown()
+
+
+async def _until(predicate: Callable[[], object]) -> None:
+    while not predicate():
+        await asyncio.sleep(0.1)

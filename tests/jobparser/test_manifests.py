@@ -180,6 +180,10 @@ def test_trainer_job_is_elastic_and_survives_scale_down() -> None:
             "onExitCodes": {"containerName": "trainer", "operator": "In", "values": [143]},
         },
         {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+        {  # EX_CONFIG: `edl trainer` found its configuration wrong; retrying cannot help
+            "action": "FailJob",
+            "onExitCodes": {"containerName": "trainer", "operator": "In", "values": [78]},
+        },
     ]
     pod = pod_spec(trainer)
     assert pod["restartPolicy"] == "Never"

@@ -77,8 +77,8 @@ def test_many_problems_are_reported_at_once() -> None:
             "must be a DNS-1123 label: lowercase letters, digits and '-', starting and ending "
             "with a letter or digit (got 'Bad_Name')",
         ),
-        ("spec.trainer.max-instance", "must be >= min-instance (5)"),
         ("spec.pserver.min-instance", "must be >= 1 (got 0)"),
+        ("spec.trainer.max-instance", "must be >= min-instance (5)"),
         (
             "spec.port",
             "port + ports_num + ports_num_for_sparse - 1 must be <= 65535: the pserver ports "

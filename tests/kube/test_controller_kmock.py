@@ -307,3 +307,27 @@ def test_example_job_copy_is_independent() -> None:
     b["spec"]["trainer"]["min-instance"] = 99
     assert a["spec"]["trainer"]["min-instance"] == 2
     assert copy.deepcopy(a) == a
+
+
+async def test_collective_job_has_no_pservers_and_grows_only_to_allowed_sizes(
+    api: AsyncClient, emulator: Any, controller: ControllerProcess
+) -> None:
+    job = yaml.safe_load((ROOT / "examples/digits-ddp/job.yaml").read_text())
+    job["metadata"]["name"] = "ddp"
+    job["spec"]["trainer"]["max-instance"] = 3  # world sizes 1, 2, 4: 3 trainers never
+    await create_job(api, job)
+    trainer = await eventually(lambda: stored(emulator, JOBS, "ddp-trainer"))
+    master = await eventually(lambda: stored(emulator, RS, "ddp-master"))
+    service = await eventually(lambda: stored(emulator, SVC, "ddp-master"))
+    for child in (trainer, master, service):
+        kubernetes_validate.validate(child, desired_version="1.30.0", strict=True)
+    assert trainer["spec"]["template"]["spec"]["containers"][0]["command"] == ["edl", "agent"]
+    assert master["spec"]["template"]["spec"]["containers"][0]["command"] == ["edl", "rendezvous"]
+    assert service["spec"]["ports"][0]["name"] == "rendezvous"
+    # room for 3 trainers of 250m on two empty 4-CPU nodes, but 2 is the largest allowed
+    await eventually(lambda: stored(emulator, JOBS, "ddp-trainer")["spec"]["parallelism"] == 2)
+    scaled = await eventually(lambda: events(emulator, "ScaledUp"))
+    assert "collective: resize to 2 (snapped from 3)" in scaled[0]["message"]
+    await asyncio.sleep(2)  # a few more ticks: the size holds, and no pserver appears
+    assert stored(emulator, JOBS, "ddp-trainer")["spec"]["parallelism"] == 2
+    assert not exists(emulator, RS, "ddp-pserver")

@@ -20,7 +20,9 @@ import yaml
 
 from edl.api.errors import JobValidationError
 from edl.jobparser import JobParser
+from edl.jobparser.validation import INT_BOUNDS
 from edl.kube.crd import CRD_NAME, build_crd, openapi_schema
+from int_bounds import bound_cases
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -150,7 +152,7 @@ def test_cel_rule_min_le_max_is_present() -> None:
 
 @pytest.mark.parametrize("path", [
     "deploy/example-trainingjob.yaml", "examples/jobs/mnist.yaml",
-    "examples/digits/job.yaml", "examples/diabetes/job.yaml",
+    "examples/digits/job.yaml", "examples/diabetes/job.yaml", "examples/digits-ddp/job.yaml",
 ])
 def test_examples_are_admitted(path: str) -> None:
     assert admit(load(path)) == []
@@ -232,6 +234,19 @@ def test_defaults_are_filled() -> None:
     filled = _apply_defaults(openapi_schema(), job)
     spec = filled["spec"]
     assert (spec["port"], spec["ports_num"], spec["passes"]) == (7164, 1, 1)
+
+
+def test_a_collective_job_defaulted_by_the_api_server_is_still_valid() -> None:
+    from edl.jobparser import JobParser
+
+    job = load("examples/digits-ddp/job.yaml")
+    filled = _apply_defaults(openapi_schema(), job)
+    assert filled["spec"]["passes"] == 1 and filled["spec"]["collective"]["max-restarts"] == 100
+    valid = JobParser().validate(filled)  # the CRD's defaults are not "pserver fields"
+    assert valid.collective() and valid.spec.collective.resize_cooldown == 30
+    bad = copy.deepcopy(job)
+    bad["spec"]["collective"]["nproc-per-node"] = 0
+    assert any("nproc-per-node" in problem for problem in admit(bad))
 
 
 def test_quantity_pattern_matches_kubernetes_forms() -> None:
@@ -346,3 +361,16 @@ def test_rules_only_the_parser_enforces(mutation: str) -> None:
     job = load("deploy/example-trainingjob.yaml")
     SCHEMA_CANNOT_EXPRESS[mutation](job)
     assert admit(job) == [] and not _parser_accepts(job)
+
+
+@pytest.mark.parametrize("path", sorted(INT_BOUNDS))
+def test_integer_bounds_match_the_job_parser(path: str) -> None:
+    """Defect 5: the CRD admits exactly the integers JobParser.validate accepts."""
+    for obj, ok in bound_cases(path):
+        rejected = [p for p in admit(obj) if p.split(":")[0] == path]  # the field's own bound
+        assert (not rejected) is ok, (obj, rejected)
+    schema = openapi_schema()
+    node = schema
+    for key in path.split("."):
+        node = node["properties"][key]
+    assert node["format"] == "int32" and node["maximum"] <= 2**31 - 1

@@ -79,3 +79,9 @@ async def test_reserved_share_shrinks_then_grows_the_job_with_no_task_lost(tmp_p
     trainer_logs = list(run.run_dir.glob("digits-trainer-*.log"))
     assert len(trainer_logs) >= 4, "a new trainer was started when the job grew back"
     assert procs.pids_with_env(RUN_MARKER_ENV, str(run.run_dir)) == []
+    # the decisions and the drains as the user reads them: a reason each, no failures
+    lines = [text for _, text in final.events]
+    assert any(t.startswith("autoscaler: trainers 3 -> 1: shrink 3->1") for t in lines), lines
+    assert not [t for t in lines if t.startswith("trainer ") and "exited" in t], lines
+    drained = [p for p in final.pods if p.role == "trainer" and p.exit_code == 143]
+    assert all(p.phase == "Stopped" for p in drained), final.pods

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from edl.accounting import ClusterResource, NodeCapacity, PodResources, ResourceLedger
-from edl.policy import Decision, JobView
+from edl.policy import Decision, JobView, Trainer
 
 
 @dataclass
@@ -123,6 +123,7 @@ class Cluster:
                     running=running,
                     pending=len(mine) - running,
                     unscheduled=len(mine) - running,
+                    trainers=tuple(Trainer(p.name, p.node) for p in mine),
                 )
             )
         return views
@@ -130,6 +131,8 @@ class Cluster:
     def apply(self, decisions: list[Decision]) -> None:
         for decision in decisions:
             self.jobs[decision.name].parallelism = decision.target
+            if decision.victims:  # the named pods leave (as the Autoscaler deletes them)
+                self.pods = [p for p in self.pods if p.name not in decision.victims]
         self.reconcile()
         self.schedule()
 

@@ -70,8 +70,9 @@ def test_default_places_every_added_trainer_without_overcommit(c, load) -> None:
     taken = {name: [0, 0, 0] for name in resources.nodes.cpu_idle_milli}
     for view, decision in zip(views, decisions, strict=True):
         nodes = placement[view.key]
-        # bound pods beyond parallelism are terminating: they do not stay
-        kept = min(view.total - view.unbound, view.parallelism, view.max_instance)
+        # bound pods beyond parallelism are terminating, named victims leave: neither stays
+        bound = view.total - view.unbound - len(decision.victims)
+        kept = min(bound, view.parallelism, view.max_instance)
         if decision.target > view.parallelism:
             assert len(nodes) == decision.target - min(kept, decision.target)
         assert len(nodes) <= max(0, decision.target - kept)

@@ -33,8 +33,12 @@ def test_a_shrink_names_nodes_where_the_freed_room_fits_the_waiting_pod_first() 
     c.add_pod(PodResources(4000, 4000, 100, 100))  # fits nowhere: at most 1 core idle
     decision = DEFAULT.plan(c.views(), c.resources(), 0.97)[0]
     assert decision.target < decision.parallelism
-    # only on n002 does one 3-core trainer make a 4-core hole; then emptiest first
-    assert decision.victim_nodes == ("n002", "n000", "n001")
+    # requests exceed 97 % (two trainers must go); both are named on n002, where the
+    # freed room (1 idle + 2 x 3 cores) also makes the 4-core hole the pod waits for
+    assert decision.parallelism - decision.target == 2 == len(decision.victims)
+    assert decision.victim_nodes == ("n002",)
+    nodes = {p.name: p.node for p in c.pods}
+    assert {nodes[victim] for victim in decision.victims} == {"n002"}
 
 
 def test_no_victims_without_a_shrink_and_none_from_reference() -> None:

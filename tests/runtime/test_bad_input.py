@@ -65,7 +65,7 @@ def test_crashing_script_fails_with_its_error(tmp_path) -> None:
 )  # fmt: skip
 def test_bad_configuration_is_one_line(role: str, env: dict[str, str], message: str) -> None:
     result = run_cli(role, env)
-    assert result.returncode == 2
+    assert result.returncode == 78  # EX_CONFIG: `edl run` fails at once on it
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.stderr
     assert "Traceback" not in result.stderr

@@ -213,3 +213,68 @@ def test_asking_again_releases_a_task_whose_reply_was_lost() -> None:
     assert again is not None and again.id == lost_id and again.epoch == lost_epoch + 1
     other = q.dispatch("b", 0.6).task
     assert other is not None and other.id != lost_id
+
+
+def _finish_pass(q: TaskQueue, trainer: str, now: float) -> float:
+    """Run every task of the current pass through `trainer`."""
+    current = q.meta.current_pass
+    while not q.finished and q.meta.current_pass == current:
+        d = q.dispatch(trainer, now)
+        assert d.task is not None
+        now += 1.0
+        assert q.finish(d.task.id, d.task.epoch, trainer, now, samples=d.task.end - d.task.begin)
+    return now
+
+
+def test_one_give_back_counts_one_redispatch_for_ever() -> None:
+    """Defect 2: the counter compared cumulative dispatches with finished passes, so one
+    give_back read as one more re-dispatch in every later pass."""
+    q = make(passes=11)
+    t = q.dispatch("a", 0.0).task
+    assert t is not None and q.give_back(t.id, t.epoch, "a", 0.5)
+    now = 1.0
+    for _ in range(11):
+        now = _finish_pass(q, "a", now)
+    assert q.finished
+    assert q.progress(now)["redispatches"] == 1
+
+
+def test_redispatches_count_every_return_within_a_pass() -> None:
+    q = make(passes=2, trainer_ttl=1.0)
+    t = q.dispatch("a", 0.0).task
+    assert t is not None and q.give_back(t.id, t.epoch, "a", 0.1)
+    t = q.dispatch("b", 0.2).task
+    assert t is not None and q.fail(t.id, t.epoch, "b", 0.3)
+    q.dispatch("c", 0.4)  # the failed task went to the back: c gets another one
+    q.beat("d", 3.0)
+    q.reap(3.0)  # c is lost: its task comes back
+    assert q.redispatches == 1  # only the given-back task was dispatched twice so far
+    _finish_pass(q, "d", 3.0)
+    assert q.redispatches == 3  # the failed one and c's one went out again
+
+
+def test_failover_keeps_per_trainer_totals_and_redispatches() -> None:
+    """Defect 9: trainer totals lived only in the master's memory; a new master started
+    from zero."""
+    q = make(passes=3)
+    t = q.dispatch("a", 0.0).task
+    assert t is not None and q.give_back(t.id, t.epoch, "a", 0.1)
+    now = _finish_pass(q, "a", 1.0)
+    now = _finish_pass(q, "b", now)
+    before = q.progress(now)
+    records = [TaskRecord.from_dict(r.to_dict()) for r in q.tasks.values()]
+    restored = TaskQueue.restore(QueueMeta.from_dict(q.meta.to_dict()), records, now=now)
+    after = restored.progress(now)
+    for name in ("a", "b"):
+        assert after["trainers"][name]["samples"] == before["trainers"][name]["samples"] == 100
+        assert after["trainers"][name]["tasks"] == before["trainers"][name]["tasks"] == 5
+    assert after["redispatches"] == before["redispatches"] == 1
+    _finish_pass(restored, "b", now)
+    assert restored.finished and restored.progress(now)["trainers"]["b"]["samples"] == 200
+
+
+def test_restore_reads_records_written_before_the_new_fields() -> None:
+    old = {"id": 0, "begin": 0, "end": 10, "state": "done", "epoch": 1, "failures": 0,
+           "trainer": "", "dispatches": 1, "finished_passes": [0]}
+    record = TaskRecord.from_dict(old)
+    assert record.credits == {} and record.redispatches == 0 and record.dispatched_pass == -1

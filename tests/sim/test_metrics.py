@@ -110,7 +110,11 @@ def test_compute_metrics_and_json() -> None:
     assert list(loaded) == sorted(loaded)
     assert text == metrics_json(metrics)
     table = markdown_table([metrics])
-    assert "| hand | default | 16.7 | 15.2 | 62.5 | 66.7 | 0.60 | 1 | 20.0 | no |" in table
+    row = "| hand | default | 16.7 | 15.2 | 62.5 | 66.7 | 0.60 | 1 | 20.0 | no | 50 | n/a |"
+    assert row in table
+    # short of desired by 2, 0, 2, 1, 0 replicas for 10 s each (the last sample: 0 s)
+    assert loaded["service_shortfall_replica_s"] == 50.0
+    assert loaded["steady_utilization_bound_pct"] is None
 
 
 def test_no_workloads_and_no_jobs_give_nulls() -> None:
@@ -124,4 +128,5 @@ def test_no_workloads_and_no_jobs_give_nulls() -> None:
     assert loaded["jain_fairness"] is None
     assert loaded["service_max_lag_s"] is None
     assert loaded["service_targets_reached"] is None
+    assert loaded["service_shortfall_replica_s"] is None
     assert loaded["utilization_pct"] == 0.0

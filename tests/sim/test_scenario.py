@@ -123,7 +123,7 @@ def test_files_and_names(tmp_path: Path) -> None:
     path = tmp_path / "mine.yaml"
     path.write_text(yaml.safe_dump(MINIMAL))
     assert load_scenario(path).name == "tiny"
-    with pytest.raises(ScenarioError, match="shipped: case1"):
+    with pytest.raises(ScenarioError, match="shipped: bursty, case1, case2, churn"):
         load_scenario("no-such-case")
     path.write_text("name: [unclosed")
     with pytest.raises(ScenarioError, match="not valid YAML"):

@@ -158,7 +158,8 @@ def test_cli_plans_the_example_with_both_policies() -> None:
     runner = CliRunner()
     for policy in ("default", "reference"):
         for name in ("training-and-service.json", "training-and-service.yaml"):
-            result = runner.invoke(cli, ["plan", "--policy", policy, str(EXAMPLES / name)])
+            result = runner.invoke(cli, ["plan", "-o", "json", "--policy", policy,
+                                         str(EXAMPLES / name)])
             assert result.exit_code == 0, result.output
             output = json.loads(result.output)
             assert output["policy"] == policy
@@ -170,7 +171,8 @@ def test_cli_plans_the_example_with_both_policies() -> None:
                 for job in jobs.values()
             )
     default = json.loads(
-        runner.invoke(cli, ["plan", str(EXAMPLES / "training-and-service.json")]).output
+        runner.invoke(cli, ["plan", "-o", "json",
+                            str(EXAMPLES / "training-and-service.json")]).output
     )
     early = next(job for job in default["jobs"] if job["name"] == "early")
     assert early["target"] < early["parallelism"]  # the early job gives room back
@@ -211,3 +213,15 @@ def test_cli_bad_state_exits_1_with_one_line(tmp_path: Path) -> None:
 def test_generator_reproduces_the_example(tmp_path: Path) -> None:
     build = runpy.run_path(str(EXAMPLES / "generate.py"))["build"]
     assert json.loads((EXAMPLES / "training-and-service.json").read_text()) == build()
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"kind": "List", "items": "x"}', "items: must be a list of Kubernetes objects (got 'x')"),
+    ('{"kind": "List"}', "items: must be a list of Kubernetes objects (got nothing)"),
+    ('{"apiVersion": "v1", "items": {"a": 1}}', "items: must be a list"),
+])  # fmt: skip
+def test_a_list_whose_items_are_not_a_list_says_so(text: str, message: str) -> None:
+    """Defect 11: this read as `items[0] (List): metadata.name is missing`."""
+    with pytest.raises(SnapshotError) as caught:
+        parse_snapshot(text)
+    assert message in str(caught.value) and "metadata.name" not in str(caught.value)

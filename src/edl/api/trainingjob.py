@@ -34,10 +34,12 @@ from pydantic import (
 from edl.api.errors import JobValidationError, Problem, describe_input, join_path
 from edl.api.quantity import QuantityError, parse_quantity
 from edl.api.resources import gpu_of
+from edl.api.yamlload import safe_load_all
 
 __all__ = [
     "API_GROUPS",
     "API_VERSIONS",
+    "CollectiveSpec",
     "JobLoadError",
     "MasterSpec",
     "ObjectMeta",
@@ -80,6 +82,9 @@ def _empty_if_none(value: Any) -> Any:
 
 
 EmptyIfNone = BeforeValidator(_empty_if_none)
+# Every integer of a TrainingJob is an int32 on the API server (replicas, parallelism,
+# ports); JobParser.validate applies the tighter per-field bounds (INT_BOUNDS).
+Int32 = Annotated[StrictInt, Field(ge=-(2**31), le=2**31 - 1)]
 ResourceListModel = dict[str, QuantityText]
 
 
@@ -113,8 +118,8 @@ class TrainerSpec(_Strict):
 
     entrypoint: StrictStr | None = None
     workspace: StrictStr | None = None
-    min_instance: StrictInt | None = Field(default=None, alias="min-instance")
-    max_instance: StrictInt | None = Field(default=None, alias="max-instance")
+    min_instance: Int32 | None = Field(default=None, alias="min-instance")
+    max_instance: Int32 | None = Field(default=None, alias="max-instance")
     resources: Annotated[ResourceRequirements, EmptyIfNone] = Field(
         default_factory=ResourceRequirements
     )
@@ -123,8 +128,8 @@ class TrainerSpec(_Strict):
 class PserverSpec(_Strict):
     """`spec.pserver`: parameter servers (not scaled; replicas = min-instance)."""
 
-    min_instance: StrictInt | None = Field(default=None, alias="min-instance")
-    max_instance: StrictInt | None = Field(default=None, alias="max-instance")
+    min_instance: Int32 | None = Field(default=None, alias="min-instance")
+    max_instance: Int32 | None = Field(default=None, alias="max-instance")
     resources: Annotated[ResourceRequirements, EmptyIfNone] = Field(
         default_factory=ResourceRequirements
     )
@@ -139,15 +144,35 @@ class MasterSpec(_Strict):
     )
 
 
+class CollectiveSpec(_Strict):
+    """`spec.collective`: how a collective job's trainers rendezvous and may be resized.
+
+    Trainers are nodes of torch's elastic agent; each runs `nproc-per-node`
+    workers, so the world size is trainers x nproc-per-node. `world-sizes` or
+    `world-size-multiple` (not both) restrict the world sizes the Autoscaler may
+    choose; a resize restarts every worker, so it happens at most once per
+    `resize-cooldown` seconds.
+    """
+
+    nproc_per_node: StrictInt | None = Field(default=None, alias="nproc-per-node")
+    world_sizes: list[StrictInt] | None = Field(default=None, alias="world-sizes")
+    world_size_multiple: StrictInt | None = Field(default=None, alias="world-size-multiple")
+    resize_cooldown: StrictInt | None = Field(default=None, alias="resize-cooldown")
+    max_restarts: StrictInt | None = Field(default=None, alias="max-restarts")
+
+
 class TrainingJobSpec(_Strict):
     """`spec`: every field of the original TrainingJobSpec, original spellings as aliases."""
 
+    # `parameter-server` (the original's, the default) or `collective` (torch's elastic agent)
+    mode: Literal["parameter-server", "collective"] | None = None
+    collective: CollectiveSpec | None = None
     image: StrictStr | None = None
-    port: StrictInt | None = None
-    ports_num: StrictInt | None = None
-    ports_num_for_sparse: StrictInt | None = None
+    port: Int32 | None = None
+    ports_num: Int32 | None = None
+    ports_num_for_sparse: Int32 | None = None
     fault_tolerant: StrictBool | None = None
-    passes: StrictInt | None = None
+    passes: Int32 | None = None
     volumes: list[dict[str, Any]] | None = None
     volume_mounts: list[dict[str, Any]] | None = Field(
         default=None,
@@ -192,6 +217,10 @@ class TrainingJob(_Strict):
             return False
         return trainer.min_instance < trainer.max_instance
 
+    def collective(self) -> bool:
+        """True for a collective job: trainers run the entrypoint under torch's elastic agent."""
+        return self.spec.mode == "collective"
+
     def gpu(self) -> int:
         """GPUs each trainer is limited to, under either GPU resource name."""
         return gpu_of(self.spec.trainer.resources.limits)
@@ -222,7 +251,7 @@ class TrainingJob(_Strict):
 class JobLoadError(ValueError):
     """A job file that cannot be read or is not YAML; `exit_code` tells the CLI how to exit."""
 
-    def __init__(self, message: str, exit_code: int = 1) -> None:
+    def __init__(self, message: str, exit_code: int = 1) -> None:  # 1: bad input, as kubectl
         self.exit_code = exit_code
         super().__init__(message)
 
@@ -243,7 +272,7 @@ def load_job_document(source: str | Path) -> Any:
     """
     text = read_job_text(source)
     try:
-        documents = [d for d in yaml.safe_load_all(text) if d is not None]
+        documents = [d for d in safe_load_all(text) if d is not None]
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -263,7 +292,7 @@ def read_job_text(source: str | Path) -> str:
         return Path(source).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         reason = getattr(error, "strerror", None) or str(error)
-        raise JobLoadError(f"cannot read {source}: {reason}", exit_code=2) from None
+        raise JobLoadError(f"cannot read {source}: {reason}") from None
 
 
 # -- pydantic errors -> (path, message) in the user's spelling ----------------------------
@@ -275,6 +304,7 @@ def _spellings() -> dict[str, tuple[str, ...]]:
     models: list[type[BaseModel]] = [
         TrainingJob,
         TrainingJobSpec,
+        CollectiveSpec,
         TrainerSpec,
         PserverSpec,
         MasterSpec,

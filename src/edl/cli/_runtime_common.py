@@ -11,6 +11,11 @@ import click
 
 from edl.runtime.config import ConfigError, RuntimeConfig, from_env
 
+# sysexits.h EX_CONFIG: the pod's configuration is wrong and a restart cannot fix it, so
+# `edl run` fails the run at once on it (and the trainer Job's podFailurePolicy fails the
+# Job: edl.jobparser.manifests.TRAINER_CONFIG_EXIT) instead of replacing the pod for ever
+EXIT_CONFIG = 78
+
 
 def fail(message: str, code: int = 1) -> NoReturn:
     click.echo(message, err=True)
@@ -21,9 +26,9 @@ def load_config(role: str, **overrides: object) -> RuntimeConfig:
     try:
         config = from_env().with_overrides(**overrides)
     except ConfigError as error:
-        fail(f"edl {role}: {error}", 2)
+        fail(f"edl {role}: {error}", EXIT_CONFIG)
     if not config.etcd_endpoints:
-        fail(f"edl {role}: EDL_ETCD_ENDPOINTS: required (or --etcd)", 2)
+        fail(f"edl {role}: EDL_ETCD_ENDPOINTS: required (or --etcd)", EXIT_CONFIG)
     logging.basicConfig(
         level=logging.INFO,
         format=f"%(asctime)s {role} %(levelname)s %(name)s: %(message)s",

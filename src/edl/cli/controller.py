@@ -21,8 +21,10 @@ def _listen(value: str) -> tuple[str, int]:
               help="API server URL (default: in-cluster config, $KUBECONFIG, ~/.kube/config).")
 @click.option("--namespace", default=None, help="Watch one namespace (default: all).")
 @click.option("--policy", default="default", show_default=True, help="Scaling policy.")
-@click.option("--max-load-desired", type=click.FloatRange(0.0, 1.0, min_open=True),
-              default=0.97, show_default=True, help="Fraction of the cluster to fill.")
+@click.option("--max-load", "--max-load-desired", "max_load_desired",
+              type=click.FloatRange(0.0, 1.0, min_open=True), default=0.97, show_default=True,
+              help="Fraction of the cluster's CPU/GPU that requests may reach (as in `edl plan` "
+                   "and `edl run`; --max-load-desired is the older spelling).")
 @click.option("--interval", type=click.FloatRange(0.1), default=5.0, show_default=True,
               help="Seconds between autoscaler ticks.")
 @click.option("--status-interval", type=click.FloatRange(0.1), default=5.0, show_default=True,
@@ -31,11 +33,15 @@ def _listen(value: str) -> tuple[str, int]:
               help="Where to serve /metrics, /healthz and /readyz.")
 @click.option("--lease-namespace", default="default", show_default=True,
               help="Namespace of the leader-election Lease.")
-@click.option("--lease-name", default="edl-controller", show_default=True)
+@click.option("--lease-name", default="edl-controller", show_default=True,
+              help="Name of the leader-election Lease.")
 @click.option("--identity", default="", help="Leader-election identity (default: pod name).")
-@click.option("--lease-duration", type=click.FloatRange(1.0), default=15.0, show_default=True)
-@click.option("--renew-deadline", type=click.FloatRange(0.5), default=10.0, show_default=True)
-@click.option("--retry-period", type=click.FloatRange(0.1), default=2.0, show_default=True)
+@click.option("--lease-duration", type=click.FloatRange(1.0), default=15.0, show_default=True,
+              help="Seconds a leader's Lease is valid without renewal (client-go's meaning).")
+@click.option("--renew-deadline", type=click.FloatRange(0.5), default=10.0, show_default=True,
+              help="Seconds the leader keeps trying to renew before it steps down.")
+@click.option("--retry-period", type=click.FloatRange(0.1), default=2.0, show_default=True,
+              help="Seconds between attempts to acquire or renew the Lease.")
 @click.option("-v", "--verbose", is_flag=True, help="Log at debug level.")
 def controller(server: str | None, namespace: str | None, policy: str, max_load_desired: float,
                interval: float, status_interval: float, listen: str, lease_namespace: str,

@@ -7,6 +7,7 @@ add one line to COMMANDS: name -> "module:click_command".
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import sys
 
@@ -18,6 +19,7 @@ COMMANDS: dict[str, str] = {
     "plan": "edl.cli.plan:plan",
     "render": "edl.cli.render:render",
     "status": "edl.cli.status:status",
+    "logs": "edl.cli.logs:logs",
     "run": "edl.cli.run:run",
     "etcd": "edl.cli.etcd:etcd",
     "crd": "edl.cli.crd:crd",
@@ -26,6 +28,8 @@ COMMANDS: dict[str, str] = {
     "master": "edl.cli.master:master",
     "pserver": "edl.cli.pserver:pserver",
     "trainer": "edl.cli.trainer:trainer",
+    "agent": "edl.cli.agent:agent",
+    "rendezvous": "edl.cli.rendezvous:rendezvous",
 }
 
 
@@ -34,6 +38,17 @@ class LazyGroup(click.Group):
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """As click's, plus "did you mean" for a mistyped command."""
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and name not in COMMANDS:
+            close = difflib.get_close_matches(name, COMMANDS, n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise click.UsageError(f"no such command {name!r}{hint}", ctx)
+        return super().resolve_command(ctx, args)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         target = COMMANDS.get(cmd_name)
@@ -44,9 +59,13 @@ class LazyGroup(click.Group):
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="edl")
+@click.version_option(None, "-V", "--version", package_name="edl")
 def cli() -> None:
-    """edl: elastic deep learning — validate, plan, simulate and run elastic training jobs."""
+    """edl: elastic deep learning — validate, plan, simulate and run elastic training jobs.
+
+    Shell completion (click's): eval "$(_EDL_COMPLETE=bash_source edl)" in ~/.bashrc
+    (zsh: zsh_source in ~/.zshrc; fish: fish_source).
+    """
 
 
 def main(argv: list[str] | None = None) -> None:

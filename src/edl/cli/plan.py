@@ -33,14 +33,17 @@ def _fail(message: str) -> None:
     show_default=True,
     help="max_load_desired: the share of the cluster's CPU/GPU that requests may reach.",
 )
+@click.option("--output", "-o", type=click.Choice(["table", "json"]), default="table",
+              show_default=True, help="A table, or the JSON document described below.")
 @click.argument("state", metavar="STATE")
-def plan(policy_name: str, max_load: float, state: str) -> None:
+def plan(policy_name: str, max_load: float, output: str, state: str) -> None:
     """Plan the elastic TrainingJobs in STATE (`-` for stdin).
 
     STATE is a JSON or YAML Kubernetes List of Node, Pod, TrainingJob and Job
     objects, as `kubectl get nodes,pods,trainingjobs,jobs -A -o json` prints.
-    Prints {"policy", "jobs": [{"namespace", "name", "parallelism", "target",
-    "reason"}]}; a job that cannot be planned has null parallelism/target.
+    Prints a table, or with `-o json` {"policy", "jobs": [{"namespace", "name",
+    "parallelism", "target", "reason"}]}; a job that cannot be planned has null
+    parallelism/target (`-` in the table).
     """
     try:
         text = sys.stdin.read() if state == "-" else Path(state).read_text(encoding="utf-8")
@@ -63,4 +66,16 @@ def plan(policy_name: str, max_load: float, state: str) -> None:
         for u in inputs.unplannable
     ]
     rows.sort(key=lambda row: (row["namespace"], row["name"]))
-    click.echo(json.dumps({"policy": policy_name, "jobs": rows}, indent=2))
+    if output == "json":
+        click.echo(json.dumps({"policy": policy_name, "jobs": rows}, indent=2))
+    else:
+        _table(rows, policy_name)
+
+
+def _table(rows: list[dict], policy_name: str) -> None:
+    headers = ("namespace", "name", "parallelism", "target", "reason")
+    cells = [[("-" if row[h] is None else str(row[h])) for h in headers] for row in rows]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
+    click.echo(f"policy {policy_name}: {len(rows)} job{'s' if len(rows) != 1 else ''}")
+    for line in [[h.upper() for h in headers], *cells]:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import click
 import yaml
 
@@ -11,10 +13,16 @@ from edl.jobparser import JobParser
 
 @click.command("render")
 @click.argument("file", metavar="FILE")
-def render(file: str) -> None:
+@click.option("--output", "-o", type=click.Choice(["yaml", "json"]), default="yaml",
+              show_default=True, help="yaml: one document per child; json: a v1 List.")
+def render(file: str, output: str) -> None:
     """Print the master Service, master and pserver ReplicaSets and trainer Job for FILE.
 
     Problems go to stderr, one `field.path: problem` line each, with exit status 1.
     """
     job = load_valid_job(file, problems_to_stderr=True)
-    click.echo(yaml.safe_dump_all(JobParser().parse_all(job), sort_keys=False), nl=False)
+    children = JobParser().parse_all(job)
+    if output == "json":
+        click.echo(json.dumps({"apiVersion": "v1", "kind": "List", "items": children}, indent=2))
+    else:
+        click.echo(yaml.safe_dump_all(children, sort_keys=False), nl=False)

@@ -1,9 +1,10 @@
 """`edl run JOB.yaml`: run a TrainingJob on this machine, elastic, to completion.
 
-Exit status: 0 when the job Succeeded; 1 when it Failed (the reason is the last
-line printed) or no etcd binary is found; 2 for a job file that cannot be read or
-is invalid (one line naming every wrong field); 130 when
-stopped with Ctrl-C (a second Ctrl-C kills every pod at once).
+Exit status (the rule of every edl command, as kubectl's): 0 when the job Succeeded;
+1 when it Failed (the reason is the last line printed), for a job file that cannot
+be read or is invalid (one line naming every wrong field) or when no etcd binary is
+found; 2 for a bad option value (usage); 130 when stopped with Ctrl-C (a second
+Ctrl-C kills every pod at once).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from edl.api.trainingjob import TrainingJob
     from edl.local.run import LocalRun, RunOptions
 
-EXIT_FAILED, EXIT_BAD_JOB, EXIT_STOPPED = 1, 2, 130
+EXIT_FAILED, EXIT_BAD_JOB, EXIT_USAGE, EXIT_STOPPED = 1, 1, 2, 130
 
 
 @dataclass(frozen=True)
@@ -88,10 +89,14 @@ def option_problems(
     "--reserve", "reservations", multiple=True, metavar="CPU@START[-END]",
     help="Hold CPU for another tenant from START to END s (shows elasticity). Repeatable.",
 )
-@click.option("--timeout", type=float, help="Fail the run after this many seconds.")
-@click.option("--max-error-exits", type=int, default=3, show_default=True,
+@click.option("--timeout", type=click.FloatRange(0, min_open=True),
+              help="Fail the run after this many seconds (> 0).")
+@click.option("--max-error-exits", type=click.IntRange(1), default=3, show_default=True,
               help="Fail when this many master or pserver pods exit with an error (crash "
                    "loop); crashing trainers fail their Job by its backoffLimit.")
+@click.option("--checkpoint-interval", type=click.FloatRange(0, min_open=True), default=10.0,
+              show_default=True, help="Seconds between pserver checkpoints (a killed pserver "
+                                      "restores the last one).")
 @click.option("--plain", is_flag=True, help="Summary lines instead of the live panel.")
 def run(
     job_file: Path,
@@ -103,6 +108,7 @@ def run(
     reservations: tuple[str, ...],
     timeout: float | None,
     max_error_exits: int,
+    checkpoint_interval: float,
     plain: bool,
 ) -> None:
     """Run JOB_FILE locally: embedded etcd, Controller, Autoscaler, pods as processes."""
@@ -115,13 +121,14 @@ def run(
     problems = option_problems(cpu, memory, policy, reserve)
     if problems:
         click.echo(f"edl run: {'; '.join(problems)}", err=True)
-        sys.exit(EXIT_BAD_JOB)
+        sys.exit(EXIT_USAGE)
     try:
         job = load_trainingjob(job_file)
         find_etcd_binary()  # before a run directory or a display exists
         options = RunOptions(
             runs_root=runs_dir, cpu=cpu, memory=memory, policy=policy,
             max_load_desired=max_load, timeout_s=timeout, max_error_exits=max_error_exits,
+            checkpoint_interval_s=checkpoint_interval,
             job_dir=job_file.resolve().parent,
         )
         code = asyncio.run(_run(job, options, reserve, plain))

@@ -47,9 +47,13 @@ def _fail(message: str) -> None:
     help="Override the scenario's scheduler placement.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
+@click.option(
+    "--bound", "with_bound", is_flag=True,
+    help="Also compute the steady window's packing bound (steady_utilization_bound_pct).",
+)
 def simulate_command(
     scenario: str, policy_values: tuple[str, ...], seed: int | None, out_dir: Path | None,
-    placement: str | None, as_json: bool,
+    placement: str | None, as_json: bool, with_bound: bool,
 ) -> None:
     """Run SCENARIO (a file, or a shipped name such as case1) on virtual time."""
     from edl.sim.report import (
@@ -62,12 +66,10 @@ def simulate_command(
     from edl.sim.runner import simulate
     from edl.sim.scenario import ScenarioError, expand_jobs, load_scenario
 
+    # bad option values are usage errors (exit 2, like every command's); a bad scenario is 1
     if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
-        _fail(f"--out {out_dir}: exists and is not a directory")
-    try:
-        policies = _policies(policy_values)
-    except click.BadParameter as error:
-        _fail(error.format_message())
+        raise click.BadParameter(f"{out_dir}: exists and is not a directory", param_hint="--out")
+    policies = _policies(policy_values)
     try:
         loaded = load_scenario(scenario)
     except ScenarioError as error:
@@ -79,6 +81,13 @@ def simulate_command(
     except Exception as error:  # one line, no traceback: the CLI contract
         _fail(f"{loaded.name}: run failed: {type(error).__name__}: {error}")
     results = [run.metrics for run in runs]
+    if with_bound:
+        from dataclasses import replace
+
+        from edl.sim.bound import steady_utilization_bound
+
+        limit = steady_utilization_bound(loaded)
+        results = [replace(m, steady_utilization_bound_pct=limit) for m in results]
     if out_dir is not None:
         from edl.sim.plots import write_plots
 
@@ -90,9 +99,15 @@ def simulate_command(
                 {plan.name: plan.namespace for plan in expand_jobs(loaded)},
                 {w.name: w.namespace for w in loaded.workloads},
             )
-            write_plots({run.policy: run.timeline for run in runs}, out_dir, loaded.name)
+            written = write_plots({run.policy: run.timeline for run in runs}, out_dir,
+                                  loaded.name)
         except OSError as error:
             _fail(f"cannot write {out_dir}: {error}")
+        # to stderr: stdout stays the table or the JSON a script reads
+        metrics = ("metrics.json" if len(runs) == 1
+                   else ", ".join(f"{run.policy}/metrics.json" for run in runs))
+        click.echo(f"edl simulate: wrote {metrics}, table.md and "
+                   f"{', '.join(p.name for p in written)} to {out_dir}", err=True)
     if as_json:
         if len(results) == 1:
             click.echo(metrics_json(results[0]), nl=False)

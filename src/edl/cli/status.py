@@ -1,11 +1,13 @@
-"""`edl status [JOB]`: show a local run from another terminal.
+"""`edl status [RUN]`: show a local run from another terminal; `--all` lists recent runs.
 
 Reads the status file that `edl run` rewrites every second in its run
-directory (``runs/<job>-<timestamp>/status.json``); without JOB, the newest run.
+directory (``runs/<job>-<timestamp>/status.json``); RUN is a job name (its newest
+run), a run directory's name or path; without it, the newest run.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -15,6 +17,39 @@ import click
 from edl.local.status import RunSnapshot, effective_state, find_runs, read_snapshot
 
 ACTIVE = ("Starting", "Running", "Stopping")
+LIST_LIMIT = 20
+
+
+def _list(runs: list[Path], output: str) -> None:
+    """One row per run: name, state, pass, trainers, accuracy, started, duration."""
+    from edl.local.display import fmt_duration
+
+    rows = []
+    for run_dir in runs:
+        try:
+            s = read_snapshot(run_dir)
+        except ValueError:
+            continue
+        rows.append({
+            "run": run_dir.name, "state": effective_state(s),
+            "pass": f"{(s.pass_index or 0) + 1}/{s.passes}" if s.passes else "",
+            "trainers": f"{s.trainers_running}/{s.trainers_desired}",
+            "accuracy": s.accuracy,
+            "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.started_at)),
+            "duration": fmt_duration(s.elapsed_s),
+        })  # fmt: skip
+    if output == "json":
+        click.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        click.echo("no runs")
+        return
+    headers = list(rows[0])
+    table = [[("" if r[h] is None else f"{r[h]:.3f}" if h == "accuracy" else str(r[h]))
+              for h in headers] for r in rows]
+    widths = [max(len(h), *(len(row[i]) for row in table)) for i, h in enumerate(headers)]
+    for row in [[h.upper() for h in headers], *table]:
+        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
 
 
 @click.command("status")
@@ -28,7 +63,13 @@ ACTIVE = ("Starting", "Running", "Stopping")
 )
 @click.option("--watch", "-w", is_flag=True, help="Keep refreshing until the run ends.")
 @click.option("--plain", is_flag=True, help="One summary line instead of the panel.")
-def status(job: str | None, runs_dir: Path, watch: bool, plain: bool) -> None:
+@click.option("--all", "-a", "list_all", is_flag=True,
+              help="List the recent runs (of JOB, if given), newest first.")
+@click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text",
+              show_default=True, help="json: the status file, with the state as shown.")
+def status(
+    job: str | None, runs_dir: Path, watch: bool, plain: bool, list_all: bool, output: str
+) -> None:
     """Show the state of a local run (pass, tasks, trainers, loss, samples/s, pods)."""
     from rich.console import Console
     from rich.live import Live
@@ -36,6 +77,9 @@ def status(job: str | None, runs_dir: Path, watch: bool, plain: bool) -> None:
     from edl.local.display import render, summary_line
 
     runs = find_runs(runs_dir, job)
+    if list_all:
+        _list(runs[:LIST_LIMIT], output)
+        return
     if not runs:
         what = f"job {job!r}" if job else "any job"
         click.echo(f"edl status: no run of {what} under {runs_dir}/", err=True)
@@ -47,7 +91,10 @@ def status(job: str | None, runs_dir: Path, watch: bool, plain: bool) -> None:
         click.echo(f"edl status: {error}", err=True)
         sys.exit(1)
     console = Console()
-    if not watch:
+    if output == "json":
+        click.echo(json.dumps({**snapshot.to_dict(), "state": effective_state(snapshot)},
+                              indent=2))
+    elif not watch:
         if plain:
             click.echo(summary_line(snapshot, effective_state(snapshot)))
         else:

@@ -18,7 +18,7 @@ import threading
 
 import click
 
-from edl.cli._runtime_common import common_options, fail, load_config
+from edl.cli._runtime_common import EXIT_CONFIG, common_options, fail, load_config
 from edl.procs import die_with_parent
 
 
@@ -39,14 +39,15 @@ def trainer(**overrides: object) -> None:
     """Run the trainer entrypoint with the job's environment."""
     config = load_config("trainer", **overrides)
     if not config.entrypoint:
-        fail("edl trainer: EDL_ENTRYPOINT: required (the TrainingJob's spec.trainer.entrypoint)", 2)
+        fail("edl trainer: EDL_ENTRYPOINT: required (the TrainingJob's spec.trainer.entrypoint)",
+             EXIT_CONFIG)
     workspace = config.workspace or os.getcwd()
     if not os.path.isdir(workspace):
-        fail(f"edl trainer: EDL_WORKSPACE: not a directory: {workspace}", 2)
+        fail(f"edl trainer: EDL_WORKSPACE: not a directory: {workspace}", EXIT_CONFIG)
     try:
         argv = entry_argv(config.entrypoint)
     except ValueError as error:
-        fail(f"edl trainer: EDL_ENTRYPOINT: {error}", 2)
+        fail(f"edl trainer: EDL_ENTRYPOINT: {error}", EXIT_CONFIG)
     env = dict(os.environ)
     for key, value in {
         "EDL_ETCD_ENDPOINTS": config.etcd_endpoints, "EDL_JOB_NAME": config.job_name,

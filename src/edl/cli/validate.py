@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import NoReturn
@@ -15,13 +16,19 @@ from edl.jobparser import JobParser
 
 @click.command("validate")
 @click.argument("file", metavar="FILE")
-def validate(file: str) -> None:
+@click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text",
+              show_default=True,
+              help='json: {"valid", "job"} or {"valid": false, "problems": [{"path", "message"}]}.')
+def validate(file: str, output: str) -> None:
     """Check the TrainingJob in FILE (`-` for stdin).
 
     Exit 0 with one summary line when valid; otherwise exit 1 with one
-    `field.path: problem` line per problem (2 when FILE cannot be read).
+    `field.path: problem` line per problem, or one line when FILE cannot be read.
     """
-    job = load_valid_job(file, problems_to_stderr=False)
+    job = load_valid_job(file, problems_to_stderr=False, as_json=output == "json")
+    if output == "json":
+        click.echo(json.dumps({"valid": True, "job": job.to_dict()}, indent=2))
+        return
     trainer = job.spec.trainer
     scaling = (
         f"elastic, {trainer.min_instance}..{trainer.max_instance} trainers"
@@ -29,21 +36,35 @@ def validate(file: str) -> None:
         else f"{trainer.min_instance} trainers"
     )
     namespace = job.metadata.namespace or "default"
+    if job.collective() and job.spec.collective is not None:
+        nproc = job.spec.collective.nproc_per_node
+        workers = f"collective, {nproc} worker{'' if nproc == 1 else 's'} per trainer"
+    else:
+        workers = f"{job.spec.pserver.min_instance} pservers"
     click.echo(
         f"{file}: valid TrainingJob {namespace}/{job.metadata.name} ({job.api_version}, {scaling}, "
-        f"{job.spec.pserver.min_instance} pservers)"
+        f"{workers})"
     )
 
 
-def load_valid_job(file: str, problems_to_stderr: bool) -> TrainingJob:
-    """The validated job in FILE (`-` is stdin); on any problem print it and exit non-zero."""
+def load_valid_job(file: str, problems_to_stderr: bool, as_json: bool = False) -> TrainingJob:
+    """The validated job in FILE (`-` is stdin); on any problem print it and exit non-zero.
+
+    With `as_json` the problems are one JSON document on stdout instead of lines.
+    """
     try:
         source: str | Path = sys.stdin.read() if file == "-" else Path(file)
         return JobParser().validate(load_job_document(source))
     except JobLoadError as error:
-        _fail([f"{file}: {error}"], error.exit_code, problems_to_stderr)
+        problems = [("", f"{file}: {error}")]
+        code = error.exit_code
     except JobValidationError as error:
-        _fail([format_problem(p) for p in error.problems], 1, problems_to_stderr)
+        problems, code = error.problems, 1
+    if as_json:
+        found = [{"path": path, "message": message} for path, message in problems]
+        click.echo(json.dumps({"valid": False, "problems": found}, indent=2))
+        sys.exit(code)
+    _fail([format_problem(p) for p in problems], code, problems_to_stderr)
 
 
 def _fail(lines: list[str], code: int, to_stderr: bool) -> NoReturn:

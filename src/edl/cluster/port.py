@@ -222,10 +222,12 @@ class Cluster(Protocol):
 
 
 class TrainerPod(NamedTuple):
-    """One live trainer pod of a TrainingJob and the node it is bound to ("" if none)."""
+    """One trainer pod of a TrainingJob, the node it is bound to ("" if none), and
+    whether it is being deleted (listed only when asked for)."""
 
     name: str
     node: str
+    leaving: bool = False
 
 
 @runtime_checkable
@@ -238,8 +240,9 @@ class VictimScaling(Protocol):
     falls back to `Cluster.update_trainer_job` on clusters that lack it.
     """
 
-    async def trainer_pods(self, job: TrainingJob) -> list[TrainerPod]:
-        """The job's trainer pods that are not being deleted and have not finished."""
+    async def trainer_pods(self, job: TrainingJob, leaving: bool = False) -> list[TrainerPod]:
+        """The job's trainer pods that have not finished and are not being deleted
+        (with ``leaving``, those being deleted too, flagged: they still hold room)."""
         ...
 
     async def scale_trainer_job(self, job: Manifest, victims: list[str]) -> Manifest:

@@ -40,7 +40,9 @@ from edl.cluster.port import (
     TrainerPod,
     VictimScaling,
 )
-from edl.policy import Decision, JobView, Policy, get_policy
+from edl.jobparser.collective import job_allowed_counts
+from edl.policy import Decision, JobView, Policy, Trainer, get_policy
+from edl.policy.collective import CollectiveResizes, ResizeRule
 
 log = logging.getLogger(__name__)
 
@@ -71,25 +73,44 @@ def trainer_job_done(trainer: Mapping[str, Any]) -> bool:
 
 
 def pick_victims(
-    pods: Sequence[TrainerPod], target: int, victim_nodes: Sequence[str]
+    pods: Sequence[TrainerPod],
+    target: int,
+    victim_nodes: Sequence[str],
+    named: Sequence[str] = (),
 ) -> list[str]:
-    """Names of the bound trainer pods to delete so that `target` remain, best nodes first.
+    """Names of the bound trainer pods to delete so that `target` remain, best first.
 
     Pods bound to no node are left to the Job controller, which removes them first
-    anyway (they hold no room); only the rest of the surplus is named, taken from
-    the nodes in `victim_nodes` order (nodes not listed last, by name).
+    anyway (they hold no room); only the rest of the surplus is named: the pods the
+    plan `named` first (those still there), then from the nodes in `victim_nodes`
+    order (nodes not listed last, by name).
     """
-    unbound = sum(1 for pod in pods if not pod.node)
-    count = len(pods) - target - unbound
+    live = [pod for pod in pods if not pod.leaving]
+    unbound = sum(1 for pod in live if not pod.node)
+    count = len(live) - target - unbound
     if count <= 0:
         return []
+    chosen = {name: index for index, name in enumerate(named)}
     rank = {node: index for index, node in enumerate(victim_nodes)}
     last = len(rank)
     bound = sorted(
-        (pod for pod in pods if pod.node),
-        key=lambda pod: (rank.get(pod.node, last), pod.node, pod.name),
+        (pod for pod in live if pod.node),
+        key=lambda pod: (
+            chosen.get(pod.name, len(chosen)),
+            rank.get(pod.node, last),
+            pod.node,
+            pod.name,
+        ),
     )
     return [pod.name for pod in bound[:count]]
+
+
+def _resize_rule(job: TrainingJob) -> ResizeRule | None:
+    """A collective job's allowed trainer counts and cooldown; None for other jobs."""
+    if not job.collective() or job.spec.collective is None:
+        return None
+    cooldown = job.spec.collective.resize_cooldown
+    return ResizeRule(job_allowed_counts(job), float(cooldown if cooldown is not None else 0))
 
 
 class Autoscaler:
@@ -118,6 +139,7 @@ class Autoscaler:
         self.min_event_gap = min_event_gap
         self._jobs: dict[tuple[str, str], TrainingJob] = {}
         self._trainer_resources: dict[tuple[str, str], Any] = {}
+        self.collective = CollectiveResizes()  # collective jobs: allowed sizes, cooldown
         self._wake: asyncio.Event | None = None
         self._kicked = True  # the first run() iteration ticks at once
         self.ticks = 0
@@ -139,6 +161,7 @@ class Autoscaler:
         key = job_key(job)
         self._jobs.pop(key, None)
         self._trainer_resources.pop(key, None)
+        self.collective.forget(key)
         self.kick()
 
     def kick(self) -> None:
@@ -189,7 +212,9 @@ class Autoscaler:
         if not views:
             self.last_decisions = []
             return []
+        now = asyncio.get_running_loop().time()
         decisions = self.policy.plan(views, resources, self.max_load_desired)
+        decisions = self.collective.apply(decisions, now)  # allowed sizes, cooldown
         for decision in decisions:
             if decision.target != decision.parallelism:
                 log.info(
@@ -201,6 +226,7 @@ class Autoscaler:
                     decision.reason,
                 )
                 await self._scale(decision)
+                self.collective.resized((decision.namespace, decision.name), now)
         self.last_decisions = decisions
         return decisions
 
@@ -212,6 +238,7 @@ class Autoscaler:
             return
         self._jobs[key] = job
         self._trainer_resources[key] = trainer_request(job)
+        self.collective.remember(key, _resize_rule(job))
 
     async def _job_views(self) -> Sequence[JobView]:
         views = []
@@ -227,6 +254,10 @@ class Autoscaler:
             # Running and hold their room, so the policy can credit room on its way.
             leaving = pods.terminating or 0
             per_pod = self._trainer_resources[key]
+            trainers = None
+            if isinstance(self.cluster, VictimScaling):  # where each trainer runs
+                listed = await self.cluster.trainer_pods(job, leaving=True)
+                trainers = tuple(Trainer(p.name, p.node, p.leaving) for p in listed)
             views.append(
                 JobView.from_pod_resources(
                     *key,
@@ -238,6 +269,7 @@ class Autoscaler:
                     running=pods.running + leaving,
                     pending=pods.pending,
                     unscheduled=pods.unscheduled,
+                    trainers=trainers,
                 )
             )
         return views
@@ -249,7 +281,7 @@ class Autoscaler:
         job = self._jobs.get((namespace, name))
         choose = (
             target < decision.parallelism
-            and bool(decision.victim_nodes)
+            and bool(decision.victim_nodes or decision.victims)
             and job is not None
             and isinstance(self.cluster, VictimScaling)
         )
@@ -261,7 +293,9 @@ class Autoscaler:
                 trainer["spec"]["parallelism"] = target
                 if choose:
                     pods = await self.cluster.trainer_pods(job)  # type: ignore[attr-defined]
-                    victims = pick_victims(pods, target, decision.victim_nodes)
+                    victims = pick_victims(
+                        pods, target, decision.victim_nodes, decision.victims
+                    )
                     if victims:
                         await self.cluster.scale_trainer_job(  # type: ignore[attr-defined]
                             trainer, victims

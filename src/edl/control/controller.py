@@ -302,9 +302,10 @@ class Controller:
         creations = [
             (self.cluster.create_service, parser.parse_to_service(job)),
             (self.cluster.create_replica_set, parser.parse_to_master(job)),
-            (self.cluster.create_replica_set, parser.parse_to_pserver(job)),
-            (self.cluster.create_job, parser.parse_to_trainer(job)),
         ]
+        if not job.collective():  # a collective job has no pservers
+            creations.append((self.cluster.create_replica_set, parser.parse_to_pserver(job)))
+        creations.append((self.cluster.create_job, parser.parse_to_trainer(job)))
         for create, manifest in creations:
             # idempotent: a child that exists from an earlier event or run is kept
             with contextlib.suppress(AlreadyExistsError):
@@ -338,7 +339,10 @@ class Controller:
         elif pods.running > 0:
             state, message = RUNNING, f"{pods.running} of {desired} trainers running"
         else:
-            state, message = CREATED, f"waiting for trainers: {pods.pending} pending"
+            state, message = CREATED, (
+                f"waiting for trainers: {pods.pending} pending" if pods.pending
+                else f"waiting for trainers: none pending yet ({desired} desired)"
+            )
         status = {
             "state": state,
             "message": message,

@@ -153,6 +153,13 @@ def plan_trainers(
     running = sum(p.phase == "Running" for p in active)
     counts = {"active": len(active), "running": running, "terminating": terminating}
     limit = int(spec.get("backoffLimit", DEFAULT_BACKOFF_LIMIT))
+    fatal = next((p for p in pods if p.crashed and fails_job(spec, p.exit_code)), None)
+    if fatal is not None:  # the Job's FailJob rule (exit 78: a configuration no retry fixes)
+        return TrainerPlan(
+            0, tuple(p.name for p in active), collect, None, "Failed", "PodFailurePolicy",
+            f"Pod {fatal.name} failed with exit code {fatal.exit_code} matching a FailJob rule",
+            **counts,
+        )
     if record.failed > limit:
         return TrainerPlan(
             0, tuple(p.name for p in active), collect, None, "Failed", "BackoffLimitExceeded",
@@ -176,6 +183,25 @@ def plan_trainers(
         else:
             retry_at = ready_at
     return TrainerPlan(create, (), collect, retry_at, None, **counts)
+
+
+def fails_job(spec: Mapping[str, Any], exit_code: int | None) -> bool:
+    """Whether the Job's podFailurePolicy has a ``FailJob`` rule matching this exit code
+    of the trainer container (``In`` / ``NotIn`` on ``onExitCodes``)."""
+    if exit_code is None:
+        return False
+    for rule in (spec.get("podFailurePolicy") or {}).get("rules") or ():
+        codes = rule.get("onExitCodes")
+        if rule.get("action") != "FailJob" or not codes:
+            continue
+        if codes.get("containerName") not in (None, TRAINER_CONTAINER):
+            continue
+        values = set(codes.get("values") or ())
+        if codes.get("operator", "In") == "In" and exit_code in values:
+            return True
+        if codes.get("operator") == "NotIn" and exit_code != 0 and exit_code not in values:
+            return True
+    return False
 
 
 def pod_state(pod: Mapping[str, Any]) -> TrainerPodState:

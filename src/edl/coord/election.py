@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
 from edl.coord import keys
+from edl.coord.backoff import Backoff
 from edl.coord.client import EtcdClient
 from edl.coord.errors import EtcdRequestError, EtcdUnavailableError, NotLeaderError
 from edl.coord.follow import follow
@@ -92,14 +93,19 @@ class Election:
             raise
 
     async def _campaign_until_elected(self) -> int:
+        backoff = Backoff()
         while True:
             try:
                 if await self._try_acquire():
                     return self._revision
+                backoff.succeeded()
                 await self._wait_for_vacancy()
             except (EtcdUnavailableError, EtcdRequestError) as error:
-                log.info("campaign for %s: %s; retrying", self.key.decode(), error)
-                await asyncio.sleep(0.2)
+                pause, loud = backoff.failed()
+                if loud:
+                    log.info("campaign for %s: %s; retrying (failure %d, next in %.1f s)",
+                             self.key.decode(), error, backoff.failures, pause)
+                await asyncio.sleep(pause)
 
     async def _try_acquire(self) -> bool:
         timeout = self.client.dial_timeout

@@ -26,7 +26,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.error
@@ -35,6 +34,7 @@ import weakref
 from pathlib import Path
 from types import TracebackType
 
+from edl.coord.datadirs import make_owned_dir
 from edl.procs import LOOPBACK, die_with_parent, free_port, port_is_free
 
 __all__ = [
@@ -138,7 +138,8 @@ class EmbeddedEtcd:
     ) -> None:
         self.binary = Path(binary) if binary else find_etcd_binary()
         self._own_dir = data_dir is None
-        self._base_dir = Path(tempfile.mkdtemp(prefix="edl-etcd-")) if data_dir is None else None
+        # a temporary dir names its owner, so a later start sweeps it if we die by SIGKILL
+        self._base_dir = make_owned_dir() if data_dir is None else None
         self.data_dir = Path(data_dir) if data_dir else self._base_dir / "data"  # type: ignore[operator]
         self._fixed_ports = client_port is not None
         self.client_port = client_port or free_port()
@@ -162,7 +163,13 @@ class EmbeddedEtcd:
 
     @property
     def running(self) -> bool:
+        """Whether the server process is alive (polling reaps a dead one: no zombie stays)."""
         return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def returncode(self) -> int | None:
+        """The dead server's exit status (negative: killed by that signal), else None."""
+        return self._proc.poll() if self._proc is not None else None
 
     def log_tail(self, lines: int = 20) -> str:
         """Last lines of the server's log, for error messages."""

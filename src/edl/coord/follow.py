@@ -13,6 +13,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
+from edl.coord.backoff import Backoff
 from edl.coord.errors import EtcdRequestError, EtcdUnavailableError
 from edl.coord.transport import EtcdTransport
 
@@ -37,9 +38,11 @@ async def follow(
     Runs until the consumer stops iterating; etcd being away only pauses it.
     """
     last: T = _NOTHING
+    backoff = Backoff(first=retry_pause)
     while True:
         try:
             response = await transport.range(key, timeout, prefix=prefix)
+            backoff.succeeded()
             current = read(response)
             if current != last:
                 last = current
@@ -51,6 +54,9 @@ async def follow(
                     last = current
                     yield current
         except (EtcdUnavailableError, EtcdRequestError) as error:
-            what = key.decode(errors="replace")
-            log.info("watch of %s interrupted (%s); re-listing", what, error)
-            await asyncio.sleep(retry_pause)
+            pause, loud = backoff.failed()
+            if loud:
+                what = key.decode(errors="replace")
+                log.info("watch of %s interrupted (%s); re-listing (failure %d)",
+                         what, error, backoff.failures)
+            await asyncio.sleep(pause)

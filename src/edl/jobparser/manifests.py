@@ -41,6 +41,9 @@ ETCD_DATA_VOLUME = "edl-etcd-data"
 # with `completions` unset, one pod exiting 0 would tell Kubernetes the work is done.
 # See edl.runtime.trainer.api.SIGTERM_EXIT (not imported: the parser stays below the runtime).
 TRAINER_SIGTERM_EXIT = 143
+# `edl trainer` exits EX_CONFIG (sysexits.h) when its configuration is wrong (no entrypoint,
+# a workspace that is not a directory): every replacement would fail alike, so it fails the Job
+TRAINER_CONFIG_EXIT = 78
 # the trainer Job's spec.managedBy: edl's controller, not the Job controller, runs its pods
 TRAINER_MANAGED_BY = "edl.dev/trainer-controller"
 # Failures that count against backoffLimit (crashes, OOM kills, SIGKILLs) may happen this many
@@ -86,11 +89,17 @@ def pserver_replica_set(job: TrainingJob) -> dict[str, Any]:
     return _replica_set(job, "pserver", replicas, containers, list(spec.volumes or []))
 
 
-def trainer_job(job: TrainingJob, managed: bool = True) -> dict[str, Any]:
-    """The trainers as a work-queue Job: parallelism = min-instance, completions unset;
-    ``managed``: with ``spec.managedBy`` (edl's controller runs its pods)."""
+def trainer_job(
+    job: TrainingJob, container: dict[str, Any] | None = None, managed: bool = True
+) -> dict[str, Any]:
+    """The trainers as a work-queue Job: parallelism = min-instance, completions unset.
+
+    ``container``: the trainer container to run (collective jobs pass their agent's);
+    ``managed``: with ``spec.managedBy`` (edl's controller runs its pods).
+    """
     name = child_names(_name(job))["trainer"]
-    container = _container(job, "trainer", job.spec.trainer.resources, [])
+    if container is None:
+        container = _container(job, "trainer", job.spec.trainer.resources, [])
     # a crashed trainer's log tail becomes its termination message: the Controller puts
     # it in the TrainingJob's Failed status
     container["terminationMessagePolicy"] = "FallbackToLogsOnError"
@@ -122,6 +131,15 @@ def trainer_job(job: TrainingJob, managed: bool = True) -> dict[str, Any]:
                     {
                         "action": "Ignore",
                         "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+                    },
+                    # a configuration error fails the Job at once, not after backoffLimit tries
+                    {
+                        "action": "FailJob",
+                        "onExitCodes": {
+                            "containerName": "trainer",
+                            "operator": "In",
+                            "values": [TRAINER_CONFIG_EXIT],
+                        },
                     },
                 ]
             },

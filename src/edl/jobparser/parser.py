@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from edl.api.trainingjob import TrainingJob
+from edl.jobparser import collective_manifests as cm
 from edl.jobparser import manifests
 from edl.jobparser.validation import validate_job
 
@@ -31,28 +32,46 @@ class JobParser:
 
     def parse_to_master(self, job: TrainingJob | Mapping[str, Any]) -> dict[str, Any]:
         """`<job>-master` apps/v1 ReplicaSet (master + etcd sidecar unless external etcd)."""
-        return manifests.master_replica_set(self.validate(job))
+        valid = self.validate(job)
+        if valid.collective():
+            return cm.master_replica_set(valid)
+        return manifests.master_replica_set(valid)
 
     def parse_to_pserver(self, job: TrainingJob | Mapping[str, Any]) -> dict[str, Any]:
-        """`<job>-pserver` apps/v1 ReplicaSet with `pserver.min-instance` replicas."""
-        return manifests.pserver_replica_set(self.validate(job))
+        """`<job>-pserver` apps/v1 ReplicaSet with `pserver.min-instance` replicas.
+
+        Raises ValueError for a collective job, which has no pservers.
+        """
+        valid = self.validate(job)
+        if valid.collective():
+            raise ValueError("a collective TrainingJob has no pservers")
+        return manifests.pserver_replica_set(valid)
 
     def parse_to_trainer(self, job: TrainingJob | Mapping[str, Any]) -> dict[str, Any]:
         """`<job>-trainer` batch/v1 Job with parallelism = `trainer.min-instance`."""
-        return manifests.trainer_job(self.validate(job), self.managed_trainers)
+        valid = self.validate(job)
+        if valid.collective():
+            return cm.trainer_job(valid)
+        return manifests.trainer_job(valid, managed=self.managed_trainers)
 
     def parse_to_service(self, job: TrainingJob | Mapping[str, Any]) -> dict[str, Any]:
         """`<job>-master` Service for the master and its etcd."""
-        return manifests.master_service(self.validate(job))
+        valid = self.validate(job)
+        return cm.master_service(valid) if valid.collective() else manifests.master_service(valid)
 
     def parse_all(self, job: TrainingJob | Mapping[str, Any]) -> list[dict[str, Any]]:
-        """Every child in creation order: Service, master, pservers, trainers."""
+        """Every child in creation order: Service, master, pservers, trainers.
+
+        A collective job has no pservers: Service, master (rendezvous), trainers.
+        """
         valid = self.validate(job)
+        if valid.collective():
+            return [cm.master_service(valid), cm.master_replica_set(valid), cm.trainer_job(valid)]
         return [
             manifests.master_service(valid),
             manifests.master_replica_set(valid),
             manifests.pserver_replica_set(valid),
-            manifests.trainer_job(valid, self.managed_trainers),
+            manifests.trainer_job(valid, managed=self.managed_trainers),
         ]
 
 

@@ -27,6 +27,7 @@ from edl.api.trainingjob import (
     schema_errors,
     user_parts,
 )
+from edl.jobparser.collective import COLLECTIVE, collective_defaults, collective_problems
 from edl.jobparser.manifests import ETCD_DATA_VOLUME
 
 __all__ = [
@@ -36,6 +37,10 @@ __all__ = [
     "DEFAULT_PORTS_NUM",
     "DEFAULT_PORTS_NUM_FOR_SPARSE",
     "ETCD_ENDPOINTS_PATTERN",
+    "INT32_MAX",
+    "INT_BOUNDS",
+    "MAX_INSTANCES",
+    "MAX_PASSES",
     "MAX_PORT",
     "ROLE_SUFFIXES",
     "validate_job",
@@ -61,6 +66,24 @@ _ETCD_URL = re.compile(rf"^{_ETCD_URL_TEXT}$")
 # regular expression the CRD schema can carry.
 ETCD_ENDPOINTS_PATTERN = rf"^\s*{_ETCD_URL_TEXT}(\s*,\s*{_ETCD_URL_TEXT})*\s*$"
 MAX_PORT = 65535
+INT32_MAX = 2**31 - 1  # Kubernetes' int32 fields: parallelism, replicas, backoffLimit, ports
+# Sensible maxima, far below int32 so derived fields stay in range (backoffLimit is
+# 2 x max-instance): Kubernetes supports 150,000 pods per cluster, and 10,000 trainers
+# or pservers of one job, or a million passes, is already more than any real job asks.
+MAX_INSTANCES = 10_000
+MAX_PASSES = 1_000_000
+# [minimum, maximum] of every integer field, dot-joined original spellings. One table
+# for JobParser.validate and the CRD (edl.kube.crd), so both reject the same values.
+INT_BOUNDS: dict[str, tuple[int, int]] = {
+    "spec.port": (1, MAX_PORT),
+    "spec.ports_num": (1, MAX_PORT),
+    "spec.ports_num_for_sparse": (0, MAX_PORT),
+    "spec.passes": (1, MAX_PASSES),
+    "spec.trainer.min-instance": (1, MAX_INSTANCES),
+    "spec.trainer.max-instance": (1, MAX_INSTANCES),
+    "spec.pserver.min-instance": (1, MAX_INSTANCES),
+    "spec.pserver.max-instance": (1, MAX_INSTANCES),
+}
 
 Loc = tuple[str | int, ...]
 
@@ -126,6 +149,7 @@ def _drop(work: dict[str, Any], parts: list[str | int]) -> None:
 
 def _semantic_problems(job: TrainingJob) -> Iterator[tuple[Loc, str]]:
     yield from _name_problems(job)
+    yield from _bound_problems(job)
     yield from _instance_problems(job)
     yield from _port_problems(job)
     trainer = job.spec.trainer
@@ -133,8 +157,6 @@ def _semantic_problems(job: TrainingJob) -> Iterator[tuple[Loc, str]]:
         yield ("spec", "trainer", "entrypoint"), "required"
     elif not trainer.entrypoint.strip():
         yield ("spec", "trainer", "entrypoint"), "must not be empty"
-    if job.spec.passes is not None and job.spec.passes < 1:
-        yield ("spec", "passes"), f"must be >= 1 (got {job.spec.passes})"
     if job.spec.image is not None and not job.spec.image.strip():
         yield ("spec", "image"), "must not be empty (leave it out for the default image)"
     for role in ("trainer", "pserver", "master"):
@@ -142,6 +164,7 @@ def _semantic_problems(job: TrainingJob) -> Iterator[tuple[Loc, str]]:
         yield from _resource_problems(("spec", role, "resources"), resources)
     yield from _etcd_problems(job)
     yield from _volume_problems(job)
+    yield from collective_problems(job)
 
 
 def _name_problems(job: TrainingJob) -> Iterator[tuple[Loc, str]]:
@@ -173,6 +196,25 @@ def _name_problems(job: TrainingJob) -> Iterator[tuple[Loc, str]]:
         yield ("metadata", "namespace"), f"must be a DNS-1123 label (got {namespace!r})"
 
 
+def bound_problem(path: str, value: int) -> str | None:
+    """Why `value` is out of `INT_BOUNDS[path]`, or None when it is in range."""
+    low, high = INT_BOUNDS[path]
+    if low <= value <= high:
+        return None
+    if path == "spec.port":
+        return f"must be between {low} and {high} (got {value})"
+    return f"must be >= {low} (got {value})" if value < low else f"must be <= {high} (got {value})"
+
+
+def _bound_problems(job: TrainingJob) -> Iterator[tuple[Loc, str]]:
+    for path in INT_BOUNDS:
+        node: Any = job
+        for key in path.split("."):
+            node = getattr(node, key.replace("-", "_"), None)
+        if isinstance(node, int) and (problem := bound_problem(path, node)):
+            yield tuple(path.split(".")), problem
+
+
 def _instance_problems(job: TrainingJob) -> Iterator[tuple[Loc, str]]:
     trainer, pserver = job.spec.trainer, job.spec.pserver
     if trainer.min_instance is None:
@@ -180,19 +222,16 @@ def _instance_problems(job: TrainingJob) -> Iterator[tuple[Loc, str]]:
     yield from _min_max_problems(
         "trainer", trainer.min_instance, trainer.max_instance, job.spec.fault_tolerant is True
     )
-    yield from _min_max_problems("pserver", pserver.min_instance, pserver.max_instance, True)
+    if job.spec.mode != COLLECTIVE:  # a collective job has no pservers
+        yield from _min_max_problems("pserver", pserver.min_instance, pserver.max_instance, True)
 
 
 def _min_max_problems(
     role: str, minimum: int | None, maximum: int | None, fault_tolerant: bool
 ) -> Iterator[tuple[Loc, str]]:
-    if minimum is not None and minimum < 1:
-        yield ("spec", role, "min-instance"), f"must be >= 1 (got {minimum})"
-    if maximum is None:
+    if maximum is None or maximum < 1:  # out of range: _bound_problems names it
         return
-    if maximum < 1:
-        yield ("spec", role, "max-instance"), f"must be >= 1 (got {maximum})"
-    elif minimum is not None and maximum < minimum:
+    if minimum is not None and maximum < minimum:
         yield ("spec", role, "max-instance"), f"must be >= min-instance ({minimum})"
     elif minimum is not None and not fault_tolerant and maximum != minimum:
         yield (
@@ -207,18 +246,13 @@ def _port_problems(job: TrainingJob) -> Iterator[tuple[Loc, str]]:
     ports_num = spec.ports_num if spec.ports_num is not None else DEFAULT_PORTS_NUM
     sparse = spec.ports_num_for_sparse
     sparse = sparse if sparse is not None else DEFAULT_PORTS_NUM_FOR_SPARSE
-    ok = True
-    if not 1 <= port <= MAX_PORT:
-        ok = False
-        yield ("spec", "port"), f"must be between 1 and {MAX_PORT} (got {port})"
-    if ports_num < 1:
-        ok = False
-        yield ("spec", "ports_num"), f"must be >= 1 (got {ports_num})"
-    if sparse < 0:
-        ok = False
-        yield ("spec", "ports_num_for_sparse"), f"must be >= 0 (got {sparse})"
+    ok = not any(
+        bound_problem(f"spec.{name}", value)
+        for name, value in
+        (("port", port), ("ports_num", ports_num), ("ports_num_for_sparse", sparse))
+    )  # each out-of-range value is named by _bound_problems
     last = port + ports_num + sparse - 1
-    if ok and last > MAX_PORT:
+    if ok and last > MAX_PORT and spec.mode != COLLECTIVE:
         yield (
             ("spec", "port"),
             f"port + ports_num + ports_num_for_sparse - 1 must be <= {MAX_PORT}: the pserver "
@@ -286,6 +320,8 @@ def _with_defaults(job: TrainingJob) -> TrainingJob:
     """The job with the original's defaults written in (so `to_dict()` shows them)."""
     data = job.to_dict()
     spec = data.setdefault("spec", {})
+    if spec.get("mode") == COLLECTIVE:
+        return _with_collective_defaults(data)
     spec.setdefault("image", DEFAULT_IMAGE)
     spec.setdefault("port", DEFAULT_PORT)
     spec.setdefault("ports_num", DEFAULT_PORTS_NUM)
@@ -300,4 +336,19 @@ def _with_defaults(job: TrainingJob) -> TrainingJob:
     pserver.setdefault("min-instance", DEFAULT_PSERVERS)
     pserver.setdefault("max-instance", pserver["min-instance"])
     spec.setdefault("master", {})
+    return TrainingJob.from_dict(data)
+
+
+def _with_collective_defaults(data: dict[str, Any]) -> TrainingJob:
+    """A collective job's defaults: no pserver, pass or pserver-port fields at all."""
+    spec = data["spec"]
+    spec.setdefault("image", DEFAULT_IMAGE)
+    spec.setdefault("port", DEFAULT_PORT)
+    spec.setdefault("fault_tolerant", False)
+    spec.setdefault("hostNetwork", False)
+    trainer = spec.setdefault("trainer", {})
+    trainer.setdefault("workspace", "")
+    trainer.setdefault("max-instance", trainer["min-instance"])
+    spec.setdefault("master", {})
+    collective_defaults(spec)
     return TrainingJob.from_dict(data)

@@ -299,8 +299,8 @@ class KubeCluster(KubeManagedTrainers):
 
     # -- optional: VictimScaling (the Autoscaler names which trainers leave) -------------
 
-    async def trainer_pods(self, job: TrainingJob) -> list[TrainerPod]:
-        return self.state.trainer_pods(*job_key(job))
+    async def trainer_pods(self, job: TrainingJob, leaving: bool = False) -> list[TrainerPod]:
+        return self.state.trainer_pods(*job_key(job), leaving)
 
     async def scale_trainer_job(self, job: Manifest, victims: list[str]) -> Manifest:
         """Delete the victim pods, then patch ``spec.parallelism`` down.

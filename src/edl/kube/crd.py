@@ -30,9 +30,16 @@ from edl.jobparser import (
     DEFAULT_PORTS_NUM,
     DEFAULT_PORTS_NUM_FOR_SPARSE,
 )
+from edl.jobparser.collective import (
+    DEFAULT_MAX_RESTARTS,
+    DEFAULT_NPROC_PER_NODE,
+    DEFAULT_RESIZE_COOLDOWN_S,
+)
 from edl.jobparser.validation import (
     DEFAULT_PSERVERS,
     ETCD_ENDPOINTS_PATTERN,
+    INT32_MAX,
+    INT_BOUNDS,
     MAX_NAME_LENGTH,
     MAX_PORT,
     ROLE_SUFFIXES,
@@ -104,20 +111,25 @@ ROOT_RULES = [{
 # structure comes from the model; the values from edl.jobparser's validation.
 FIELD_RULES: dict[str, dict[str, Any]] = {
     "spec.image": {"minLength": 1, "pattern": r"\S", "default": DEFAULT_IMAGE},
-    "spec.port": {"minimum": 1, "maximum": MAX_PORT, "default": DEFAULT_PORT},
-    "spec.ports_num": {"minimum": 1, "default": DEFAULT_PORTS_NUM},
-    "spec.ports_num_for_sparse": {"minimum": 0, "default": DEFAULT_PORTS_NUM_FOR_SPARSE},
-    "spec.passes": {"minimum": 1, "default": DEFAULT_PASSES},
+    "spec.port": {"default": DEFAULT_PORT},
+    "spec.ports_num": {"default": DEFAULT_PORTS_NUM},
+    "spec.ports_num_for_sparse": {"default": DEFAULT_PORTS_NUM_FOR_SPARSE},
+    "spec.passes": {"default": DEFAULT_PASSES},
     "spec.fault_tolerant": {"default": False},
     "spec.hostNetwork": {"default": False},
     "spec.trainer.entrypoint": {"minLength": 1, "pattern": r"\S"},
     "spec.trainer.workspace": {"default": ""},
-    "spec.trainer.min-instance": {"minimum": 1},
-    "spec.trainer.max-instance": {"minimum": 1},
-    "spec.pserver.min-instance": {"minimum": 1, "default": DEFAULT_PSERVERS},
-    "spec.pserver.max-instance": {"minimum": 1},
+    "spec.pserver.min-instance": {"default": DEFAULT_PSERVERS},
     "spec.master.etcd-endpoint": {"pattern": ETCD_ENDPOINTS_PATTERN},
+    "spec.collective.nproc-per-node": {"minimum": 1, "default": DEFAULT_NPROC_PER_NODE},
+    "spec.collective.world-size-multiple": {"minimum": 1},
+    "spec.collective.resize-cooldown": {"minimum": 0, "default": DEFAULT_RESIZE_COOLDOWN_S},
+    "spec.collective.max-restarts": {"minimum": 0, "default": DEFAULT_MAX_RESTARTS},
 }
+for _path, (_low, _high) in INT_BOUNDS.items():  # the JobParser's bounds, as the schema's
+    FIELD_RULES[_path] = {
+        "format": "int32", "minimum": _low, "maximum": _high, **FIELD_RULES.get(_path, {})
+    }
 REQUIRED: dict[str, list[str]] = {
     "": ["spec"],
     "spec": ["trainer"],
@@ -228,16 +240,17 @@ def status_schema() -> dict[str, Any]:
             "state": {"type": "string", "enum": state_enum},
             "message": {"type": "string"},
             "observedGeneration": {"type": "integer", "format": "int64", "minimum": 0},
-            "replicas": {"type": "integer", "minimum": 0,
+            "replicas": {"type": "integer", "format": "int32", "minimum": 0,
+                         "maximum": INT32_MAX,
                          "description": "Trainer parallelism now (scale subresource status)."},
             "selector": {"type": "string",
                          "description": "Label selector of the trainer pods (scale subresource)."},
             "trainers": {
                 "type": "object",
                 "properties": {
-                    "desired": {"type": "integer", "minimum": 0},
-                    "running": {"type": "integer", "minimum": 0},
-                    "pending": {"type": "integer", "minimum": 0},
+                    role: {"type": "integer", "format": "int32", "minimum": 0,
+                           "maximum": INT32_MAX}
+                    for role in ("desired", "running", "pending")
                 },
             },
             "conditions": {

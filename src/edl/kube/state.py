@@ -235,12 +235,14 @@ class ClusterState:
         return JobPods(total=running + pending, running=running, pending=pending,
                        unscheduled=unscheduled, terminating=terminating)
 
-    def trainer_pods(self, namespace: str, name: str) -> list[port.TrainerPod]:
-        """A job's trainer pods that are neither leaving nor finished, with their node."""
+    def trainer_pods(
+        self, namespace: str, name: str, leaving: bool = False
+    ) -> list[port.TrainerPod]:
+        """A job's unfinished trainer pods with their node; leaving ones only if asked."""
         return [
-            port.TrainerPod(key[1], pod.node)
+            port.TrainerPod(key[1], pod.node, pod.leaving)
             for key, pod in self._trainers.get((namespace, name), {}).items()
-            if not pod.leaving
+            if leaving or not pod.leaving
         ]
 
     @property

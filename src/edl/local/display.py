@@ -15,6 +15,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from edl.local.snapshot import eta_s, overall
 from edl.local.status import RunSnapshot
 
 STATE_STYLES = {
@@ -26,7 +27,10 @@ STATE_STYLES = {
     "Stopped": "red",
     "Stale": "red",
 }
+# a pod stopped on purpose (drained, released) or deleted before it ran is no alarm
+POD_STYLES = {**STATE_STYLES, "Stopped": "dim", "Deleted": "dim"}
 MAX_POD_ROWS = 12
+MAX_EVENT_ROWS = 6
 
 
 def fmt_duration(seconds: float) -> str:
@@ -49,15 +53,22 @@ def summary_line(s: RunSnapshot, state: str | None = None) -> str:
     if s.tasks_total:
         parts.append(f"tasks {s.tasks_done or 0}/{s.tasks_total}")
     parts.append(f"trainers {s.trainers_running}/{s.trainers_desired}")
+    if s.mode == "collective":
+        parts += _collective_parts(s)
     if s.loss is not None:
         parts.append(f"loss {s.loss:.4f}")
     if s.samples_per_s is not None:
         parts.append(f"{s.samples_per_s:.0f} samples/s")
     if s.accuracy is not None:
         parts.append(f"accuracy {s.accuracy:.3f}")
+    figures = overall(s)
+    if figures is not None and shown == "Running":  # after the figures scripts match on
+        eta = eta_s(s)
+        parts.append(f"{100 * figures[0] // figures[1]}% overall"
+                     + (f" (ETA {fmt_duration(eta)})" if eta is not None else ""))
     parts.append(fmt_duration(s.elapsed_s))
     line = ", ".join(parts)
-    return f"{line} — {s.message}" if s.message and shown not in ("Running",) else line
+    return f"{line} — {s.message}" if s.message else line
 
 
 def render(s: RunSnapshot, state: str | None = None) -> RenderableType:
@@ -76,22 +87,40 @@ def render(s: RunSnapshot, state: str | None = None) -> RenderableType:
     if s.passes:
         figures.add_row("pass", f"{(s.pass_index or 0) + 1} / {s.passes}")
     done, total = s.tasks_done or 0, s.tasks_total or 0
-    figures.add_row(
-        "tasks",
-        Group(
-            Text(f"{done} / {total}" if total else "–"),
-            ProgressBar(total=max(total, 1), completed=done, width=30),
+    if s.mode == "collective":
+        figures.add_row("collective", ", ".join(_collective_parts(s)) or "–")
+        if s.world_history:
+            changes = " → ".join(f"{int(w)} at {fmt_duration(t)}" for t, w, *_ in s.world_history)
+            figures.add_row("world sizes", changes)
+    else:
+        figures.add_row(
+            "tasks",
+            Group(
+                Text(f"{done} / {total}" if total else "–"),
+                ProgressBar(total=max(total, 1), completed=done, width=30),
+            )
+            if total
+            else Text("–"),
         )
-        if total
-        else Text("–"),
-    )
+        whole = overall(s)
+        if whole is not None:
+            eta = eta_s(s)
+            figures.add_row(
+                "all passes",
+                Group(
+                    Text(f"{whole[0]} / {whole[1]} tasks"
+                         + (f"  ETA {fmt_duration(eta)}" if eta is not None else "")),
+                    ProgressBar(total=max(whole[1], 1), completed=whole[0], width=30),
+                ),
+            )
     figures.add_row(
         "trainers",
         f"{s.trainers_running} running / {s.trainers_desired} desired"
         f"  (min {s.trainers_min}, max {s.trainers_max})",
     )
     figures.add_row("loss", fmt_optional(s.loss, ".4f"))
-    figures.add_row("samples/s", fmt_optional(s.samples_per_s, ".0f"))
+    if s.mode != "collective":  # the script's throughput is not reported
+        figures.add_row("samples/s", fmt_optional(s.samples_per_s, ".0f"))
     if s.accuracy is not None:
         figures.add_row("accuracy", f"{s.accuracy:.3f}")
     if s.tasks_failed or s.redispatched:
@@ -99,6 +128,8 @@ def render(s: RunSnapshot, state: str | None = None) -> RenderableType:
     parts: list[RenderableType] = [figures]
     if s.pods:
         parts.append(pod_table(s))
+    for at, text in s.events[-MAX_EVENT_ROWS:]:
+        parts.append(Text(f"{fmt_duration(at)}  {text}", style="yellow"))
     if s.message:
         parts.append(Text(s.message, style=STATE_STYLES.get(shown, "")))
     if s.run_dir:
@@ -115,7 +146,11 @@ def pod_table(s: RunSnapshot) -> Table:
     rows = live + ended[-max(0, MAX_POD_ROWS - len(live)) :] if ended else live
     for p in rows[:MAX_POD_ROWS]:
         where = str(p.pid) if p.pid else ("" if p.exit_code is None else f"exit {p.exit_code}")
-        table.add_row(p.name, p.role, Text(p.phase, STATE_STYLES.get(p.phase, "")), where)
+        if p.phase == "Pending" and p.message:
+            where = p.message  # the scheduler's reason
+        elif p.phase == "Deleted":
+            where = "never ran"
+        table.add_row(p.name, p.role, Text(p.phase, POD_STYLES.get(p.phase, "")), where)
     hidden = len(s.pods) - min(len(rows), MAX_POD_ROWS)
     if hidden > 0:
         table.add_row(f"… {hidden} more", "", "", "")
@@ -138,6 +173,7 @@ class LiveDisplay:
         self._live: Any = None
         self._last_line = ""
         self._last_line_at = float("-inf")
+        self._events_printed = 0
 
     def __enter__(self) -> LiveDisplay:
         if not self.plain:
@@ -151,6 +187,10 @@ class LiveDisplay:
         if self._live is not None:
             self._live.update(render(snapshot))
             return
+        new = snapshot.events_total - self._events_printed
+        for at, text in snapshot.events[-new:] if new > 0 else []:
+            print(f"{snapshot.job}: [{fmt_duration(at)}] {text}", flush=True)
+        self._events_printed = max(self._events_printed, snapshot.events_total)
         line = summary_line(snapshot)
         now = time.monotonic()
         changed = _figures(line) != _figures(self._last_line)
@@ -171,3 +211,14 @@ def _final(snapshot: RunSnapshot) -> bool:
 def _figures(line: str) -> str:
     """A summary line without its elapsed time, to tell real changes from the clock ticking."""
     return line.rsplit(", ", 1)[0] if line else ""
+
+
+def _collective_parts(s: RunSnapshot) -> list[str]:
+    """World size, restarts and epoch of a collective job, as short phrases."""
+    parts = []
+    if s.world_size is not None:
+        parts.append(f"world {s.world_size}")
+    parts.append(f"restarts {s.restarts}")
+    if s.epoch is not None:
+        parts.append(f"epoch {s.epoch}")
+    return parts

@@ -12,6 +12,9 @@ Local-run rules (documented in docs/local.md):
 - the downward API is resolved (pod name, namespace, uid, IP = 127.0.0.1, node);
 - EDL_ETCD_ENDPOINTS, EDL_POD_IP, EDL_POD_NAME and EDL_PORT are overridden per
   process, so pods find the embedded etcd and never clash on ports;
+- EDL_RDZV_ENDPOINT (a collective job's store, named by the master Service) is
+  dropped: there is no Service DNS locally, so agents read the store's address
+  from etcd, where `edl rendezvous` publishes it;
 - a relative EDL_WORKSPACE is made absolute against the job file's directory,
   so ``workspace: .`` means "next to job.yaml" as it would inside an image.
 """
@@ -148,6 +151,8 @@ def container_env(
     if ctx.workspace_base is not None and workspace is not None:
         env["EDL_WORKSPACE"] = str(Path(ctx.workspace_base, workspace or ".").resolve())
     env["EDL_ETCD_ENDPOINTS"] = ctx.etcd_endpoints
+    # no Service DNS here: a collective job's agents find the store through etcd
+    env.pop("EDL_RDZV_ENDPOINT", None)
     env["EDL_POD_IP"] = LOCAL_POD_IP
     env["EDL_POD_NAME"] = str((pod.get("metadata") or {}).get("name", ""))
     return env

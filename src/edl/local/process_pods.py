@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import signal
 import subprocess
 import time
@@ -31,6 +32,7 @@ from edl.local.ports import PortAllocator
 # Every pod process carries this variable (value: the run directory), so a
 # leftover process of a run can be found by scanning /proc.
 RUN_MARKER_ENV = "EDL_LOCAL_RUN"
+POD_NAME_ENV = "EDL_POD_NAME"  # every process of a pod inherits it (podspec sets it)
 MESSAGE_LINES = 20
 MESSAGE_CHARS = 2000
 POLL_SECONDS = 0.1
@@ -258,6 +260,13 @@ class ProcessPodRunner:
             if reap_timeout > 0:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     c.process.wait(timeout=reap_timeout)
+        # Processes that left the group die with the pod too, as a container's cgroup
+        # takes them all on Kubernetes (torch's agent starts its workers in new sessions).
+        if entry.containers:
+            marker = (RUN_MARKER_ENV, str(self.run_dir))
+            for pid in procs.pids_with_env(POD_NAME_ENV, entry.name, marker):
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
 
     def _release_ports(self, entry: _Pod) -> None:
         for c in entry.containers:

@@ -62,9 +62,10 @@ def pids_in_group(pgid: int) -> Iterator[int]:
             yield int(entry.name)
 
 
-def pids_with_env(name: str, value: str) -> list[int]:
-    """Live (non-zombie) pids of ours whose environment has name=value: finds leftovers."""
-    needle = f"{name}={value}".encode()
+def pids_with_env(name: str, value: str, *also: tuple[str, str]) -> list[int]:
+    """Live (non-zombie) pids of ours whose environment has name=value (and every pair
+    in ``also``): finds leftovers."""
+    needles = [f"{k}={v}".encode() for k, v in ((name, value), *also)]
     found = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
@@ -74,7 +75,8 @@ def pids_with_env(name: str, value: str) -> list[int]:
             environ = Path(f"/proc/{pid}/environ").read_bytes()
         except OSError:
             continue
-        if needle in environ.split(b"\0"):
+        variables = environ.split(b"\0")
+        if all(needle in variables for needle in needles):
             stat = _read_stat(pid)
             if stat is not None and stat[0] != "Z":
                 found.append(pid)

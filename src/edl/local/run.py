@@ -11,17 +11,14 @@ What runs, all in this process except the pods and etcd:
   (read from etcd) into a `RunSnapshot`, hands it to the display and writes
   ``status.json`` for `edl status`.
 
-The run ends when the TrainingJob's status says Succeeded or Failed, when the
-master or the pservers crash-loop, on a deadline, or on `stop()` (Ctrl-C).
-Crashing trainers need no rule here: their Job's backoffLimit fails it in the
-control plane (with a back-off of 1 s doubling up to 5 s instead of Kubernetes'
-10 s to 5 min, so a script that crashes at once fails the run in well under a
-minute) and the Controller writes Failed with the error. Master and pserver
-pods belong to ReplicaSets, which Kubernetes retries forever; so ``max_error_exits``
-of them exiting with an error code end the run (kills by signal do not count, so
-chaos tests are not mistaken for broken processes).
-Teardown deletes the workloads first (so no controller replaces a pod), then
-stops every pod (SIGTERM, SIGKILL after the grace period), then etcd.
+The run ends when the TrainingJob's status says Succeeded or Failed (a crashing
+trainer fails its Job by the backoffLimit, with a local back-off of 1 s doubling
+to 5 s), when the master or the pservers crash-loop (``max_error_exits`` exits with
+an error code; kills by signal do not count), at once on a configuration error
+(EX_CONFIG), on a job that can never fit this machine, on an etcd that cannot be
+restarted (`etcdwatch`), on a deadline, or on `stop()` (Ctrl-C). Faults become one
+line each (`events`). Teardown deletes the workloads first (so no controller
+replaces a pod), then stops every pod (SIGTERM, SIGKILL after the grace), then etcd.
 """
 
 from __future__ import annotations
@@ -32,70 +29,55 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from edl.api.names import LABEL_ROLE
 from edl.api.trainingjob import TrainingJob
 from edl.cluster.inproc import AsyncioClock, InProcessCluster
 from edl.cluster.port import ClusterError, NotFoundError
 from edl.control.loops import ControlLoops
 from edl.coord.embedded import EmbeddedEtcd
-from edl.jobparser import JobParser, child_names
+from edl.jobparser import JobParser
 from edl.local import snapshot as snap
+from edl.local.collective import CollectiveReader, apply_collective
+from edl.local.etcdwatch import keep_etcd_alive
+from edl.local.events import (
+    EXIT_CONFIG,
+    SIGNAL_EXIT_FLOOR,
+    EventLog,
+    exit_event,
+    exit_phase,
+    failover_event,
+    pserver_start_event,
+    read_log,
+)
+from edl.local.fit import job_footprint, pending_reasons, shortfall
 from edl.local.node import local_node
 from edl.local.podspec import default_context
 from edl.local.process_pods import ProcessPodRunner
 from edl.local.progress import ProgressReader
+from edl.local.runtypes import (
+    FAILED,
+    STOPPED,
+    SUCCEEDED,
+    RoleFailures,
+    RunOptions,
+    RunResult,
+    failure_detail,
+    last_line,
+    reservation_pod,
+    scale_reason,
+)
 from edl.local.status import PodLine, RunSnapshot, new_run_dir, write_snapshot
+from edl.local.teardown import delete_workloads
 
 log = logging.getLogger(__name__)
 
-SUCCEEDED, FAILED, STOPPED = "Succeeded", "Failed", "Stopped"
 MAX_POD_LINES = 40
-SIGNAL_EXIT_FLOOR = 128  # exit codes above this are deaths by signal, not script errors
 LOCAL_BACKOFF_BASE_S = 1.0  # failed-pod replacement back-off of a local run
 LOCAL_BACKOFF_MAX_S = 5.0
 JOB_ROLES = ("trainer",)  # roles whose failures the trainer Job's backoffLimit judges
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    """Knobs of a local run (the `edl run` flags)."""
-
-    runs_root: Path = Path("runs")
-    cpu: str | None = None  # virtual allocatable; None: this machine's cores
-    memory: str | None = None  # virtual allocatable; None: this machine's memory
-    policy: str = "default"
-    max_load_desired: float = 0.97
-    autoscale_interval_s: float = 2.0
-    status_interval_s: float = 1.0
-    refresh_s: float = 0.5
-    max_error_exits: int = 3
-    shutdown_grace_s: float = 5.0
-    timeout_s: float | None = None
-    job_dir: Path = field(default_factory=Path.cwd)  # relative workspaces resolve here
-
-
-@dataclass(frozen=True)
-class RunResult:
-    state: str  # Succeeded | Failed | Stopped
-    message: str
-    run_dir: Path
-    snapshot: RunSnapshot
-
-    @property
-    def ok(self) -> bool:
-        return self.state == SUCCEEDED
-
-
-@dataclass
-class _RoleFailures:
-    count: int = 0
-    last_pod: str = ""
-    last_code: int = 0
-    last_message: str = ""
 
 
 class LocalRun:
@@ -117,13 +99,23 @@ class LocalRun:
         self.pod_runner: ProcessPodRunner | None = None
         self.cluster: InProcessCluster | None = None
         self.loops: ControlLoops | None = None
+        self._etcd_watch: asyncio.Task[None] | None = None
         self._progress: ProgressReader | None = None
+        self._collective: CollectiveReader | None = None  # collective jobs only
         self._stop = asyncio.Event()
         self._stop_reason = ""
-        self._failures: dict[str, _RoleFailures] = {}
+        self._failures: dict[str, RoleFailures] = {}
         self._pods: dict[str, PodLine] = {}
         self._desired_history: list[tuple[float, int]] = []
         self._started = time.monotonic()
+        self._events = EventLog(self._started)
+        self._fatal = ""  # set when the run cannot go on (etcd lost, a job that cannot fit)
+        self._footprint = job_footprint(self.job)
+        self._noticed: set[str] = set()  # pods whose pending reason or start was reported
+        self._exited: dict[str, str] = {}  # role -> the last pod of it that failed
+        self._new_pservers: list[str] = []  # replacement pservers not yet seen serving
+        self._last_progress: dict[str, Any] | None = None
+        self._ever_running = False
         trainer = self.job.spec.trainer
         self.snapshot = RunSnapshot(
             job=self.name,
@@ -132,6 +124,7 @@ class LocalRun:
             trainers_min=int(trainer.min_instance or 0),
             trainers_max=int(trainer.max_instance or 0),
             passes=self.job.spec.passes,
+            mode=self.job.spec.mode or "parameter-server",
         )
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -153,7 +146,10 @@ class LocalRun:
             endpoints,
             node["metadata"]["name"],
             os.environ,
-            default_env={"EDL_CHECKPOINT_DIR": str(self.run_dir / "checkpoints")},
+            default_env={
+                "EDL_CHECKPOINT_DIR": str(self.run_dir / "checkpoints"),
+                "EDL_CHECKPOINT_INTERVAL": str(self.options.checkpoint_interval_s),
+            },
             workspace_base=str(self.options.job_dir.resolve()),
         )
         self.pod_runner = ProcessPodRunner(self.run_dir, context, cwd=self.options.job_dir)
@@ -177,10 +173,25 @@ class LocalRun:
             status_interval=self.options.status_interval_s,
         )
         self.loops.start()
+        self._etcd_watch = asyncio.create_task(
+            keep_etcd_alive(self.etcd, self._event, self._fail_now), name="etcd watch"
+        )
         self._progress = ProgressReader(endpoints, self.namespace, self.name)
+        if self.job.collective():
+            self._collective = CollectiveReader(endpoints, self.namespace, self.name)
         self.snapshot = replace(self.snapshot, etcd_endpoints=endpoints)
         self.cluster.create_training_job(self.job.to_dict())
         self._publish(snap.touch(self.snapshot, "Starting", "job submitted"))
+
+    def _event(self, text: str) -> None:
+        """One fault or decision: logged, kept in the snapshot, printed by the display."""
+        if self._events.add(text):
+            log.warning("%s", text)
+            self._publish(self.snapshot)
+
+    def _fail_now(self, message: str) -> None:
+        self._fatal = self._fatal or message
+        self._stop.set()
 
     def stop(self, reason: str = "stopped by the user") -> None:
         """Ask `wait()` to end the run (signal handlers call this)."""
@@ -216,12 +227,17 @@ class LocalRun:
         """Tear everything down; nothing of the run survives this."""
         if self.loops is not None:
             await self.loops.stop()
+        if self._etcd_watch is not None:
+            self._etcd_watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._etcd_watch
         if result is not None and result.state == FAILED and self.cluster is not None:
             with contextlib.suppress(ClusterError):
                 await self.cluster.update_training_job_status(
                     self.namespace, self.name, {"state": FAILED, "message": result.message}
                 )
-        await self._delete_workloads()
+        if self.cluster is not None:
+            await delete_workloads(self.cluster, self.namespace, self.name)
         if self.pod_runner is not None:
             await self.pod_runner.shutdown(self.options.shutdown_grace_s)
         if self._progress is not None:
@@ -255,22 +271,77 @@ class LocalRun:
         counts = self.cluster.trainer_counts(self.namespace, self.name)
         if not self._desired_history or self._desired_history[-1][1] != counts.desired:
             elapsed = round(time.monotonic() - self._started, 2)
+            if self._desired_history and self._desired_history[-1][1]:  # not the creation
+                decisions = self.loops.autoscaler.last_decisions if (
+                    self.loops is not None and self.loops.autoscaler is not None) else []
+                why = scale_reason(decisions, (self.namespace, self.name), counts.desired)
+                self._event(f"autoscaler: trainers {self._desired_history[-1][1]} -> "
+                            f"{counts.desired}: {why or 'policy ' + self.options.policy}")
             self._desired_history.append((elapsed, counts.desired))
-        progress = await self._progress.read()
+        progress = await self._progress.read() if self._collective is None else None
+        self._event(failover_event(self._last_progress, progress))
+        self._last_progress = progress
         s = snap.apply_trainers(
             self.snapshot, counts.running, counts.desired,
             self.snapshot.trainers_min, self.snapshot.trainers_max,
         )
         s = snap.apply_progress(s, progress)
-        job_status = self._job_status()
-        state = "Running" if counts.running else "Starting"
+        if self._collective is not None:
+            view = await self._collective.read()
+            s = apply_collective(s, view, time.monotonic() - self._started)
+        self._ever_running = self._ever_running or counts.running > 0
+        waiting = self._check_pending()
+        self._check_new_pservers()
+        state, message = snap.run_state(
+            self._ever_running, counts.running, counts.desired, waiting
+        )
         self.snapshot = replace(s, desired_history=[list(x) for x in self._desired_history])
         self._refresh_pods()
-        self._publish(snap.touch(self.snapshot, state, job_status.get("message", "")))
+        self._publish(snap.touch(self.snapshot, state, message))
+
+    def _check_pending(self) -> str:
+        """Pods the scheduler cannot place: fail a job that can never fit, report the rest.
+
+        Returns the first waiting job pod as `<pod>: <reason>` ('' when none waits).
+        """
+        assert self.cluster is not None
+        reasons = pending_reasons(self.cluster.list_pods())
+        node = self.cluster.nodes.nodes[0]
+        lacking = shortfall(self._footprint, (node.cpu_milli, node.memory_mega, node.gpu))
+        waiting = ""
+        for name, reason in reasons.items():
+            line = self._pods.get(name)
+            if line is not None:
+                self._pods[name] = replace(line, message=reason)
+            role = line.role if line is not None else ""
+            if role in ("master", "pserver", "trainer") and lacking:
+                self._fail_now(f"{name} cannot be scheduled: {reason} ({lacking})")
+            waiting = waiting or (f"{name}: {reason}" if role != "reservation" else "")
+            if role == "reservation" and name not in self._noticed:
+                self._noticed.add(name)
+                self._event(f"reservation {name} is not placed: {reason}")
+        return waiting
+
+    def _check_new_pservers(self) -> None:
+        """Say how each replacement pserver came back (restored from a checkpoint or not)."""
+        assert self.pod_runner is not None
+        for name in list(self._new_pservers):
+            record = next((r for r in self.pod_runner.records() if r.name == name), None)
+            if record is None or not record.log_path:
+                continue
+            line = pserver_start_event(name, read_log(Path(record.log_path)))
+            if line:
+                self._new_pservers.remove(name)
+                self._event(line)
 
     async def _final_progress(self, wait_s: float = 3.0) -> None:
         """After success, give the master a moment to publish the last figures (accuracy)."""
         assert self._progress is not None
+        if self._collective is not None:  # the agents published the script's last line
+            view = await self._collective.read()
+            elapsed = time.monotonic() - self._started
+            self.snapshot = apply_collective(self.snapshot, view, elapsed)
+            return
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             progress = await self._progress.read()
@@ -289,11 +360,16 @@ class LocalRun:
 
     def _outcome(self) -> tuple[str, str]:
         """(state, message) once the run should end, else ("", "")."""
+        if self._fatal:
+            return FAILED, self._fatal
         if self._stop.is_set():
             return STOPPED, self._stop_reason or "stopped"
         failure = self.loops.failure() if self.loops is not None else None
         if failure is not None:
             return FAILED, failure
+        watch = self._etcd_watch
+        if watch is not None and watch.done() and not watch.cancelled() and watch.exception():
+            return FAILED, f"the etcd watch stopped: {watch.exception()!r}"
         for role, failures in self._failures.items():
             if failures.count >= self.options.max_error_exits:
                 detail = failures.last_message.strip().splitlines()
@@ -306,40 +382,39 @@ class LocalRun:
         if status.get("state") == SUCCEEDED:
             return SUCCEEDED, status.get("message") or "trainers finished"
         if status.get("state") == FAILED:
-            return FAILED, self._failure_detail(status.get("message") or "the job failed")
+            return FAILED, failure_detail(status.get("message") or "the job failed", self._failures)
         return "", ""
 
-    def _failure_detail(self, message: str) -> str:
-        """A Failed status; if it names no failed pod, plus the last master/pserver error seen.
-
-        The Controller's message already ends with the last failed trainer's error.
-        """
-        if "last failed" in message:
-            return message
-        role, last = max(
-            self._failures.items(), key=lambda item: item[1].count, default=("", None)
-        )
-        if last is None or not last.last_message:
-            return message
-        return f"{message}; last {role} error: {last.last_message.strip().splitlines()[-1]}"
-
     def _on_pod_event(self, event: str, pod: Any) -> None:
-        """Pod transitions from the control plane: phases for the display, crash counting."""
+        """Pod transitions from the control plane: phases, fault lines, crash counting."""
         name, role = pod.name, pod.role or "pod"
+        previous = self._pods.get(name)
         if event == "exited":
             code = int((pod.manifest.get("status") or {}).get("exitCode", 0))
             message = self.pod_runner.termination_message(name) if self.pod_runner else ""
-            phase = "Succeeded" if code == 0 else "Failed"
-            self._pods[name] = PodLine(name, role, phase, None, code, _last_line(message))
+            ran = pod.node is not None  # bound: its processes were started
+            phase = exit_phase(code, pod.terminating, ran)
+            self._pods[name] = PodLine(name, role, phase, None, code, last_line(message))
+            if code == EXIT_CONFIG and not pod.terminating:  # a restart would fail the same way
+                self._fail_now(f"{name}: configuration error: {last_line(message)}")
+            line = exit_event(name, role, code, pod.terminating, ran, last_line(message))
+            if line:
+                self._exited[role] = name
+                self._event(line)
             if 0 < code < SIGNAL_EXIT_FLOOR and not pod.terminating and role not in JOB_ROLES:
-                failures = self._failures.setdefault(role, _RoleFailures())
+                failures = self._failures.setdefault(role, RoleFailures())
                 failures.count += 1
                 failures.last_pod, failures.last_code, failures.last_message = name, code, message
-                log.warning("%s exited with code %d: %s", name, code, _last_line(message))
         else:
+            if event == "created" and role in self._exited:
+                self._event(f"{role} {name} replaces {self._exited.pop(role)}")
+                if role == "pserver":
+                    self._new_pservers.append(name)
             phase = "Terminating" if pod.terminating else str(pod.phase)
-            previous = self._pods.get(name)
-            self._pods[name] = PodLine(name, role, phase, previous.pid if previous else None)
+            self._pods[name] = PodLine(
+                name, role, phase, previous.pid if previous else None,
+                message=previous.message if previous and phase == "Pending" else "",
+            )
         if len(self._pods) > MAX_POD_LINES:
             for old in [n for n, p in self._pods.items() if p.exit_code is not None][:10]:
                 del self._pods[old]
@@ -355,6 +430,9 @@ class LocalRun:
         self.snapshot = replace(self.snapshot, pods=lines)
 
     def _publish(self, snapshot: RunSnapshot) -> None:
+        if snapshot.events_total != self._events.total:  # every snapshot carries every event
+            snapshot = replace(snapshot, events=[list(e) for e in self._events.events],
+                               events_total=self._events.total)
         self.snapshot = snapshot
         try:
             write_snapshot(self.run_dir, snapshot)
@@ -362,52 +440,3 @@ class LocalRun:
             log.warning("status file not written: %s", error)
         if self.on_update is not None:
             self.on_update(snapshot)
-
-    async def _delete_workloads(self) -> None:
-        """Delete trainers first (they hand tasks back), then the master and pservers."""
-        cluster = self.cluster
-        if cluster is None:
-            return
-        names = child_names(self.name)
-        steps = [
-            (cluster.delete_trainer_job, names["trainer"]),
-            (cluster.delete_replica_set, names["pserver"]),
-            (cluster.delete_replica_set, names["master"]),
-            (cluster.delete_service, names["master"]),
-        ]
-        for delete, child in steps:
-            with contextlib.suppress(ClusterError):
-                await delete(self.namespace, child)
-        with contextlib.suppress(ClusterError):
-            cluster.delete_training_job(self.namespace, self.name)
-        for pod in cluster.list_pods():  # reservations and other bare pods
-            with contextlib.suppress(ClusterError):
-                cluster.delete_pod(pod["metadata"]["namespace"], pod["metadata"]["name"])
-
-
-def reservation_pod(name: str, namespace: str, cpu: str, memory: str) -> dict[str, Any]:
-    """A pod that only holds resources: an idle process that exits on SIGTERM."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": {LABEL_ROLE: "reservation"},
-        },
-        "spec": {
-            "terminationGracePeriodSeconds": 2,
-            "containers": [
-                {
-                    "name": "hold",
-                    "command": ["python", "-c", "import signal; signal.pause()"],
-                    "resources": {"requests": {"cpu": cpu, "memory": memory}},
-                }
-            ],
-        },
-    }
-
-
-def _last_line(text: str) -> str:
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    return lines[-1] if lines else ""

@@ -27,8 +27,12 @@ def apply_progress(s: RunSnapshot, progress: Mapping[str, Any] | None) -> RunSna
     tasks_done = _int(progress.get("tasks_done"))
     if progress.get("finished") and progress.get("tasks_total") is not None:
         tasks_done = _int(progress.get("tasks_total"))
+    started = s.training_started_at
+    if started is None and ((tasks_done or 0) > 0 or (pass_index or 0) > 0):
+        started = time.time()
     return replace(
         s,
+        training_started_at=started,
         pass_index=pass_index if pass_index is not None else s.pass_index,
         passes=passes if passes is not None else s.passes,
         tasks_done=tasks_done if tasks_done is not None else s.tasks_done,
@@ -53,6 +57,20 @@ def apply_trainers(
     )
 
 
+def run_state(ever_running: bool, running: int, desired: int, waiting: str) -> tuple[str, str]:
+    """(state, message) of a live run, consistent with the trainer counts shown beside it.
+
+    A job that has trained stays Running while its trainers are replaced (the message
+    says none runs); `waiting` is the first pod the scheduler cannot place, with why.
+    """
+    if running:
+        return "Running", f"waiting: {waiting}" if waiting else ""
+    if ever_running:
+        detail = f": {waiting}" if waiting else ", replacements starting"
+        return "Running", f"no trainer running ({desired} desired){detail}"
+    return "Starting", f"waiting: {waiting}" if waiting else "waiting for trainers to start"
+
+
 def touch(s: RunSnapshot, state: str | None = None, message: str | None = None) -> RunSnapshot:
     """The snapshot as of now, optionally with a new state/message."""
     return replace(
@@ -75,3 +93,23 @@ def _float(value: Any, default: float | None = None) -> float | None:
         return float(value) if value is not None else default
     except (TypeError, ValueError):
         return default
+
+
+def overall(s: RunSnapshot) -> tuple[int, int] | None:
+    """(tasks done, tasks in all passes), or None before the dataset is known."""
+    if not s.passes or not s.tasks_total:
+        return None
+    done = (s.pass_index or 0) * s.tasks_total + (s.tasks_done or 0)
+    return min(done, s.passes * s.tasks_total), s.passes * s.tasks_total
+
+
+def eta_s(s: RunSnapshot) -> float | None:
+    """Seconds left at the rate since the first task was done (None until there is one)."""
+    figures = overall(s)
+    if figures is None or s.training_started_at is None or s.state != "Running":
+        return None
+    done, total = figures
+    spent = s.updated_at - s.training_started_at
+    if done <= 0 or spent <= 0:
+        return None
+    return spent * (total - done) / done

@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from edl.coord.datadirs import process_alive, process_start_ticks
+
 STATUS_FILE = "status.json"
 ACTIVE_STATES = frozenset({"Starting", "Running", "Stopping"})
 
@@ -64,6 +66,18 @@ class RunSnapshot:
     pods: list[PodLine] = field(default_factory=list)
     # [seconds since start, trainer parallelism] at every change the Autoscaler made
     desired_history: list[list[float]] = field(default_factory=list)
+    # collective jobs (spec.mode: collective): torch's elastic agent, no task master
+    mode: str = "parameter-server"
+    world_size: int | None = None  # workers of the last completed rendezvous
+    restarts: int = 0  # rendezvous rounds after the first: every worker restarted
+    epoch: int | None = None  # from the script's `epoch=N ...` metric lines
+    # [seconds since start, world size, round] at every new rendezvous round
+    world_history: list[list[float]] = field(default_factory=list)
+    # faults and decisions, one line each: [seconds since start, text]; the last few only,
+    # events_total counts them all (a reader prints those it has not printed yet)
+    events: list[list[Any]] = field(default_factory=list)
+    events_total: int = 0
+    training_started_at: float | None = None  # wall time of the first task done (for the ETA)
 
     @property
     def elapsed_s(self) -> float:
@@ -123,7 +137,14 @@ def new_run_dir(runs_root: Path, job: str, now: float | None = None) -> Path:
 
 
 def find_runs(runs_root: Path, job: str | None = None) -> list[Path]:
-    """Run directories with a status file, newest first; only JOB's if given."""
+    """Run directories with a status file, newest first; only JOB's if given.
+
+    JOB may also be a run's directory name (``digits-20261130-161449``) or path.
+    """
+    if job is not None and (Path(job) / STATUS_FILE).is_file():
+        return [Path(job)]
+    if job is not None and (runs_root / job / STATUS_FILE).is_file():
+        return [runs_root / job]
     if not runs_root.is_dir():
         return []
     found = []
@@ -145,23 +166,6 @@ def _belongs_to(dir_name: str, job: str) -> bool:
     return len(rest) >= 2 and rest[0].isdigit() and len(rest[0]) == 8
 
 
-def process_start_ticks(pid: int) -> int | None:
-    """When pid started (clock ticks since boot, /proc/<pid>/stat field 22); None if gone.
-
-    pid plus start time names one process for good; a pid alone may be reused.
-    """
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # comm (field 2) may hold spaces and ')': fields 3.. follow the last ')'
-    rest = text[text.rfind(")") + 2 :].split()
-    try:
-        return int(rest[19])  # field 22 is the 20th after comm
-    except (IndexError, ValueError):
-        return None
-
-
 def writer_alive(pid: int, start_ticks: int | None = None) -> bool:
     """Whether the process that writes a snapshot still exists.
 
@@ -169,16 +173,7 @@ def writer_alive(pid: int, start_ticks: int | None = None) -> bool:
     time is a reuse of the pid, not the writer. Without (older status files), the
     pid alone decides.
     """
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    if start_ticks is None:
-        return True
-    now = process_start_ticks(pid)
-    return now is None or now == start_ticks  # None: /proc unreadable, trust the pid
+    return process_alive(pid, start_ticks)
 
 
 def effective_state(snapshot: RunSnapshot) -> str:

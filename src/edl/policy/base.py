@@ -10,11 +10,28 @@ from __future__ import annotations
 import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from edl.accounting.types import ClusterResource, PodResources
 
-__all__ = ["POLICIES", "Decision", "JobView", "Policy", "UnknownPolicyError", "get_policy"]
+__all__ = [
+    "POLICIES",
+    "Decision",
+    "JobView",
+    "Policy",
+    "Trainer",
+    "UnknownPolicyError",
+    "get_policy",
+]
+
+
+class Trainer(NamedTuple):
+    """One trainer pod of a job: its name, its node ("" = not bound yet), and whether
+    it is already being deleted (it still holds its node's room until it exits)."""
+
+    name: str
+    node: str
+    leaving: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +45,10 @@ class JobView:
     ones without `spec.nodeName` (their room is not yet taken from any node); None
     when the caller does not know, and policies then assume every pending pod is
     unscheduled (safe: it can only make them more careful).
+
+    `trainers`: where each trainer pod runs (leaving ones included, flagged), so a
+    policy can reason per node and name the exact pods to remove; None when the
+    caller cannot tell (then a policy cannot free room on a chosen node).
     """
 
     namespace: str
@@ -45,6 +66,7 @@ class JobView:
     running: int = 0
     pending: int = 0
     unscheduled: int | None = None
+    trainers: tuple[Trainer, ...] | None = None
 
     @classmethod
     def from_pod_resources(
@@ -60,6 +82,7 @@ class JobView:
         running: int,
         pending: int,
         unscheduled: int | None,
+        trainers: tuple[Trainer, ...] | None = None,
     ) -> JobView:
         """A view from one trainer pod's resources (`edl.accounting.pod_request`) and counts.
 
@@ -82,6 +105,7 @@ class JobView:
             running=running,
             pending=pending,
             unscheduled=unscheduled,
+            trainers=trainers,
         )
 
     @property
@@ -110,6 +134,9 @@ class Decision:
     first (empty = let the cluster choose, as Kubernetes' Job controller does:
     newest pod first). A cluster that can delete named pods uses it to free room
     where it can be used again instead of leaving holes too small for any pod.
+    `victims`: on a shrink, the exact trainer pods to remove (a policy that knows
+    placement picks them like the scheduler's preemption); `placement`: on a growth,
+    the node the plan gave each new trainer (a hint for a preferred-node affinity).
     """
 
     namespace: str
@@ -118,6 +145,8 @@ class Decision:
     target: int
     reason: str
     victim_nodes: tuple[str, ...] = ()
+    victims: tuple[str, ...] = ()
+    placement: tuple[str, ...] = ()
 
     @property
     def diff(self) -> int:

@@ -8,6 +8,11 @@ keeps rising for the others (smaller trainers may still fit). Ties at a level
 go to jobs in the order given (the caller sorts by namespace/name), so equal
 jobs end within one trainer of each other.
 
+Pools: a job's trainers can only use the nodes its shape fits on. Each pool is a
+set of jobs and the room those jobs can use together (e.g. the GPU nodes for the
+GPU jobs; the 64-core nodes for jobs whose trainers fit only there); every pool's
+budget must hold its members' additions, besides the whole budget holding all.
+
 Cost: a 50-step bisection on the level per freeze round, vectorised with numpy,
 independent of the number of trainers, so it stays cheap for 1,000 jobs x 100
 trainers.
@@ -37,10 +42,16 @@ class Demand:
     gpu: int
 
 
-def fair_shares(jobs: Sequence[Demand], cpu: int, memory: int, gpu: int) -> list[int]:
+Pool = tuple[Sequence[bool], tuple[int, int, int]]  # (members, budget: cpu, memory, gpu)
+
+
+def fair_shares(
+    jobs: Sequence[Demand], cpu: int, memory: int, gpu: int, pools: Sequence[Pool] = ()
+) -> list[int]:
     """Trainer counts per job within the budget (cpu milli, memory mega, GPUs) beyond mins.
 
-    The budget is what trainers of these jobs may use in total, mins included.
+    The budget is what trainers of these jobs may use in total, mins included; each
+    pool's budget is what its members may use together, mins included.
     """
     if not jobs:
         return []
@@ -51,7 +62,12 @@ def fair_shares(jobs: Sequence[Demand], cpu: int, memory: int, gpu: int) -> list
         [[j.cpu for j in jobs], [j.memory for j in jobs], [j.gpu for j in jobs]], dtype=np.int64
     )
     shares = lows.copy()
-    left = np.array([cpu, memory, gpu], dtype=np.int64) - cost @ lows
+    # one row per pool, the whole budget first: members (bool) and what is left (3)
+    members = np.array([[True] * len(jobs), *(list(m) for m, _ in pools)], dtype=bool)
+    budgets = np.array([[cpu, memory, gpu], *(list(b) for _, b in pools)], dtype=np.int64)
+    # one row per (pool, resource): what each job's trainer costs that pool
+    weights = (members[:, None, :] * cost[None, :, :]).reshape(-1, len(jobs))
+    left = budgets.reshape(-1) - weights @ lows
     active = ranges > 0
     safe_ranges = np.where(ranges > 0, ranges, 1)
     # Distinct levels k/r differ by at least 1/max_range^2: bisect no finer than that.
@@ -69,14 +85,15 @@ def fair_shares(jobs: Sequence[Demand], cpu: int, memory: int, gpu: int) -> list
                 lows + np.floor(mid * ranges + _EPSILON).astype(np.int64) - shares, 0
             )
             extra[~active] = 0
-            if bool(np.all(cost @ extra <= left)):
+            use = weights @ extra
+            if bool(np.all((use <= left) | (use == 0))):
                 low = mid
             else:
                 high = mid
         extra = np.maximum(lows + np.floor(low * ranges + _EPSILON).astype(np.int64) - shares, 0)
         extra[~active] = 0
         shares += extra
-        left -= cost @ extra
+        left -= weights @ extra
         # the jobs whose next unit lies at the level where the bisection failed: one unit
         # each, lowest next fulfillment first; a unit that does not fit freezes its job.
         # At least one of them cannot fit, so every round freezes a job.
@@ -85,7 +102,7 @@ def fair_shares(jobs: Sequence[Demand], cpu: int, memory: int, gpu: int) -> list
         if edge.size == 0:
             break
         for i in sorted(edge.tolist(), key=lambda i: (next_level[i], i)):
-            unit = cost[:, i]
+            unit = weights[:, i]
             if bool(np.all((unit == 0) | (unit <= left))):
                 shares[i] += 1
                 left -= unit

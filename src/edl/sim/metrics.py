@@ -13,6 +13,7 @@ Definitions follow the original experiment (docs/simulation.md):
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -32,6 +33,8 @@ METRIC_KEYS = (
     "jobs_never_started",
     "service_max_lag_s",
     "service_targets_reached",
+    "service_shortfall_replica_s",
+    "steady_utilization_bound_pct",
 )
 
 
@@ -155,6 +158,21 @@ def workload_lags(times: list[float], series: WorkloadSeries) -> list[TargetLag]
     return out
 
 
+def service_shortfall(timeline: Timeline) -> float | None:
+    """Σ over samples and workloads of (desired − running) replicas x the time to the
+    next sample: a service stuck below its target shows here, its lag only says it
+    never got there. None without other workloads."""
+    if not timeline.workloads:
+        return None
+    times = timeline.times
+    steps = [b - a for a, b in itertools.pairwise(times)] + [0.0]
+    return sum(
+        max(0, desired - running) * step
+        for series in timeline.workloads.values()
+        for desired, running, step in zip(series.desired, series.running, steps, strict=True)
+    )
+
+
 @dataclass(frozen=True)
 class Metrics:
     """Everything a run reports; `as_json` keeps exactly the published keys."""
@@ -172,6 +190,8 @@ class Metrics:
     service_targets_reached: bool | None
     pending_by_job: dict[str, float]
     lags_by_workload: dict[str, list[TargetLag]]
+    service_shortfall_replica_s: float | None = None
+    steady_utilization_bound_pct: float | None = None  # `edl.sim.bound`, when asked for
 
     def as_json(self, digits: int = 3) -> dict[str, object]:
         """The metrics.json object: fixed keys, floats rounded so runs compare byte for byte."""
@@ -188,6 +208,8 @@ class Metrics:
             "jobs_never_started": self.jobs_never_started,
             "service_max_lag_s": rounded(self.service_max_lag_s),
             "service_targets_reached": self.service_targets_reached,
+            "service_shortfall_replica_s": rounded(self.service_shortfall_replica_s),
+            "steady_utilization_bound_pct": rounded(self.steady_utilization_bound_pct),
         }
 
 
@@ -220,4 +242,5 @@ def compute_metrics(
         service_targets_reached=all(lag.reached for lag in all_lags) if all_lags else None,
         pending_by_job=pending,
         lags_by_workload=lags,
+        service_shortfall_replica_s=service_shortfall(timeline),
     )

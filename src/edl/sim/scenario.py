@@ -24,6 +24,8 @@ from pydantic import (
     model_validator,
 )
 
+from edl.api.yamlload import safe_load
+
 SHIPPED_PACKAGE = "edl.scenarios"
 MAX_JOB_NAME = 52  # leaves room for "-trainer" / "-pserver" and a pod suffix in 63
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -444,7 +446,7 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
             str(name_or_path),
         )
     try:
-        data = yaml.safe_load(text)
+        data = safe_load(text)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""

@@ -9,7 +9,6 @@ that its ownerReferences name. Pure: text in, plain data out.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -25,11 +24,12 @@ from edl.accounting import (
     is_trainer_pod,
     trainer_request,
 )
-from edl.api.errors import JobValidationError, format_problem
+from edl.api.errors import JobValidationError, describe_input, format_problem
 from edl.api.names import trainer_job_name
 from edl.api.quantity import QuantityError
 from edl.api.trainingjob import TrainingJob
-from edl.policy import JobView
+from edl.api.yamlload import DuplicateKeyError, load_json_or_yaml
+from edl.policy import JobView, Trainer
 
 __all__ = [
     "PlanInputs",
@@ -67,20 +67,22 @@ class PlanInputs:
 def parse_snapshot(text: str) -> list[dict[str, Any]]:
     """The items of a JSON or YAML `List` (a single object or a YAML stream also work)."""
     try:
-        documents = [json.loads(text)]
-    except ValueError:
-        try:
-            documents = [d for d in yaml.safe_load_all(text) if d is not None]
-        except yaml.YAMLError as error:
-            mark = getattr(error, "problem_mark", None)
-            where = f" at line {mark.line + 1}" if mark is not None else ""
-            raise SnapshotError(f"not JSON or YAML{where}") from None
+        documents = [d for d in load_json_or_yaml(text) if d is not None]
+    except DuplicateKeyError as error:
+        raise SnapshotError(str(error.problem)) from None
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise SnapshotError(f"not JSON or YAML{where}") from None
     if not documents:
         raise SnapshotError("empty: expected a Kubernetes List (an object with `items`)")
     items: list[Any] = []
     for document in documents:
         if isinstance(document, Mapping) and isinstance(document.get("items"), list):
             items.extend(document["items"])
+        elif isinstance(document, Mapping) and ("items" in document or _kind(document) == "List"):
+            got = describe_input(document.get("items")) if "items" in document else "nothing"
+            raise SnapshotError(f"items: must be a list of Kubernetes objects (got {got})")
         elif isinstance(document, Mapping) and "kind" in document:
             items.append(document)
         else:
@@ -261,5 +263,17 @@ def _plan_job(
         running=phases.count("Running"),
         pending=len(pending),
         unscheduled=sum(1 for p in pending if not (p.get("spec") or {}).get("nodeName")),
+        trainers=tuple(
+            Trainer(
+                str((p.get("metadata") or {}).get("name", "")),
+                str((p.get("spec") or {}).get("nodeName") or ""),
+                bool((p.get("metadata") or {}).get("deletionTimestamp")),
+            )
+            for p in mine
+        ),
     )
     return view, mine
+
+
+def _kind(document: Mapping[str, Any]) -> Any:
+    return document.get("kind")

@@ -181,15 +181,15 @@ class InProcessCluster(ManagedTrainerPods):
         self.store.delete("Job", namespace, name)
 
     # ---------------------------------------------------- optional: VictimScaling
-    async def trainer_pods(self, job: Any) -> list[TrainerPod]:
+    async def trainer_pods(self, job: Any, leaving: bool = False) -> list[TrainerPod]:
         namespace, name = job_key(job)
         owner = self._trainer_owner(namespace, name)
         if owner is None:
             return []
         return [
-            TrainerPod(pod.name, pod.node or "")
+            TrainerPod(pod.name, pod.node or "", pod.terminating)
             for pod in owner.pods.values()
-            if not pod.terminating
+            if leaving or not pod.terminating
         ]
 
     async def scale_trainer_job(self, job: Manifest, victims: list[str]) -> Manifest:

@@ -31,8 +31,8 @@ failed in this pass.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
-from typing import Literal
+from collections.abc import Callable, Iterable
+from typing import Any, Literal
 
 import numpy as np
 
@@ -71,6 +71,45 @@ class Node:
         self.free_memory_mega = memory_mega
         self.free_gpu = gpu
         self.labels = labels or {}
+
+
+def unschedulable_reason(
+    nodes: Iterable[Node], cpu_milli: int, memory_mega: int, gpu: int, *, total: bool = False
+) -> str:
+    """Why a pod with these requests fits no node, in kube-scheduler's words.
+
+    ``0/3 nodes are available: 2 Insufficient cpu, 1 Insufficient memory.`` — each
+    node counted once per resource it lacks. With ``total`` the nodes' allocatable is
+    compared instead of their free room: a pod that fails that can never be scheduled.
+    """
+    counts: dict[str, int] = {}
+    size = 0
+    for node in nodes:
+        size += 1
+        room = (
+            (node.cpu_milli, node.memory_mega, node.gpu)
+            if total
+            else (node.free_cpu_milli, node.free_memory_mega, node.free_gpu)
+        )
+        for name, want, have in zip(
+            ("cpu", "memory", "nvidia.com/gpu"), (cpu_milli, memory_mega, gpu), room, strict=True
+        ):
+            if want > have:
+                counts[f"Insufficient {name}"] = counts.get(f"Insufficient {name}", 0) + 1
+    if not counts:
+        return ""
+    reasons = ", ".join(f"{n} {why}" for why, n in sorted(counts.items(), key=lambda kv: kv[0]))
+    return f"0/{size} nodes are available: {reasons}."
+
+
+def mark_unschedulable(manifest: dict[str, Any], reason: str) -> None:
+    """Write the PodScheduled=False condition kube-scheduler sets on a pod that fits nowhere."""
+    status = manifest.setdefault("status", {})
+    others = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
+    status["conditions"] = [
+        *others,
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": reason},
+    ]
 
 
 def resource_scores(
@@ -214,6 +253,7 @@ class Scheduler:
         self._room_freed = False
         self._new = []
         failed: set[tuple[int, int, int]] = set()
+        reasons: dict[tuple[int, int, int], str] = {}
         newly_unschedulable = False
         nodes = self.nodes
         for pod in candidates:
@@ -221,6 +261,9 @@ class Scheduler:
             shape = (res.cpu_request_milli, res.memory_request_mega, res.gpu_request)
             node = None if shape in failed else nodes.find(*shape)
             if node is None:
+                if shape not in reasons:  # once per shape and pass: O(nodes)
+                    reasons[shape] = unschedulable_reason(nodes.nodes, *shape)
+                mark_unschedulable(pod.manifest, reasons[shape])
                 failed.add(shape)
                 # Alarm when a pod first fails to fit, and when a service (not a trainer,
                 # which the autoscaler plans itself) still fails after room was freed:
@@ -230,6 +273,9 @@ class Scheduler:
                 pod.unschedulable = True
                 continue
             del self.queue[pod.uid]
+            if pod.unschedulable:  # as kube-scheduler: the condition turns True on binding
+                conditions = pod.manifest["status"]["conditions"]
+                conditions[-1] = {"type": "PodScheduled", "status": "True"}
             nodes.take(node, *shape)
             self._bind(pod, node)
         if newly_unschedulable:

@@ -117,6 +117,11 @@ async def lead(config: RuntimeConfig, election: Election, gate, stop: asyncio.Ev
     service = MasterService(
         queue, store, on_lost=lost.set, clock=loop.time, is_leader=election.is_leader
     )
+    service.term = {
+        "leader": election.address,
+        "resumed_pass": queue.meta.current_pass,
+        "resumed_done": queue.counts()["done"],
+    }
     gate.current = service
     log.info("leading (pass %d, %d tasks restored)", queue.meta.current_pass, len(queue.tasks))
     keeper = asyncio.create_task(service.housekeeping())

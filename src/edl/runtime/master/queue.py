@@ -35,6 +35,11 @@ class TaskRecord:
     trainer: str = ""
     dispatches: int = 0
     finished_passes: list[int] = field(default_factory=list)
+    dispatched_pass: int = -1  # the pass of the last dispatch: a second one is a re-dispatch
+    redispatches: int = 0
+    # trainer -> [tasks, samples] it finished of this task: persisted with the finish, so
+    # per-trainer totals survive a master failover (they are summed again on restore)
+    credits: dict[str, list[int]] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         """A detached plain copy (hand-written: dataclasses.asdict is 10x slower)."""
@@ -42,6 +47,8 @@ class TaskRecord:
             "id": self.id, "begin": self.begin, "end": self.end, "state": self.state,
             "epoch": self.epoch, "failures": self.failures, "trainer": self.trainer,
             "dispatches": self.dispatches, "finished_passes": list(self.finished_passes),
+            "dispatched_pass": self.dispatched_pass, "redispatches": self.redispatches,
+            "credits": {k: list(v) for k, v in self.credits.items()},
         }  # fmt: skip
 
     @classmethod
@@ -179,6 +186,12 @@ class TaskQueue:
         queue.tasks = {r.id: r for r in sorted(records, key=lambda r: r.id)}
         queue.todo = deque(r.id for r in queue.tasks.values() if r.state == TODO)
         for r in queue.tasks.values():
+            queue.redispatches += r.redispatches
+            for trainer, (tasks, samples) in r.credits.items():
+                stats = queue.trainers.setdefault(trainer, TrainerStats(last_seen=now, gone=True))
+                stats.tasks += tasks
+                stats.samples += samples
+        for r in queue.tasks.values():
             if r.state == PENDING:
                 queue.pending_since[r.id] = now
                 queue._touch(r.trainer, now)
@@ -199,8 +212,10 @@ class TaskQueue:
         if not self.todo:
             return Dispatch(Kind.WAIT, current_pass=self.meta.current_pass)
         task = self.tasks[self.todo.popleft()]
-        if task.dispatches > len(task.finished_passes):
+        if task.dispatched_pass == self.meta.current_pass:
+            task.redispatches += 1
             self.redispatches += 1
+        task.dispatched_pass = self.meta.current_pass
         task.state, task.trainer = PENDING, trainer
         task.epoch += 1
         task.dispatches += 1
@@ -226,6 +241,9 @@ class TaskQueue:
         self.recent_durations.append(max(0.0, now - started))
         task.state, task.trainer = DONE, ""
         task.finished_passes.append(self.meta.current_pass)
+        credit = task.credits.setdefault(trainer, [0, 0])
+        credit[0] += 1
+        credit[1] += samples
         self.dirty.add(task_id)
         stats = self.trainers[trainer]
         stats.samples += samples

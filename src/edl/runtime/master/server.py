@@ -107,6 +107,9 @@ class MasterService(pb_grpc.MasterServicer):
         self.is_leader = is_leader
         self.commits = GroupCommit(queue, store, on_lost)
         self._serving = True
+        # this term's leader and where it resumed, published with the progress so a
+        # watcher (`edl run`) can report a failover and the pass it resumed at
+        self.term: dict[str, object] = {}
 
     @property
     def serving(self) -> bool:
@@ -205,7 +208,7 @@ class MasterService(pb_grpc.MasterServicer):
             if now - last_publish >= publish_every:
                 last_publish = now
                 try:
-                    await self.store.publish_progress(self.queue.progress(now))
+                    await self.store.publish_progress({**self.queue.progress(now), **self.term})
                 except LeadershipLost:
                     raise
                 except Exception as error:  # etcd hiccup: keep serving, publish next time

@@ -1,0 +1,165 @@
+"""Collective TrainingJobs (`spec.mode: collective`): their rules, defaults and allowed sizes.
+
+A collective job runs an unmodified PyTorch DDP script under torch's elastic
+agent: no pservers and no task master. Each trainer pod is one agent node with
+`nproc-per-node` workers, so the world size is trainers x nproc-per-node. The
+spec may restrict the world sizes a resize may pick (`world-sizes`, or
+`world-size-multiple`), because a script's batch size or model sharding often
+only works for some of them.
+
+Pure: plain data in, plain data out (the parser stays below the runtime).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from edl.api.trainingjob import CollectiveSpec, TrainingJob
+
+__all__ = [
+    "COLLECTIVE",
+    "DEFAULT_MAX_RESTARTS",
+    "DEFAULT_NPROC_PER_NODE",
+    "DEFAULT_RESIZE_COOLDOWN_S",
+    "PS_ONLY_FIELDS",
+    "allowed_trainer_counts",
+    "collective_defaults",
+    "collective_problems",
+    "job_allowed_counts",
+]
+
+COLLECTIVE = "collective"
+DEFAULT_NPROC_PER_NODE = 1
+DEFAULT_RESIZE_COOLDOWN_S = 60
+DEFAULT_MAX_RESTARTS = 100
+# spec fields that only mean something with pservers and a task master, with the
+# default a collective job may carry anyway (the CRD's defaulting fills them in on
+# Kubernetes); None: any value is an error
+PS_ONLY_FIELDS: dict[str, int | None] = {
+    "pserver": None, "passes": 1, "ports_num": 1, "ports_num_for_sparse": 1,
+}
+
+Loc = tuple[str | int, ...]
+
+
+def allowed_trainer_counts(
+    minimum: int,
+    maximum: int,
+    nproc_per_node: int = 1,
+    world_sizes: Sequence[int] | None = None,
+    world_size_multiple: int | None = None,
+) -> tuple[int, ...]:
+    """Trainer counts in [minimum, maximum] whose world size the spec allows, ascending."""
+    allowed = set(world_sizes) if world_sizes else None
+    counts = []
+    for trainers in range(max(1, minimum), maximum + 1):
+        world = trainers * nproc_per_node
+        if allowed is not None and world not in allowed:
+            continue
+        if world_size_multiple and world % world_size_multiple:
+            continue
+        counts.append(trainers)
+    return tuple(counts)
+
+
+def job_allowed_counts(job: TrainingJob) -> tuple[int, ...]:
+    """The trainer counts a (validated) collective job may run with."""
+    spec = job.spec.collective or CollectiveSpec()
+    return allowed_trainer_counts(
+        int(job.spec.trainer.min_instance or 1),
+        int(job.spec.trainer.max_instance or job.spec.trainer.min_instance or 1),
+        spec.nproc_per_node or DEFAULT_NPROC_PER_NODE,
+        spec.world_sizes,
+        spec.world_size_multiple,
+    )
+
+
+def collective_problems(job: TrainingJob) -> Iterator[tuple[Loc, str]]:
+    """Every problem of the collective parts of a job (nothing for a valid or PS job)."""
+    spec = job.spec
+    if spec.mode != COLLECTIVE:
+        if spec.collective is not None:
+            yield ("spec", "collective"), "only for spec.mode: collective"
+        return
+    for name, harmless in PS_ONLY_FIELDS.items():
+        if name in spec.model_fields_set and getattr(spec, name) != harmless:
+            alias = type(spec).model_fields[name].alias or name
+            yield (
+                ("spec", alias),
+                "only for parameter-server jobs: a collective job has no pservers or task "
+                "master (remove it)",
+            )
+    collective = spec.collective or CollectiveSpec()
+    nproc = collective.nproc_per_node
+    if nproc is not None and nproc < 1:
+        yield ("spec", "collective", "nproc-per-node"), f"must be >= 1 (got {nproc})"
+        nproc = None
+    nproc = nproc or DEFAULT_NPROC_PER_NODE
+    for field, value in (
+        ("resize-cooldown", collective.resize_cooldown),
+        ("max-restarts", collective.max_restarts),
+    ):
+        if value is not None and value < 0:
+            yield ("spec", "collective", field), f"must be >= 0 (got {value})"
+    yield from _size_problems(collective, nproc)
+    yield from _min_problems(job, collective, nproc)
+
+
+def _size_problems(collective: CollectiveSpec, nproc: int) -> Iterator[tuple[Loc, str]]:
+    sizes, multiple = collective.world_sizes, collective.world_size_multiple
+    if sizes is not None and multiple is not None:
+        yield (
+            ("spec", "collective", "world-size-multiple"),
+            "set either world-sizes or world-size-multiple, not both",
+        )
+    if sizes is not None:
+        if not sizes:
+            yield ("spec", "collective", "world-sizes"), "must list at least one world size"
+        for index, size in enumerate(sizes):
+            if size < 1:
+                yield ("spec", "collective", "world-sizes", index), f"must be >= 1 (got {size})"
+            elif size % nproc:
+                yield (
+                    ("spec", "collective", "world-sizes", index),
+                    f"must be a multiple of nproc-per-node ({nproc}): each trainer runs "
+                    f"{nproc} workers (got {size})",
+                )
+    if multiple is not None and multiple < 1:
+        yield ("spec", "collective", "world-size-multiple"), f"must be >= 1 (got {multiple})"
+
+
+def _min_problems(
+    job: TrainingJob, collective: CollectiveSpec, nproc: int
+) -> Iterator[tuple[Loc, str]]:
+    """min-instance must itself give an allowed world size: the job starts with it."""
+    trainer = job.spec.trainer
+    minimum = trainer.min_instance
+    if minimum is None or minimum < 1:
+        return
+    maximum = trainer.max_instance if trainer.max_instance is not None else minimum
+    sizes = [s for s in collective.world_sizes or () if s >= 1 and s % nproc == 0]
+    multiple = collective.world_size_multiple
+    multiple = multiple if multiple is not None and multiple >= 1 else None
+    if collective.world_sizes and not sizes:
+        return  # the world sizes themselves are wrong; reported above
+    if allowed_trainer_counts(minimum, minimum, nproc, sizes, multiple):
+        return
+    rule = (
+        f"one of world-sizes {sorted(sizes)}" if sizes else f"a multiple of {multiple}"
+    )
+    counts = allowed_trainer_counts(minimum, max(maximum, minimum), nproc, sizes, multiple)
+    hint = f"; allowed trainer counts up to max-instance: {list(counts)}" if counts else ""
+    yield (
+        ("spec", "trainer", "min-instance"),
+        f"must give an allowed world size: {minimum} trainers x {nproc} workers = "
+        f"{minimum * nproc} is not {rule}{hint}",
+    )
+
+
+def collective_defaults(spec: dict[str, Any]) -> None:
+    """Fill a collective spec's defaults in place (plain data, original spellings)."""
+    collective = spec.setdefault("collective", {})
+    collective.setdefault("nproc-per-node", DEFAULT_NPROC_PER_NODE)
+    collective.setdefault("resize-cooldown", DEFAULT_RESIZE_COOLDOWN_S)
+    collective.setdefault("max-restarts", DEFAULT_MAX_RESTARTS)

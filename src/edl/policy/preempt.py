@@ -1,0 +1,169 @@
+"""Room for a waiting pod, found like the scheduler's preemption finds it.
+
+For a pod that fits no node (a service scaling up, a trainer of a job below its
+min or its fair share) every node is a candidate: its free room, plus the room
+of trainers already leaving it, plus the room of the trainers the caller allows
+to be shed there. On each node the victims are taken cheapest first, and only a
+trainer that holds something the pod still lacks on that node counts (a CPU-only
+trainer on a GPU node is useful when the pod lacks that node's CPU; a GPU trainer
+is useless to a pod that lacks only memory it does not hold). A victim set that
+turns out larger than needed is pruned. The node that needs the fewest victims,
+then the least costly ones, wins; nothing is shed when no node can be made to fit.
+
+Cost: a numpy filter over all nodes per waiting pod (free + coming + everything
+sheddable must cover the pod), then a detailed look only at the nodes that pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from edl.policy.plan_state import JobPlan
+from edl.policy.room import Room, Shape
+
+__all__ = ["CostFn", "Preemptor", "Rescue"]
+
+# (plan index, trainers of it already chosen) -> cost of shedding one more, or None
+# when that job may not give another (its floor: min-instance, or its fair share)
+CostFn = Callable[[int, int], float | None]
+
+
+class Rescue:
+    """Where a waiting pod goes: the node, and the bound trainers to shed there."""
+
+    __slots__ = ("node", "victims")
+
+    def __init__(self, node: int, victims: list[tuple[int, str]]) -> None:
+        self.node = node
+        self.victims = victims  # (plan index, pod name)
+
+
+class Preemptor:
+    """Finds and frees room for waiting pods over a plan's per-node model."""
+
+    def __init__(self, room: Room, plans: Sequence[JobPlan]) -> None:
+        self.room, self.plans = room, plans
+        self._ready = False  # most plans never search: index the trainers on first use
+
+    def _index(self) -> None:
+        self._ready = True
+        room, plans = self.room, self.plans
+        count = room.count
+        # trainers that could ever be shed, per node: (plan index, pod name)
+        self.on_node: list[list[tuple[int, str]]] = [[] for _ in range(count)]
+        held = np.zeros((3, count), dtype=np.int64)
+        by_shape: dict[Shape, list[int]] = {}
+        for index, plan in enumerate(plans):
+            nodes = by_shape.setdefault(plan.shape, [])
+            for name, node in plan.bound:
+                if node >= 0 and name:
+                    self.on_node[node].append((index, name))
+                    nodes.append(node)
+        for shape, nodes in by_shape.items():  # one count per shape, not per job
+            if nodes:
+                counts = np.bincount(np.array(nodes), minlength=count)
+                held += np.outer(np.array(shape, dtype=np.int64), counts)
+        self.held = held
+        # copies of the room, refreshed column by column from `room.dirty`: free room,
+        # free + coming, and that + every trainer that could be shed (an upper bound)
+        self.free = np.array(room.free, dtype=np.int64).reshape(3, count)
+        self.total = self.free + np.array(room.coming, dtype=np.int64).reshape(3, count)
+        self.ceiling = self.total + held
+        room.dirty.clear()
+
+    def _sync(self) -> None:
+        if not self._ready:
+            self._index()
+        room = self.room
+        for node in room.dirty:
+            for d in range(3):
+                self.free[d, node] = room.free[d][node]
+                self.total[d, node] = room.free[d][node] + room.coming[d][node]
+                self.ceiling[d, node] = self.total[d, node] + self.held[d, node]
+        room.dirty.clear()
+
+    def find(self, shape: Shape, cost: CostFn) -> Rescue | None:
+        """The best place for one pod of `shape`; victims empty when room is (coming) free."""
+        room = self.room
+        if room.count == 0:
+            return None
+        self._sync()
+        cpu, memory, gpu = shape
+        total = self.total
+        ready = np.flatnonzero((total[0] >= cpu) & (total[1] >= memory) & (total[2] >= gpu))
+        if ready.size:
+            # prefer the first node where it fits now, else the first where room is coming
+            free = self.free
+            now = ready[(free[0, ready] >= cpu) & (free[1, ready] >= memory)
+                        & (free[2, ready] >= gpu)]
+            return Rescue(int(now[0] if now.size else ready[0]), [])
+        top = self.ceiling
+        candidates = np.flatnonzero((top[0] >= cpu) & (top[1] >= memory) & (top[2] >= gpu))
+        best: tuple[int, float, int] | None = None
+        best_victims: list[tuple[int, str]] = []
+        for node in candidates.tolist():
+            victims, total_cost = self._victims_on(node, shape, total[:, node], cost)
+            if victims is None:
+                continue
+            rank = (len(victims), total_cost, node)
+            if best is None or rank < best:
+                best, best_victims = rank, victims
+        if best is None:
+            return None
+        return Rescue(best[2], best_victims)
+
+    def _victims_on(
+        self, node: int, shape: Shape, have: np.ndarray, cost: CostFn
+    ) -> tuple[list[tuple[int, str]] | None, float]:
+        """Cheapest useful victims on one node that make `shape` fit, pruned; or None."""
+        missing = [shape[d] - int(have[d]) for d in range(3)]
+        plans = self.plans
+        taken: dict[int, int] = {}
+        priced = []
+        for index, name in self.on_node[node]:
+            price = cost(index, 0)
+            if price is not None:
+                priced.append((price, name, index))
+        priced.sort()
+        chosen: list[tuple[float, str, int]] = []
+        for _, name, index in priced:
+            if all(m <= 0 for m in missing):
+                break
+            # a job gives at most what the cost function allows; each next one costs more
+            price = cost(index, taken.get(index, 0))
+            if price is None:
+                continue
+            trainer = plans[index].shape
+            if not any(missing[d] > 0 and trainer[d] > 0 for d in range(3)):
+                continue  # holds nothing the pod still lacks here: useless to shed
+            chosen.append((price, name, index))
+            taken[index] = taken.get(index, 0) + 1
+            for d in range(3):
+                missing[d] -= trainer[d]
+        if any(m > 0 for m in missing):
+            return None, 0.0
+        # prune: drop the costliest victims the pod does not need after all
+        for victim in sorted(chosen, reverse=True):
+            trainer = plans[victim[2]].shape
+            if all(missing[d] + trainer[d] <= 0 for d in range(3)):
+                chosen.remove(victim)
+                for d in range(3):
+                    missing[d] += trainer[d]
+        return [(index, name) for _, name, index in chosen], sum(p for p, _, _ in chosen)
+
+    def shed(self, rescue: Rescue, shed_one: Callable[[int, str], None]) -> None:
+        """Carry out a rescue's victims (the caller sheds; this keeps the index true)."""
+        for index, name in rescue.victims:
+            shed_one(index, name)
+            self.drop(index, name, rescue.node)
+
+    def drop(self, index: int, name: str, node: int) -> None:
+        """A trainer left the plan: it is no longer a candidate on its node."""
+        if self._ready and node >= 0 and (index, name) in self.on_node[node]:
+            self.on_node[node].remove((index, name))
+            shape = self.plans[index].shape
+            for d in range(3):
+                self.held[d, node] -= shape[d]
+                self.ceiling[d, node] -= shape[d]

@@ -1,0 +1,50 @@
+"""Why `default` decided what it did: one sentence per job, from its finished plan."""
+
+from __future__ import annotations
+
+from edl.policy.plan_state import JobPlan
+
+__all__ = ["reason"]
+
+
+def reason(plan: JobPlan) -> str:
+    """The Decision's reason: the verb (grow/shrink/keep), the counts and the cause."""
+    view = plan.view
+    before, after = view.parallelism, plan.target
+    if after < before or (plan.shrunk and plan.causes):
+        return f"shrink {before}->{after}: " + "; ".join(plan.causes or ["above max-instance"])
+    if after > before:
+        text = f"grow {before}->{after}: "
+        if before < view.min_instance and not plan.grown:
+            if plan.holding() < view.min_instance:
+                return text + "up to min-instance; waiting for room on a node"
+            return text + "up to min-instance"
+        text += f"placed on nodes with free room (fair share {plan.share})"
+        if plan.stopped == "room":
+            text += "; no node has room for more"
+        elif plan.stopped == "load":
+            text += "; CPU/GPU requests reached max load"
+        return text
+    if plan.holding() < view.min_instance:
+        return (
+            f"keep {after}: only {plan.holding()} of min-instance {view.min_instance} "
+            "trainers fit; waiting for room to be freed"
+        )
+    if after >= view.max_instance:
+        return f"keep {after}: at max-instance"
+    if plan.waiting:
+        return f"keep {after}: {plan.waiting} pending trainers wait for room being freed"
+    if plan.blocked > 0:
+        return f"keep {after}: {plan.blocked} pending trainers fit no node yet"
+    if plan.stopped == "room":
+        return (
+            f"keep {after}: no node has room for another trainer and none can be freed "
+            f"for it (fair share {plan.share})"
+        )
+    if plan.stopped == "load":
+        return f"keep {after}: CPU/GPU requests at max load (fair share {plan.share})"
+    if after > plan.share:
+        return f"keep {after}: above its fair share ({plan.share}); no job waits for the room"
+    if after == plan.share:
+        return f"keep {after}: at its fair share ({plan.share})"
+    return f"keep {after}: waiting for room (fair share {plan.share})"

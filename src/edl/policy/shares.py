@@ -1,0 +1,107 @@
+"""Placement-aware fair shares: a job's share counts only room its trainers can use.
+
+Water-filling over the aggregate capacity (the first `default`) gave a job with
+12-core trainers a share of 8-core nodes it can never run on, and then shrank
+other jobs toward shares that nobody could fill. Here every distinct trainer
+shape defines the nodes it fits on, given the room trainers may use there
+(free + coming + the room elastic trainers hold now), and a *pool*: the jobs whose
+nodes all lie among those, and what those nodes can hold of the pool's shapes
+(whole trainers per node: a 12-core trainer uses 12 of a 16-core node). Every
+pool's budget bounds its members together (`fairshare.fair_shares`), and the
+whole budget under max load bounds everyone. Node selectors and taints are not
+modelled by the policy's inputs; when they are, they narrow the same node sets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from edl.policy.fairshare import Demand, Pool, fair_shares
+from edl.policy.plan_state import Budget, JobPlan
+from edl.policy.room import Room, Shape
+
+__all__ = ["assign_fair_shares"]
+
+
+def assign_fair_shares(plans: Sequence[JobPlan], budget: Budget, room: Room) -> None:
+    """Set `share` on every plan: water-filled over the load budget and the pools."""
+    if not plans:
+        return
+    trainer_cpu = sum(p.target * p.view.cpu_request_milli for p in plans)
+    trainer_memory = sum(p.target * p.view.memory_request_mega for p in plans)
+    trainer_gpu = sum(p.target * p.view.gpu_limit for p in plans)
+    demands = [
+        Demand(
+            p.view.min_instance,
+            p.view.max_instance,
+            p.view.cpu_request_milli,
+            p.view.memory_request_mega,
+            p.view.gpu_limit,
+        )
+        for p in plans
+    ]
+    shares = fair_shares(
+        demands,
+        cpu=budget.cpu_cap - (budget.cpu - trainer_cpu),
+        memory=budget.memory_cap - (budget.memory - trainer_memory),
+        gpu=budget.gpu_cap - (budget.gpu - trainer_gpu),
+        pools=_pools(plans, room),
+    )
+    for plan, share in zip(plans, shares, strict=True):
+        plan.share = share
+
+
+def usable_room(plans: Sequence[JobPlan], room: Room) -> np.ndarray:
+    """Per node (3 x nodes): the room elastic trainers could use if they had it all."""
+    usable = np.array(room.free, dtype=np.int64) + np.array(room.coming, dtype=np.int64)
+    by_shape: dict[Shape, list[int]] = {}
+    for plan in plans:
+        nodes = by_shape.setdefault(plan.shape, [])
+        nodes.extend(node for _, node in plan.bound if node >= 0)
+        nodes.extend(plan.planned_nodes)
+    for shape, nodes in by_shape.items():  # one count per shape, not per job
+        if nodes:
+            counts = np.bincount(np.array(nodes), minlength=room.count)
+            usable += np.outer(np.array(shape, dtype=np.int64), counts)
+    return usable
+
+
+def _per_node(usable: np.ndarray, shape: Shape) -> np.ndarray:
+    """How many trainers of `shape` each node could hold (0 where it fits nowhere)."""
+    fits = np.full(usable.shape[1], np.iinfo(np.int64).max, dtype=np.int64)
+    for d in range(3):
+        if shape[d] > 0:
+            fits = np.minimum(fits, np.maximum(usable[d], 0) // shape[d])
+    if all(amount == 0 for amount in shape):
+        return np.zeros(usable.shape[1], dtype=np.int64)
+    return fits
+
+
+def _pools(plans: Sequence[JobPlan], room: Room) -> list[Pool]:
+    """One pool per distinct set of nodes some trainer shape fits on."""
+    if room.count == 0 or any(node < 0 for p in plans for _, node in p.bound):
+        return []  # where some trainers run is unknown: the aggregate budget only
+    usable = usable_room(plans, room)
+    shapes = sorted({p.shape for p in plans})
+    slots = {shape: _per_node(usable, shape) for shape in shapes}
+    eligible = {shape: slots[shape] > 0 for shape in shapes}
+    pools: list[Pool] = []
+    seen: set[bytes] = set()
+    for shape in shapes:
+        nodes = eligible[shape]
+        key = np.packbits(nodes).tobytes()
+        if key in seen or not any(amount > 0 for amount in shape):
+            continue
+        seen.add(key)
+        inside = [s for s in shapes if not np.any(eligible[s] & ~nodes) and any(s)]
+        members = [p.shape in inside for p in plans]
+        # what those nodes can hold of the pool's shapes: per node, per resource, the
+        # most any member shape can use there (whole trainers), summed over the nodes
+        held = np.zeros_like(usable)
+        for member in inside:
+            held = np.maximum(held, np.outer(np.array(member, dtype=np.int64), slots[member]))
+        budget = held[:, nodes].sum(axis=1)
+        pools.append((members, (int(budget[0]), int(budget[1]), int(budget[2]))))
+    return pools

@@ -1,0 +1,302 @@
+"""The steps of `default`'s plan that place pods and shed trainers (see default.py).
+
+Each step works on the shared per-node `Room`, the `Budget` and the `JobPlan`s;
+all are pure arithmetic on copies of the policy's inputs.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+
+from edl.accounting.types import ClusterResource
+from edl.policy.plan_state import Budget, JobPlan
+from edl.policy.preempt import CostFn, Preemptor
+from edl.policy.room import Room, Shape
+
+__all__ = [
+    "grow",
+    "make_room",
+    "place_pending_pods",
+    "place_unscheduled_trainers",
+    "rebalance",
+    "shrink_over_max_load",
+]
+
+
+def place_pending_pods(resources: ClusterResource, room: Room) -> list[Shape]:
+    """Reserve free room for pending non-trainer pods; returns those that fit nowhere."""
+    deficit = []
+    pods = sorted(
+        resources.pending,
+        key=lambda p: (-p.gpu_request, -p.cpu_request_milli, -p.memory_request_mega),
+    )
+    for pod in pods:
+        shape = (pod.cpu_request_milli, pod.memory_request_mega, pod.gpu_request)
+        if room.take(shape) < 0:
+            deficit.append(shape)
+    return deficit
+
+
+def place_unscheduled_trainers(plans: Sequence[JobPlan], room: Room) -> None:
+    """Give free room to trainers that hold none yet, least fulfilled job first.
+
+    Bound trainers beyond the target leave: named (largest hole first) when this
+    plan lowers parallelism, else already the Job controller's to remove.
+    """
+    for plan in plans:
+        surplus = len(plan.bound) - plan.target
+        if surplus > 0:
+            plan.bound.sort(key=lambda t: (t[1] < 0, -room.free[0][t[1]] if t[1] >= 0 else 0))
+            leaving, plan.bound = plan.bound[:surplus], sorted(plan.bound[surplus:])
+            if plan.target < plan.view.parallelism:
+                for name, node in leaving:
+                    if name:
+                        plan.victims.append(name)
+                        plan.victim_nodes.append(node)
+                    if node >= 0:
+                        room.release(node, plan.shape)
+
+    def order(plan: JobPlan) -> tuple[float, str, str]:
+        return (plan.fulfillment(len(plan.bound)), *plan.key)
+
+    for plan in sorted(plans, key=order):
+        for _ in range(plan.target - len(plan.bound)):
+            node = room.take(plan.shape)
+            if node < 0:
+                plan.blocked = plan.target - plan.holding()
+                break
+            plan.planned_nodes.append(node)
+
+
+def _most_fulfilled(plans: Sequence[JobPlan]) -> list[tuple[float, str, str, int]]:
+    heap = [
+        (-plan.fulfillment(), *plan.key, index)
+        for index, plan in enumerate(plans)
+        if plan.target > plan.view.min_instance
+    ]
+    heapq.heapify(heap)
+    return heap
+
+
+def shrink_over_max_load(
+    plans: Sequence[JobPlan], budget: Budget, room: Room, max_load: float
+) -> None:
+    """Shrink the most fulfilled jobs while CPU requests or GPU limits exceed max load."""
+    heap = _most_fulfilled(plans)
+    while heap and (budget.cpu > budget.cpu_cap or budget.gpu > budget.gpu_cap):
+        _, _, _, index = heapq.heappop(heap)
+        plan = plans[index]
+        if not (
+            (budget.cpu > budget.cpu_cap and plan.view.cpu_request_milli > 0)
+            or (budget.gpu > budget.gpu_cap and plan.view.gpu_limit > 0)
+        ):
+            continue  # shrinking this job would not lower what is over
+        what = "CPU requests" if budget.cpu > budget.cpu_cap else "GPU limits"
+        plan.shed(budget, room, f"{what} above {max_load:.0%} of the cluster")
+        if plan.target > plan.view.min_instance:
+            heapq.heappush(heap, (-plan.fulfillment(), *plan.key, index))
+
+
+def _settle(plan: JobPlan | None, room: Room, node: int, shape: Shape) -> None:
+    """A waiting pod takes its room on `node` (free now, or coming once leavers exit)."""
+    now = room.fits(node, shape, coming=False)
+    room.take_at(node, shape)
+    if plan is None:
+        return
+    if now:
+        plan.planned_nodes.append(node)
+        plan.blocked -= 1
+        plan.waiting = min(plan.waiting, plan.blocked)
+    else:
+        plan.waiting += 1
+
+
+def make_room(
+    plans: Sequence[JobPlan],
+    budget: Budget,
+    room: Room,
+    deficit: list[Shape],
+    preemptor: Preemptor,
+) -> list[Shape]:
+    """Preempt trainers for pending pods and for jobs below min-instance.
+
+    Each waiting pod (services first, largest first; then the missing trainers of
+    starving jobs) gets the node where the fewest, least costly trainers must go
+    for it to fit (`Preemptor`): room already coming counts first, victims come
+    from jobs above min (most fulfilled cheapest) that are not starving themselves.
+    Returns the pods no node can be made to fit.
+    """
+    starving = {i for i, p in enumerate(plans) if p.holding() < p.view.min_instance}
+    waiters: list[tuple[Shape, int]] = [(shape, -1) for shape in deficit]
+    for index in sorted(starving, key=lambda i: plans[i].key):
+        plan = plans[index]
+        waiters += [(plan.shape, index)] * (plan.view.min_instance - plan.holding())
+    if not waiters:
+        return []
+    parts = []
+    if deficit:
+        parts.append(f"{len(deficit)} pending pods that are not trainers")
+    if starving:
+        names = sorted(plans[i].view.name for i in starving)
+        more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+        parts.append(f"jobs below min-instance ({', '.join(names[:3])}{more})")
+    cause = "make room for " + " and ".join(parts)
+
+    def cost(index: int, extra: int) -> float | None:
+        plan = plans[index]
+        if index in starving or plan.target - extra <= plan.view.min_instance:
+            return None
+        return 1.0 - plan.fulfillment(plan.target - extra)
+
+    return _rescue_all(plans, budget, room, waiters, cost, cause, preemptor)
+
+
+def _rescue_all(
+    plans: Sequence[JobPlan],
+    budget: Budget,
+    room: Room,
+    waiters: list[tuple[Shape, int]],
+    cost: CostFn,
+    cause: str,
+    preemptor: Preemptor,
+) -> list[Shape]:
+    """Find room for each waiter (plan index, or -1 for a pod that is not a trainer)."""
+    hopeless: set[Shape] = set()
+    left = []
+    for shape, index in waiters:
+        rescue = None if shape in hopeless else preemptor.find(shape, cost)
+        if rescue is None:
+            hopeless.add(shape)
+            left.append(shape)
+            continue
+        preemptor.shed(rescue, lambda i, name: plans[i].shed(budget, room, cause, victim=name))
+        _settle(plans[index] if index >= 0 else None, room, rescue.node, shape)
+    return left
+
+
+def grow(plans: Sequence[JobPlan], budget: Budget, room: Room) -> None:
+    """Water-fill free node room up to the fair shares, one trainer at a time."""
+    heap = [
+        (plan.fulfillment(), *plan.key, index)
+        for index, plan in enumerate(plans)
+        if not plan.shrunk and not plan.blocked and plan.target < plan.share
+    ]
+    heapq.heapify(heap)
+    while heap:
+        _, namespace, name, index = heapq.heappop(heap)
+        plan = plans[index]
+        shape = plan.shape
+        cpu, memory, _ = shape
+        gpu_limit = plan.view.gpu_limit
+        low = plan.view.min_instance
+        span = plan.view.max_instance - low
+        # Give this job units until it passes the next least fulfilled job (one heap
+        # operation per batch instead of per trainer; same result as one at a time).
+        rival = heap[0] if heap else None
+        while True:
+            if not budget.fits(cpu, memory, gpu_limit):
+                plan.stopped = "load"
+                break
+            node = room.take(shape)
+            if node < 0:
+                plan.stopped = "room"
+                break
+            plan.planned_nodes.append(node)
+            plan.target += 1
+            plan.grown = True
+            budget.add(cpu, memory, gpu_limit, 1)
+            if plan.target >= plan.share:
+                break
+            level = (plan.target - low) / span
+            if rival is not None and (level, namespace, name) > rival[:3]:
+                heapq.heappush(heap, (level, namespace, name, index))
+                break
+
+
+def rebalance(
+    plans: Sequence[JobPlan], budget: Budget, room: Room, preemptor: Preemptor
+) -> None:
+    """Jobs above their fair share give trainers to jobs stuck below theirs.
+
+    Only where it helps: each trainer a job below its share lacks is a waiting pod
+    for the preemption search, with victims only from jobs above their share
+    (never below it, nor below min) that did not grow in this plan. When room is
+    free but the load cap stopped the growth, the donors shed for the budget. A
+    job below its share grows in a later plan, once the room is really free.
+    """
+    waiters: list[tuple[Shape, int]] = []
+    for index, plan in enumerate(plans):
+        if plan.shrunk or (plan.target >= plan.share and not plan.blocked):
+            continue
+        missing = plan.blocked - plan.waiting + max(0, plan.share - plan.target)
+        waiters += [(plan.shape, index)] * max(0, min(missing, plan.share - plan.holding()))
+    if not waiters:
+        return
+    def held_level(index: int) -> float:
+        plan = plans[index]
+        return plan.fulfillment(plan.holding() + plan.waiting)
+
+    waiters.sort(key=lambda w: (held_level(w[1]), plans[w[1]].key))
+    takers = {index for _, index in waiters}
+    granted = dict.fromkeys(takers, 0)
+    level = [0.0]  # the taker's fulfillment once it holds the trainer searched for
+
+    def cost(index: int, extra: int) -> float | None:
+        """A donor gives only while it stays at least as fulfilled as the taker
+        becomes (max-min fairness; moving a trainer between equals is churn), never
+        below min; those most above their share give first."""
+        plan = plans[index]
+        after = plan.target - extra - 1
+        if index in takers or plan.grown or after < plan.view.min_instance:
+            return None
+        if plan.fulfillment(after) < level[0]:
+            return None
+        span = plan.view.max_instance - plan.view.min_instance
+        return (plan.share - after) / span
+
+    def shed(index: int, victim: str | None, what: str = "room") -> None:
+        plan = plans[index]
+        cause = f"give {what} to jobs below their fair share (this job's share: {plan.share})"
+        plan.shed(budget, room, cause, victim=victim)
+
+    budget_cause = "CPU/GPU budget under max load"
+    # per shape, the lowest taker level at which no room could be made: a higher
+    # level only allows fewer donors, so it is hopeless too
+    hopeless: dict[Shape, float] = {}
+    for shape, index in waiters:
+        taker = plans[index]
+        # the taker's level counts the trainers that hold room, not pending ones
+        level[0] = taker.fulfillment(taker.holding() + taker.waiting + granted[index] + 1)
+        if level[0] >= hopeless.get(shape, 2.0):
+            continue
+        rescue = preemptor.find(shape, cost)
+        if rescue is None:
+            hopeless[shape] = level[0]
+            continue
+        preemptor.shed(rescue, shed)
+        granted[index] += 1
+        room.take_at(rescue.node, shape)
+        budget.add(shape[0], shape[1], taker.view.gpu_limit, 1)  # it grows next plan
+        if taker.blocked > taker.waiting:
+            taker.waiting += 1
+        while True:  # the load cap: donors above their share shed for the budget too
+            cpu_over = budget.cpu > budget.cpu_cap and shape[0] > 0
+            gpu_over = budget.gpu > budget.gpu_cap and taker.view.gpu_limit > 0
+            donors = [
+                (price, plans[i].key, i)
+                for i in range(len(plans))
+                if (cpu_over and plans[i].shape[0] > 0)
+                or (gpu_over and plans[i].view.gpu_limit > 0)
+                if (price := cost(i, 0)) is not None
+            ]
+            if not donors:
+                break
+            donor = plans[min(donors)[2]]
+            if donor.blocked or donor.planned_nodes or not donor.bound:
+                shed(min(donors)[2], None, budget_cause)  # holding no bound room: first
+                continue
+            name, node = donor.bound[donor.largest_hole(room)]
+            shed(min(donors)[2], name or None, budget_cause)
+            preemptor.drop(min(donors)[2], name, node)
+

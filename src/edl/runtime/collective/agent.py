@@ -1,0 +1,166 @@
+"""`edl agent`: one trainer pod of a collective job, supervising torch's elastic agent.
+
+It finds the rendezvous store (``EDL_RDZV_ENDPOINT``, else the address the
+master published in etcd), starts torchrun with the `edl` rendezvous in a child
+process (`edl.runtime.collective.torchrun`), and while it runs: echoes its
+output, publishes the script's ``name=value`` metric lines to etcd, and forwards
+SIGTERM. Exit codes follow `edl trainer`: 0 when the workers finished, 143 for a
+drained pod (SIGTERM: a scale-down; the trainer Job ignores it), otherwise the
+agent's code with the last error line printed.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import IO
+
+from edl.procs import die_with_parent
+from edl.runtime.collective import gateway, keys
+from edl.runtime.collective.launch import AgentConfig, LaunchError, config_from_env, torchrun_args
+from edl.runtime.collective.metrics import parse_metrics
+
+SIGTERM_EXIT = 128 + signal.SIGTERM
+# Each rendezvous round's workers get a fresh store, hosted by their rank 0 on a new
+# port, instead of sharing the rank-0 agent's store across rounds: there, keys are
+# prefixed by each agent's own restart count, which drifts apart when one agent's
+# workers fail and another's are restarted for a membership change, and workers then
+# read the previous round's addresses (gloo: "connection refused", round after round).
+WORKER_STORE_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+ENDPOINT_WAIT_S = 120.0
+
+
+class AgentError(RuntimeError):
+    """The agent cannot start; `code` is the exit status to use."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def find_endpoint(env: Mapping[str, str], config: AgentConfig, wait_s: float) -> str:
+    """The store's host:port: the env's (the master Service), else the one in etcd."""
+    given = (env.get("EDL_RDZV_ENDPOINT") or "").strip()
+    if given:
+        return given
+    endpoints = env.get("EDL_ETCD_ENDPOINTS") or ""
+    if not endpoints:
+        raise AgentError("EDL_RDZV_ENDPOINT or EDL_ETCD_ENDPOINTS: one is required", 2)
+    key = keys.rendezvous_key(config.namespace, config.job)
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            address = gateway.get(endpoints, key)
+        except OSError:
+            address = None
+        if address:
+            return address
+        if time.monotonic() > deadline:
+            raise AgentError(
+                f"no rendezvous store published at {key} within {wait_s:.0f} s "
+                "(is the master pod running `edl rendezvous`?)",
+                1,
+            )
+        time.sleep(0.5)
+
+
+class _Metrics:
+    """Publishes metric lines to etcd (merged: the last value of each name wins)."""
+
+    def __init__(self, env: Mapping[str, str], config: AgentConfig) -> None:
+        self.endpoints = env.get("EDL_ETCD_ENDPOINTS") or ""
+        self.key = keys.metrics_key(config.namespace, config.job)
+        self.values: dict[str, float] = {}
+
+    def feed(self, line: str) -> None:
+        found = parse_metrics(line)
+        if not found:
+            return
+        self.values.update(found)
+        if self.endpoints:
+            try:
+                gateway.put(self.endpoints, self.key, json.dumps(self.values))
+            except OSError as error:
+                print(f"edl agent: metrics not published: {error}", file=sys.stderr, flush=True)
+
+
+def _pump(source: IO[bytes], sink: IO[str], on_line: Callable[[str], None]) -> None:
+    for raw in source:
+        line = raw.decode(errors="replace")
+        sink.write(line)
+        sink.flush()
+        on_line(line)
+
+
+def run_agent(env: Mapping[str, str], endpoint_wait_s: float = ENDPOINT_WAIT_S) -> int:
+    """Run this pod's agent to the end; returns the exit status for `edl agent`."""
+    try:
+        config = config_from_env(env)
+        endpoint = find_endpoint(env, config, endpoint_wait_s)
+        args = torchrun_args(config, endpoint, sys.executable)
+    except LaunchError as error:
+        raise AgentError(str(error), 2) from None
+    workspace = env.get("EDL_WORKSPACE") or os.getcwd()
+    if not os.path.isdir(workspace):
+        raise AgentError(f"EDL_WORKSPACE: not a directory: {workspace}", 2)
+    child_env = {**env, "PYTHONUNBUFFERED": "1", **WORKER_STORE_ENV}
+    argv = [sys.executable, "-m", "edl.runtime.collective.torchrun", *args]
+    print(f"edl agent: torchrun {' '.join(args)}", file=sys.stderr, flush=True)
+    child = subprocess.Popen(
+        argv, cwd=workspace, env=child_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        preexec_fn=die_with_parent,
+    )
+    metrics = _Metrics(env, config)
+    tail: collections.deque[str] = collections.deque(maxlen=20)
+
+    def remember(line: str) -> None:
+        if line.strip():
+            tail.append(line.rstrip())
+
+    assert child.stdout is not None and child.stderr is not None
+    pumps = [
+        threading.Thread(target=_pump, args=(child.stdout, sys.stdout, metrics.feed), daemon=True),
+        threading.Thread(target=_pump, args=(child.stderr, sys.stderr, remember), daemon=True),
+    ]
+    for pump in pumps:
+        pump.start()
+    drained = threading.Event()
+
+    def forward(signum: int, frame: object) -> None:
+        drained.set()
+        if child.poll() is None:
+            child.send_signal(signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    code = child.wait()
+    for pump in pumps:
+        pump.join(timeout=2)
+    if code == 0:
+        return 0
+    if drained.is_set():
+        return SIGTERM_EXIT
+    reason = _reason(list(tail))
+    print(
+        f"edl agent: entrypoint {config.entrypoint!r} failed under torchrun (status {code}): "
+        f"{reason}",
+        file=sys.stderr,
+        flush=True,
+    )
+    return code if code > 0 else 1
+
+
+def _reason(lines: list[str]) -> str:
+    """The most telling of the last error lines (torchrun ends with a banner of '=')."""
+    for line in reversed(lines):
+        text = line.strip()
+        if text and not set(text) <= set("=-*") and "Traceback" not in text:
+            return text
+    return "no error output"

@@ -1,0 +1,142 @@
+"""The `edl` rendezvous handler, registered with torch's handler registry.
+
+It is torch's own dynamic rendezvous on the c10d backend — the store is the
+`TCPStore` the master pod hosts (`edl rendezvous`), so every agent is a client
+(``is_host=false``) — wrapped to report each completed rendezvous (round, rank,
+number of nodes) to the job's etcd, where `edl run` and `edl status` read world
+size changes and restarts. The rendezvous protocol itself is torch's, unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from torch.distributed.elastic.rendezvous import (
+    RendezvousHandler,
+    RendezvousInfo,
+    RendezvousParameters,
+    dynamic_rendezvous,
+    rendezvous_handler_registry,
+)
+from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend as c10d
+
+from edl.runtime.collective import gateway, keys
+
+log = logging.getLogger(__name__)
+
+BACKEND = "edl"
+Report = Callable[[dict[str, Any]], None]
+current: ReportingHandler | None = None  # this process's handler (one agent per process)
+
+
+class ReportingHandler(RendezvousHandler):
+    """Delegates to torch's handler; tells ``report`` about every rendezvous it joins."""
+
+    def __init__(self, inner: RendezvousHandler, report: Report) -> None:
+        self._inner = inner
+        self._report = report
+        self.rendezvous = 0  # rendezvous joined by this agent; each after the first is a restart
+
+    def get_backend(self) -> str:
+        return BACKEND
+
+    @property
+    def use_agent_store(self) -> bool:
+        return self._inner.use_agent_store
+
+    def next_rendezvous(self) -> RendezvousInfo:
+        info = self._inner.next_rendezvous()
+        self.rendezvous += 1
+        state = getattr(getattr(self._inner, "_state_holder", None), "state", None)
+        self._report(
+            {
+                "round": getattr(state, "round", None),
+                "rank": info.rank,
+                "nodes": info.world_size,
+                "rendezvous": self.rendezvous,
+                "time": time.time(),
+            }
+        )
+        return info
+
+    def is_closed(self) -> bool:
+        return self._inner.is_closed()
+
+    def set_closed(self) -> None:
+        self._inner.set_closed()
+
+    def num_nodes_waiting(self) -> int:
+        return self._inner.num_nodes_waiting()
+
+    def get_run_id(self) -> str:
+        return self._inner.get_run_id()
+
+    def shutdown(self) -> bool:
+        return self._inner.shutdown()
+
+    def leave(self, timeout_s: float = 5.0) -> bool:
+        """Leave the rendezvous without closing it: a drained node (SIGTERM, a scale-down).
+
+        torch's launcher leaves the rendezvous open on a signal, so the others carry on,
+        but keeps this node a participant until its heartbeats lapse; leaving at once
+        lets the survivors' next round form without that wait. Uses torch's own exit
+        operation (the first step of every `next_rendezvous`), reached through private
+        attributes: if they are not there, the heartbeats lapse as before.
+        """
+        inner = self._inner
+        try:
+            inner._stop_heartbeats()  # type: ignore[attr-defined]
+            inner._op_executor.run(  # type: ignore[attr-defined]
+                dynamic_rendezvous._RendezvousExitOp(), time.monotonic() + timeout_s
+            )
+        except Exception as error:  # best effort: the node's heartbeats will lapse anyway
+            log.warning("could not leave the rendezvous: %r", error)
+            return False
+        log.info("left the rendezvous")
+        return True
+
+
+def etcd_reporter(env: dict[str, str] | None = None) -> Report:
+    """A report function writing to ``collective/agents/<pod>`` of the job's etcd."""
+    env = dict(os.environ if env is None else env)
+    endpoints = env.get("EDL_ETCD_ENDPOINTS", "")
+    nproc = int(env.get("EDL_NPROC_PER_NODE") or 1)
+    key = keys.agent_key(
+        env.get("EDL_NAMESPACE") or "default",
+        env.get("EDL_JOB_NAME") or "edl-job",
+        env.get("EDL_POD_NAME") or f"agent-{os.getpid()}",
+    )
+
+    def report(event: dict[str, Any]) -> None:
+        event = {**event, "world_size": int(event["nodes"]) * nproc}
+        log.info("rendezvous: %s", event)
+        if not endpoints:
+            return
+        try:
+            gateway.put(endpoints, key, json.dumps(event))
+        except OSError as error:  # the display misses one round; training goes on
+            log.warning("rendezvous not reported to etcd: %s", error)
+
+    return report
+
+
+def create_handler(params: RendezvousParameters) -> RendezvousHandler:
+    """torch's c10d dynamic rendezvous as a client of the master pod's store."""
+    params.config.setdefault("is_host", "false")
+    backend, store = c10d.create_backend(params)
+    inner = dynamic_rendezvous.create_handler(store, backend, params)
+    global current
+    current = ReportingHandler(inner, etcd_reporter())
+    return current
+
+
+def register() -> None:
+    """Make ``--rdzv-backend=edl`` known to torch (idempotent)."""
+    with contextlib.suppress(ValueError):  # already registered in this process
+        rendezvous_handler_registry.register(BACKEND, create_handler)

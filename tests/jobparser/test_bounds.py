@@ -1,0 +1,44 @@
+"""Defect 5: every integer field is bounded (JobParser.validate; the CRD: tests/kube)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from edl.jobparser import JobParser, JobValidationError
+from edl.jobparser.validation import INT32_MAX, INT_BOUNDS
+from int_bounds import HUGE, bound_cases, job
+
+
+def parser_problems(obj: dict[str, Any]) -> list[tuple[str, str]]:
+    try:
+        JobParser().validate(obj)
+    except JobValidationError as error:
+        return error.problems
+    return []
+
+
+def test_the_reported_instance_count_is_rejected_before_it_reaches_a_manifest() -> None:
+    obj = job(**{"spec.trainer.max-instance": HUGE, "spec.trainer.min-instance": HUGE})
+    found = dict(parser_problems(obj))
+    assert set(found) == {"spec.trainer.min-instance", "spec.trainer.max-instance"}
+    assert f"got {HUGE}" in found["spec.trainer.max-instance"]
+
+
+@pytest.mark.parametrize("path", sorted(INT_BOUNDS))
+def test_each_integer_field_is_bounded(path: str) -> None:
+    for obj, ok in bound_cases(path):
+        paths = [p for p, _ in parser_problems(obj)]
+        assert (path not in paths) is ok, (obj, paths)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(min_value=1, max_value=INT_BOUNDS["spec.trainer.max-instance"][1]))
+def test_every_valid_count_renders_int32_fields(count: int) -> None:
+    parsed = JobParser().validate(job(**{"spec.trainer.max-instance": count}))
+    trainer_job = JobParser().parse_to_trainer(parsed)
+    spec = trainer_job["spec"]
+    assert 0 <= spec["parallelism"] <= INT32_MAX and 0 <= spec["backoffLimit"] <= INT32_MAX

@@ -1,0 +1,226 @@
+"""The collective runtime's parts: the agent's command line, metric lines, the etcd
+gateway, and torch's rendezvous through the registered `edl` handler on a real store."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from edl.coord.embedded import EmbeddedEtcd
+from edl.procs import free_port
+from edl.runtime.collective import gateway, handler, keys
+from edl.runtime.collective.agent import AgentError, find_endpoint, run_agent
+from edl.runtime.collective.launch import LaunchError, config_from_env, expand, torchrun_args
+from edl.runtime.collective.metrics import parse_metrics
+
+ENV = {
+    "EDL_JOB_NAME": "ddp",
+    "EDL_NAMESPACE": "team-a",
+    "EDL_TRAINERS": "2",
+    "EDL_TRAINERS_MAX": "4",
+    "EDL_NPROC_PER_NODE": "2",
+    "EDL_MAX_RESTARTS": "7",
+    "EDL_ENTRYPOINT": "python train.py --checkpoint $(CKPT)/a.pt --x $$HOME",
+    "EDL_POD_IP": "10.0.0.7",
+    "CKPT": "/shared",
+}
+
+
+def test_torchrun_arguments_of_a_pod() -> None:
+    args = torchrun_args(config_from_env(ENV), "ddp-master.team-a.svc:7164", "/py")
+    assert args[:6] == [
+        "--nnodes=2:4", "--nproc-per-node=2", "--max-restarts=7", "--rdzv-backend=edl",
+        "--rdzv-endpoint=ddp-master.team-a.svc:7164", "--rdzv-id=team-a-ddp",
+    ]
+    assert "--local-addr=10.0.0.7" in args
+    worker = ["--no-python", "/py", "-m", "edl.runtime.collective.worker"]
+    assert args[-11:] == [*worker, "/py", "-u", "train.py", "--checkpoint", "/shared/a.pt",
+                          "--x", "$HOME"]
+    assert torchrun_args(config_from_env(ENV), "h:1", "/py")[-11:] == args[-11:]
+    other = torchrun_args(config_from_env({**ENV, "EDL_ENTRYPOINT": "./run.sh 3"}), "h:1", "/py")
+    assert other[-6:] == [*worker, "./run.sh", "3"]
+
+
+def test_a_worker_dies_with_its_agent(tmp_path: Path) -> None:
+    # agent: starts a worker in a new session (as torch does), prints its pid, then hangs
+    agent = subprocess.Popen(
+        [sys.executable, "-c",
+         "import subprocess, sys, time\n"
+         "w = subprocess.Popen([sys.executable, '-m', 'edl.runtime.collective.worker',"
+         " sys.executable, '-c', 'import time; time.sleep(600)'], start_new_session=True)\n"
+         "print(w.pid, flush=True); time.sleep(600)"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    assert agent.stdout is not None
+    worker = int(agent.stdout.readline())
+    time.sleep(1.0)  # the worker has exec'd its command
+    assert b"time.sleep(600)" in Path(f"/proc/{worker}/cmdline").read_bytes()
+    agent.kill()
+    agent.wait()
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{worker}").exists() and time.monotonic() < deadline:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(worker, os.WNOHANG)
+        time.sleep(0.1)
+    assert not _alive(worker), "the worker outlived its SIGKILLed agent"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2:].split()[0] != "Z"
+
+
+def test_every_bad_agent_variable_is_named() -> None:
+    bad = {"EDL_TRAINERS": "two", "EDL_TRAINERS_MAX": "0", "EDL_MAX_RESTARTS": "-1"}
+    with pytest.raises(LaunchError) as caught:
+        config_from_env(bad)
+    message = str(caught.value)
+    for name in ("EDL_TRAINERS:", "EDL_TRAINERS_MAX:", "EDL_MAX_RESTARTS:", "EDL_ENTRYPOINT:"):
+        assert name in message, message
+    with pytest.raises(LaunchError, match="must be followed by a script"):
+        torchrun_args(config_from_env({**ENV, "EDL_ENTRYPOINT": "python -c 1"}), "h:1")
+
+
+@given(st.text(alphabet="ab$()_X ", max_size=20))
+def test_expansion_leaves_unknown_names_and_never_fails(text: str) -> None:
+    assert expand(text, {}) == text.replace("$$", "$") or "$$" in text
+    assert "$(X)" not in expand(text, {"X": "v"})
+
+
+def test_metric_lines_are_name_value_pairs_only() -> None:
+    assert parse_metrics("epoch=3 loss=0.1182 accuracy=0.9611\n") == {
+        "epoch": 3.0, "loss": 0.1182, "accuracy": 0.9611}
+    assert parse_metrics("val/acc=1e-3, step=7") == {"val/acc": 0.001, "step": 7.0}
+    for line in ("INFO rank=0 world_size=2 joined", "Traceback (most recent call last):",
+                 "accuracy=high", "", "loss = 0.3"):
+        assert parse_metrics(line) == {}, line
+
+
+def test_gateway_and_the_agents_endpoint_lookup_on_a_real_etcd() -> None:
+    with EmbeddedEtcd() as server:
+        endpoints = server.endpoints
+        gateway.put(endpoints, keys.agent_key("ns", "j", "p1"), json.dumps({"round": 1}))
+        gateway.put(endpoints, keys.metrics_key("ns", "j"), "{}")
+        gateway.put(endpoints, keys.agent_key("ns", "j2", "p1"), "other job")
+        found = gateway.get_prefix(endpoints, keys.job_prefix("ns", "j"))
+        assert set(found) == {keys.agent_key("ns", "j", "p1"), keys.metrics_key("ns", "j")}
+        config = config_from_env({**ENV, "EDL_JOB_NAME": "j", "EDL_NAMESPACE": "ns"})
+        env = {"EDL_ETCD_ENDPOINTS": endpoints}
+        with pytest.raises(AgentError, match="no rendezvous store published"):
+            find_endpoint(env, config, wait_s=0.5)
+        gateway.put(endpoints, keys.rendezvous_key("ns", "j"), "127.0.0.1:555")
+        assert find_endpoint(env, config, wait_s=5) == "127.0.0.1:555"
+        assert find_endpoint({**env, "EDL_RDZV_ENDPOINT": "svc:1"}, config, 5) == "svc:1"
+    with pytest.raises(OSError):
+        gateway.get(endpoints, "gone")
+
+
+def test_agent_refuses_to_start_without_its_variables() -> None:
+    with pytest.raises(AgentError) as caught:
+        run_agent({"EDL_TRAINERS": "1"})
+    assert caught.value.code == 2 and "EDL_ENTRYPOINT" in str(caught.value)
+    done = subprocess.run([sys.executable, "-m", "edl.cli.main", "agent"], env={"PATH": ""},
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "edl agent: EDL_TRAINERS: required; EDL_ENTRYPOINT: required (the TrainingJob's "
+        "spec.trainer.entrypoint)"]
+
+
+def test_two_agents_meet_through_the_registered_handler_on_the_masters_store(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from torch.distributed import TCPStore
+    from torch.distributed.elastic.rendezvous import (
+        RendezvousParameters,
+        rendezvous_handler_registry,
+    )
+
+    reports: list[dict[str, Any]] = []
+    monkeypatch.setattr(handler, "etcd_reporter", lambda env=None: reports.append)
+    port = free_port()
+    store = TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False,
+                     timeout=timedelta(seconds=30), multi_tenant=True)
+    handler.register()
+    results: dict[int, Any] = {}
+    both = threading.Barrier(2, timeout=90)  # closing before the other has synced ends its join
+
+    def join(index: int) -> None:
+        params = RendezvousParameters(
+            backend="edl", endpoint=f"127.0.0.1:{port}", run_id="t", min_nodes=2, max_nodes=2,
+            local_addr="127.0.0.1", last_call_timeout=1, join_timeout=60)
+        agent = rendezvous_handler_registry.create_handler(params)
+        assert agent.get_backend() == "edl"
+        info = agent.next_rendezvous()
+        results[index] = (info.rank, info.world_size, agent.use_agent_store)
+        both.wait()
+        assert agent.shutdown() and agent.is_closed()
+
+    threads = [threading.Thread(target=join, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=90)
+    del store
+    assert sorted(r[0] for r in results.values()) == [0, 1]
+    assert {r[1] for r in results.values()} == {2}
+    assert sorted(r["rank"] for r in reports) == [0, 1]
+    assert {(r["round"], r["nodes"], r["rendezvous"]) for r in reports} == {(0, 2, 1)}
+
+
+def test_a_drained_agent_leaves_so_the_next_round_need_not_wait_for_its_heartbeats(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from torch.distributed import TCPStore
+    from torch.distributed.elastic.rendezvous import (
+        RendezvousParameters,
+        rendezvous_handler_registry,
+    )
+
+    monkeypatch.setattr(handler, "etcd_reporter", lambda env=None: lambda event: None)
+    port = free_port()
+    store = TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False,
+                     timeout=timedelta(seconds=30), multi_tenant=True)
+    handler.register()
+    agents: list[Any] = [None, None]
+    worlds: list[int] = [0, 0]
+    start = threading.Barrier(2, timeout=60)
+
+    def join(index: int) -> None:
+        # heartbeats lapse only after 3 x 30 s: far beyond this test's wait
+        params = RendezvousParameters(
+            backend="edl", endpoint=f"127.0.0.1:{port}", run_id="leave", min_nodes=1,
+            max_nodes=2, local_addr="127.0.0.1", last_call_timeout=5, join_timeout=60,
+            keep_alive_interval=30, keep_alive_max_attempt=3)
+        agents[index] = rendezvous_handler_registry.create_handler(params)
+        start.wait()
+        worlds[index] = agents[index].next_rendezvous().world_size
+
+    threads = [threading.Thread(target=join, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=90)
+    assert worlds == [2, 2]
+    assert agents[0].leave()
+    began = time.monotonic()
+    again = agents[1].next_rendezvous()
+    assert again.world_size == 1 and again.rank == 0
+    assert time.monotonic() - began < 20, "waited for the drained agent's heartbeats"
+    agents[1].shutdown()
+    del store

@@ -1,0 +1,58 @@
+"""The packing bound of the steady window (`edl.sim.bound`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from edl.sim.bound import steady_utilization_bound
+from edl.sim.runner import run_policy
+from edl.sim.scenario import load_scenario, parse_scenario
+
+
+def scenario(trainer_cpu: str, load: float = 1.0, most: int = 10):
+    data: dict[str, Any] = {
+        "name": "bound",
+        "duration_s": 120,
+        "autoscaler": {"max_load_desired": load},
+        "measure": {"utilization_until_s": 100, "steady_state": {"start": 60, "end": 100}},
+        "cluster": {"node_groups": [
+            {"name": "n", "count": 2, "allocatable": {"cpu": "10", "memory": "64Gi"}}
+        ]},
+        "training": {"jobs": [{
+            "name": "j", "submit_at": 0,
+            "trainer": {"min": 1, "max": most, "resources": {"requests": {"cpu": trainer_cpu}}},
+            "pserver": {"count": 1, "resources": {"requests": {"cpu": "2"}}},
+            "master": {"resources": {"requests": {"cpu": "1"}}},
+        }]},
+    }
+    return parse_scenario(data, "bound")
+
+
+def test_whole_pods_per_node_not_aggregate_cores() -> None:
+    # 2 nodes x 10 cores, a 2-core pserver and a 1-core master; 4-core trainers:
+    # (master + 2 trainers) + (pserver + 2 trainers) -> 19 of 20 cores
+    assert steady_utilization_bound(scenario("4")) == pytest.approx(95.0)
+    # 3-core trainers: (master + 3) + (pserver + 2) -> 18 cores, never 20
+    assert steady_utilization_bound(scenario("3")) == pytest.approx(90.0)
+
+
+def test_max_load_caps_the_bound() -> None:
+    # 16 of 20 cores may be requested: master + pserver + 13 one-core trainers
+    assert steady_utilization_bound(scenario("1", load=0.8, most=20)) == pytest.approx(80.0)
+    # ...and max-instance caps it too: 3 + 10 cores
+    assert steady_utilization_bound(scenario("1", load=0.8)) == pytest.approx(65.0)
+
+
+def test_case1_matches_the_exact_per_node_program() -> None:
+    # bench/simulate.py --bound solves case 1 exactly (patterns of all kinds): 91.16 %
+    assert steady_utilization_bound(load_scenario("case1")) == pytest.approx(91.16, abs=0.01)
+
+
+@pytest.mark.parametrize("placement", ["spread", "binpack"])
+@pytest.mark.parametrize("policy", ["default", "reference", "static"])
+def test_no_run_beats_the_bound(policy: str, placement: str) -> None:
+    s = scenario("3").model_copy(update={"placement": placement})
+    steady = run_policy(s, policy, 0).metrics.steady_utilization_pct
+    assert steady is not None and steady <= steady_utilization_bound(s) + 1e-6
