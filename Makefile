@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test run lint bench clean
+.PHONY: venv test run lint bench clean k8s
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -18,7 +18,15 @@ $(STAMP): pyproject.toml Makefile
 
 venv: $(STAMP)
 
-test: $(STAMP)
+# kube-apiserver, kube-controller-manager, kube-scheduler and kwok for tests/e2e, built from
+# the Go modules pinned in tools/k8s/ into ~/.cache/edl/k8s/<versions>/ once, then reused
+# ($$KUBEBUILDER_ASSETS wins if it holds them). A failed build fails `make test`;
+# EDL_E2E=0 turns the e2e suite (and this build) off.
+k8s:
+	@if [ "$${EDL_E2E:-1}" = 0 ]; then echo "EDL_E2E=0: Kubernetes e2e suite off"; \
+	else bash tools/k8s/build.sh >/dev/null; fi
+
+test: $(STAMP) k8s
 	$(BIN)/ruff check src tests bench
 	$(BIN)/python -m pytest -q
 

@@ -42,11 +42,15 @@ def _listen(value: str) -> tuple[str, int]:
               help="Seconds the leader keeps trying to renew before it steps down.")
 @click.option("--retry-period", type=click.FloatRange(0.1), default=2.0, show_default=True,
               help="Seconds between attempts to acquire or renew the Lease.")
+@click.option("--delete-victims", is_flag=True,
+              help="On a shrink, delete the trainer pods the policy chose (needs `delete` on "
+                   "pods, which deploy/rbac.yaml does not grant); default: the Job "
+                   "controller chooses.")
 @click.option("-v", "--verbose", is_flag=True, help="Log at debug level.")
 def controller(server: str | None, namespace: str | None, policy: str, max_load_desired: float,
                interval: float, status_interval: float, listen: str, lease_namespace: str,
                lease_name: str, identity: str, lease_duration: float, renew_deadline: float,
-               retry_period: float, verbose: bool) -> None:
+               retry_period: float, delete_victims: bool, verbose: bool) -> None:
     """Watch TrainingJobs, create their children, and scale trainers to fit the cluster."""
     from edl.kube.leader import LeaseLost
     from edl.kube.runner import ControllerOptions, ControllerProcess
@@ -66,6 +70,7 @@ def controller(server: str | None, namespace: str | None, policy: str, max_load_
         interval=interval, status_interval=status_interval, host=host, port=port,
         lease_namespace=lease_namespace, lease_name=lease_name, identity=identity,
         lease_duration=lease_duration, renew_deadline=renew_deadline, retry_period=retry_period,
+        delete_victims=delete_victims,
     )
     async def main() -> None:
         process = ControllerProcess(options)

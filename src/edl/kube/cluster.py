@@ -95,7 +95,7 @@ class KubeCluster(KubeManagedTrainers):
 
     def __init__(self, client: AsyncClient, *, namespace: str | None = None,
                  events: EventRecorder | None = None,
-                 watch_client: AsyncClient | None = None,
+                 watch_client: AsyncClient | None = None, delete_victims: bool = True,
                  fence: Callable[[], bool] | None = None) -> None:
         self.client = client
         # every write first asks fence() (the leader still holds its Lease), each attempt
@@ -115,7 +115,9 @@ class KubeCluster(KubeManagedTrainers):
         self._jobs: dict[JobKey, dict[str, Any]] = {}  # latest TrainingJob bodies seen
         self._dispatch_lock = asyncio.Lock()
         self.last_resources: ClusterResource | None = None
-        self._victims_allowed = True  # False after a 403 on deleting a trainer pod
+        # Delete the trainer pods the policy names on a shrink (needs `delete` on pods);
+        # False when not asked to, or after a 403: the Job controller then picks.
+        self._victims_allowed = delete_victims
 
     # -- lifecycle -----------------------------------------------------------------------
 

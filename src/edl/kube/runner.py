@@ -52,6 +52,9 @@ class ControllerOptions:
     lease_duration: float = 15.0
     renew_deadline: float = 10.0
     retry_period: float = 2.0
+    # Off by default: deploy/rbac.yaml grants no `delete` on pods, and a controller that
+    # tried anyway would be refused (403) on its first shrink.
+    delete_victims: bool = False
 
 
 class ControllerProcess:
@@ -134,7 +137,9 @@ class ControllerProcess:
                  self.elector.identity)
         self.health.leader = True
         cluster = KubeCluster(self.client, namespace=options.namespace, events=self.events,
-                              watch_client=self.watch_client, fence=self.elector.holds_lease)
+                              watch_client=self.watch_client,
+                              delete_victims=options.delete_victims,
+                              fence=self.elector.holds_lease)
         self.cluster = cluster
         await cluster.start()
         self.health.synced = True

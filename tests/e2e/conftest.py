@@ -1,0 +1,128 @@
+"""End-to-end fixtures: one real control plane per session, `edl controller` as a process.
+
+The control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok) is
+started once for the session; `deploy/namespace.yaml`, `deploy/crd.yaml` and
+`deploy/rbac.yaml` are applied as a cluster admin would. The controller runs outside the
+cluster with a token of the `edl-controller` ServiceAccount, so the API server's RBAC
+authorizer decides every call it makes exactly as `deploy/rbac.yaml` says; a `403` in
+its log fails the test.
+
+EDL_E2E=0 turns this suite off (for a machine that cannot build the Kubernetes binaries);
+otherwise a missing Go toolchain or a failed build is an error, never a skip.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from e2e.control_plane import ControlPlane, PlaneConfig, k8s_binaries, keep_or_remove
+from e2e.helpers import CONTROLLER_ARGS, EDL, SYSTEM_NAMESPACE, Controller, load_yaml
+from e2e.rest import Rest
+from edl.procs import free_port
+from polling import wait_until
+
+if os.environ.get("EDL_E2E", "1") == "0":
+    collect_ignore_glob = ["test_*.py"]
+
+
+@pytest.fixture(scope="session")
+def plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
+    """The running control plane, with edl's namespace, CRD and RBAC applied."""
+    work = Path(tempfile.mkdtemp(prefix="edl-e2e-"))
+    cp = ControlPlane(bin_dir=k8s_binaries(), work_dir=work, config=PlaneConfig())
+    try:
+        cp.start()
+        rest = Rest(cp)
+        rest.apply(load_yaml("namespace.yaml"))
+        rest.apply(load_yaml("crd.yaml"))
+        wait_until(lambda: _crd_established(rest), 60, "the TrainingJob CRD Established")
+        rest.apply(load_yaml("rbac.yaml"))
+        yield cp
+    finally:
+        cp.stop()
+        note = keep_or_remove(cp, failed=request.session.testsfailed > 0)
+        if note:
+            print(f"\n{note}", file=sys.stderr)
+
+
+def _crd_established(rest: Rest) -> bool:
+    crd = rest.get("CustomResourceDefinition", "trainingjobs.edl.dev")
+    conditions = (crd.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+
+@pytest.fixture(scope="session")
+def rest(plane: ControlPlane) -> Rest:
+    return Rest(plane)
+
+
+@pytest.fixture(scope="session")
+def controller_kubeconfig(plane: ControlPlane) -> Path:
+    """A kubeconfig with a token of ServiceAccount edl-system/edl-controller, nothing more."""
+    return plane.service_account_kubeconfig(SYSTEM_NAMESPACE, "edl-controller",
+                                            plane.work_dir / "edl-controller.kubeconfig")
+
+
+@pytest.fixture
+def namespace(rest: Rest, plane: ControlPlane) -> Iterator[str]:
+    """A fresh namespace for one test, deleted (and waited for) afterwards."""
+    name = f"e2e-{uuid.uuid4().hex[:6]}"
+    rest.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    wait_until(lambda: _has_default_sa(rest, name), 30, "the default ServiceAccount")
+    yield name
+    rest.delete("Namespace", name)
+    # The next test counts cluster capacity: wait until this one's pods are gone.
+    wait_until(lambda: rest.find("Namespace", name) is None, 120, f"namespace {name} deleted")
+    plane.check_running()
+
+
+def _has_default_sa(rest: Rest, namespace: str) -> bool:
+    return rest.find("ServiceAccount", "default", namespace) is not None
+
+
+@pytest.fixture
+def start_controller(controller_kubeconfig: Path, plane: ControlPlane,
+                     tmp_path: Path) -> Iterator[Callable[..., Controller]]:
+    """`start_controller(identity)` runs `edl controller` as the ServiceAccount; every process
+    is stopped after the test, and any 403 in its log fails the test."""
+    started: list[Controller] = []
+
+    def start(identity: str = "replica-a", *extra: str) -> Controller:
+        port = free_port()
+        log = tmp_path / f"controller-{identity}.log"
+        env = {**os.environ, "KUBECONFIG": str(controller_kubeconfig), "PYTHONUNBUFFERED": "1",
+               "NO_PROXY": "127.0.0.1,localhost",
+               "POD_NAME": identity}  # Events' reportingInstance, as in the Deployment
+        env.pop("HTTPS_PROXY", None)
+        env.pop("https_proxy", None)
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                [EDL, "controller", f"--listen=127.0.0.1:{port}", f"--identity={identity}",
+                 *CONTROLLER_ARGS, *extra],
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+        controller = Controller(identity, proc, log, port)
+        started.append(controller)
+        return controller
+
+    yield start
+    for controller in started:
+        controller.stop()
+    keep = plane.logs / "controllers"
+    keep.mkdir(exist_ok=True)
+    problems = []
+    for controller in started:
+        with contextlib.suppress(OSError):
+            (keep / f"{tmp_path.name}-{controller.log.name}").write_text(controller.text())
+        problems += [f"{controller.identity}: {line}" for line in controller.forbidden_lines()]
+    assert not problems, "the controller was refused by RBAC:\n" + "\n".join(problems[:20])
+
+

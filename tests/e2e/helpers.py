@@ -1,0 +1,131 @@
+"""What the e2e tests share besides fixtures: the controller process, jobs and waits."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from e2e.control_plane import ROOT
+from e2e.rest import ApiError, Rest
+from polling import wait_until
+
+EDL = str(Path(sys.executable).with_name("edl"))
+SYSTEM_NAMESPACE = "edl-system"
+# Fast loops for tests: a tick every second, a Lease that expires in 6 s.
+CONTROLLER_ARGS = ["--interval=1", "--status-interval=0.5", "--lease-duration=6",
+                   "--renew-deadline=4", "--retry-period=0.5",
+                   f"--lease-namespace={SYSTEM_NAMESPACE}"]
+FORBIDDEN_MARKS = ("Forbidden", "forbidden", "403 Forbidden", "code=403", "\"code\":403")
+
+
+def load_yaml(name: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all((ROOT / "deploy" / name).read_text()) if d]
+
+
+@dataclass
+class Controller:
+    """One `edl controller` process and its log."""
+
+    identity: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+    port: int
+    # Byte ranges of the log where a 403 is expected (see `offset`), not a defect.
+    excused: list[tuple[int, int]] = field(default_factory=list)
+
+    def offset(self) -> int:
+        """The log's current size: mark where an excused window starts or ends."""
+        return self.log.stat().st_size
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+    def forbidden_lines(self) -> list[str]:
+        data = self.log.read_bytes()
+        for start, end in sorted(self.excused, reverse=True):
+            data = data[:start] + data[end:]
+        return [line for line in data.decode(errors="replace").splitlines()
+                if any(mark in line for mark in FORBIDDEN_MARKS)]
+
+
+def trainingjob(name: str, *, min_instance: int = 2, max_instance: int = 6,
+                trainer_cpu: str = "500m", **spec: Any) -> dict[str, Any]:
+    """The README's example job (deploy/example-trainingjob.yaml) renamed and resized."""
+    job = load_yaml("example-trainingjob.yaml")[0]
+    job["metadata"] = {"name": name}
+    trainer = job["spec"]["trainer"]
+    trainer["min-instance"], trainer["max-instance"] = min_instance, max_instance
+    trainer["resources"]["requests"]["cpu"] = trainer_cpu
+    job["spec"].update(spec)
+    return job
+
+
+def wait_tj(rest: Rest, namespace: str, name: str, check: Callable[[dict[str, Any]], Any],
+            timeout: float = 90, label: str = "") -> Any:
+    """Poll TrainingJob `name` until `check(obj)` is truthy; its value."""
+    def probe() -> Any:
+        try:
+            return check(rest.get("TrainingJob", name, namespace))
+        except (KeyError, TypeError, IndexError, ApiError):
+            return None
+    return wait_until(probe, timeout, label or f"TrainingJob {name}")
+
+
+def trainer_pods(rest: Rest, namespace: str, job: str, phase: str = "Running") -> list[str]:
+    """Names of the job's trainer pods in `phase` that are not being deleted."""
+    pods = rest.list("Pod", namespace, f"edl.dev/job={job},edl.dev/role=trainer")
+    return sorted(p["metadata"]["name"] for p in pods
+                  if p.get("status", {}).get("phase") == phase
+                  and not p["metadata"].get("deletionTimestamp"))
+
+
+def parallelism(rest: Rest, namespace: str, job: str) -> int | None:
+    found = rest.find("Job", f"{job}-trainer", namespace)
+    return None if found is None else found["spec"].get("parallelism")
+
+
+def wait_trainers(rest: Rest, namespace: str, job: str, count: int, timeout: float = 90) -> None:
+    """Until the trainer Job asks for `count` trainers and exactly that many run."""
+    def settled() -> bool:
+        return (parallelism(rest, namespace, job) == count
+                and len(trainer_pods(rest, namespace, job)) == count)
+    try:
+        wait_until(settled, timeout, f"{job}: {count} trainers running")
+    except AssertionError as error:
+        raise AssertionError(
+            f"{error}; now parallelism {parallelism(rest, namespace, job)}, running "
+            f"{len(trainer_pods(rest, namespace, job))}") from None
+
+
+def filler(rest: Rest, namespace: str, replicas: int, cpu: str = "500m") -> None:
+    """The README's `filler` Deployment (pause pods requesting `cpu`), created or scaled."""
+    rest.apply([{
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "filler", "namespace": namespace},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": "filler"}},
+            "template": {
+                "metadata": {"labels": {"app": "filler"}},
+                "spec": {"containers": [{
+                    "name": "pause", "image": "registry.k8s.io/pause:3.9",
+                    "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}}}]},
+            },
+        },
+    }])

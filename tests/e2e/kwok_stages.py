@@ -1,0 +1,191 @@
+"""kwok's configuration for the e2e cluster: the lifecycle its fake kubelets play.
+
+Adapted from kwok's own stage sets (kustomize/stage/node/fast and pod/general of
+sigs.k8s.io/kwok), with three changes that make pods behave like long-running trainers
+rather than batch work:
+
+* no `pod-complete` stage: a running pod runs until it is deleted (kwok's general set
+  would complete every Job pod at once, finishing every trainer Job);
+* `pod-terminate`: a pod being deleted that still carries finalizers (the Job controller's
+  tracking finalizer) is first terminated with exit code 143, as a kubelet's SIGTERM would;
+  the Job controller then removes the finalizer and `pod-delete` removes the pod;
+* `pod-crash`: trainer pods of the jobs named in `PlaneConfig.crash_jobs` exit 1 with a
+  Python traceback's last line as their termination message, to exercise backoffLimit.
+
+No node heartbeat stage: no node lifecycle controller runs, so nothing marks nodes NotReady.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+API = "kwok.x-k8s.io/v1alpha1"
+CRASH_MESSAGE = "RuntimeError: injected trainer crash (kwok stage pod-crash)"
+
+
+def _stage(name: str, kind: str, selector: list[dict[str, Any]], delay_ms: int,
+           next_: dict[str, Any]) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "resourceRef": {"apiGroup": "v1", "kind": kind},
+        "selector": {"matchExpressions": selector},
+        "next": next_,
+    }
+    if delay_ms:
+        spec["delay"] = {"durationMilliseconds": delay_ms}
+    return {"apiVersion": API, "kind": "Stage", "metadata": {"name": name}, "spec": spec}
+
+
+def _expr(key: str, operator: str, *values: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"key": key, "operator": operator}
+    if values:
+        out["values"] = list(values)
+    return out
+
+
+NOT_DELETED = _expr(".metadata.deletionTimestamp", "DoesNotExist")
+DELETED = _expr(".metadata.deletionTimestamp", "Exists")
+
+NODE_INITIALIZE = """
+{{ $now := Now }}
+{{ $lastTransitionTime := or .metadata.creationTimestamp $now }}
+conditions:
+{{ range NodeConditions }}
+- lastHeartbeatTime: {{ $now | Quote }}
+  lastTransitionTime: {{ $lastTransitionTime | Quote }}
+  message: {{ .message | Quote }}
+  reason: {{ .reason | Quote }}
+  status: {{ .status | Quote }}
+  type: {{ .type | Quote }}
+{{ end }}
+addresses:
+- address: {{ NodeIP | Quote }}
+  type: InternalIP
+- address: {{ NodeName | Quote }}
+  type: Hostname
+allocatable:
+{{ YAML .status.allocatable 1 }}
+capacity:
+{{ YAML .status.capacity 1 }}
+nodeInfo:
+  architecture: amd64
+  kubeletVersion: {{ printf "kwok-%s" Version | Quote }}
+  operatingSystem: linux
+phase: Running
+"""
+
+POD_CREATED = ("""
+{{ $now := Now }}
+conditions:
+- lastTransitionTime: {{ $now | Quote }}
+  status: "True"
+  type: Initialized
+- lastTransitionTime: {{ $now | Quote }}
+  reason: ContainersNotReady
+  status: "False"
+  type: Ready
+- lastTransitionTime: {{ $now | Quote }}
+  reason: ContainersNotReady
+  status: "False"
+  type: ContainersReady
+containerStatuses:
+{{ range .spec.containers }}
+- image: {{ .image | Quote }}
+  name: {{ .name | Quote }}
+  ready: false
+  restartCount: 0
+  started: false
+  state:
+    waiting:
+      reason: ContainerCreating
+{{ end }}
+hostIP: {{ NodeIPWith .spec.nodeName | Quote }}
+podIP: {{ PodIPWith .spec.nodeName ( or .spec.hostNetwork false ) ( or .metadata.uid "" ) """
+    """( or .metadata.name "" ) ( or .metadata.namespace "" ) | Quote }}
+phase: Pending
+""")
+
+POD_RUNNING = """
+{{ $now := Now }}
+conditions:
+- lastTransitionTime: {{ $now | Quote }}
+  status: "True"
+  type: Initialized
+- lastTransitionTime: {{ $now | Quote }}
+  status: "True"
+  type: Ready
+- lastTransitionTime: {{ $now | Quote }}
+  status: "True"
+  type: ContainersReady
+containerStatuses:
+{{ range .spec.containers }}
+- image: {{ .image | Quote }}
+  name: {{ .name | Quote }}
+  ready: true
+  restartCount: 0
+  started: true
+  state:
+    running:
+      startedAt: {{ $now | Quote }}
+{{ end }}
+phase: Running
+startTime: {{ $now | Quote }}
+"""
+
+
+def _terminated(exit_code: int, reason: str, message: str) -> str:
+    return f"""
+{{{{ $now := Now }}}}
+conditions:
+- lastTransitionTime: {{{{ $now | Quote }}}}
+  reason: PodFailed
+  status: "False"
+  type: Ready
+containerStatuses:
+{{{{ range .spec.containers }}}}
+- image: {{{{ .image | Quote }}}}
+  name: {{{{ .name | Quote }}}}
+  ready: false
+  restartCount: 0
+  started: false
+  state:
+    terminated:
+      exitCode: {exit_code}
+      reason: {reason}
+      message: {message!r}
+      finishedAt: {{{{ $now | Quote }}}}
+{{{{ end }}}}
+phase: Failed
+"""
+
+
+def kwok_config(config: Any) -> list[dict[str, Any]]:
+    """The Stage documents for a `PlaneConfig` (node and pod lifecycles, crash injection)."""
+    node_ready = _expr('.status.conditions.[] | select( .type == "Ready" ) | .status',
+                       "NotIn", "True")
+    pod_stages = [
+        _stage("pod-create", "Pod",
+               [NOT_DELETED, _expr(".status.podIP", "DoesNotExist")],
+               config.pod_start_ms, {"statusTemplate": POD_CREATED}),
+        _stage("pod-ready", "Pod",
+               [NOT_DELETED, _expr(".status.phase", "In", "Pending"),
+                _expr(".status.podIP", "Exists")],
+               config.pod_ready_ms, {"statusTemplate": POD_RUNNING}),
+        _stage("pod-terminate", "Pod",
+               [DELETED, _expr(".metadata.finalizers", "Exists"),
+                _expr(".status.phase", "In", "Pending", "Running")],
+               config.pod_stop_ms,
+               {"statusTemplate": _terminated(143, "Error", "terminated by SIGTERM")}),
+        _stage("pod-delete", "Pod",
+               [DELETED, _expr(".metadata.finalizers", "DoesNotExist")],
+               config.pod_stop_ms, {"delete": True}),
+    ]
+    if config.crash_jobs:
+        pod_stages.append(_stage(
+            "pod-crash", "Pod",
+            [NOT_DELETED, _expr(".status.phase", "In", "Running"),
+             _expr('.metadata.labels["edl.dev/role"]', "In", "trainer"),
+             _expr('.metadata.labels["edl.dev/job"]', "In", *config.crash_jobs)],
+            config.crash_after_ms,
+            {"statusTemplate": _terminated(1, "Error", CRASH_MESSAGE)}))
+    return [_stage("node-initialize", "Node", [node_ready], 0,
+                   {"statusTemplate": NODE_INITIALIZE}), *pod_stages]

@@ -1,0 +1,74 @@
+"""deploy/rbac.yaml under the real RBAC authorizer: the controller's ServiceAccount may do
+what its code calls and nothing else. (Every other e2e test runs the controller with this
+ServiceAccount's token and fails on any 403 in its log.)"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from e2e.control_plane import ControlPlane
+from e2e.rest import Rest
+
+USER = "system:serviceaccount:edl-system:edl-controller"
+ALLOWED = [
+    ("", "nodes", "watch", "", ""), ("", "pods", "list", "", ""),
+    ("batch", "jobs", "create", "team-a", ""), ("batch", "jobs", "patch", "team-a", ""),
+    ("apps", "replicasets", "delete", "team-a", ""), ("", "services", "get", "team-a", ""),
+    ("edl.dev", "trainingjobs", "watch", "", ""),
+    ("", "events", "create", "team-a", ""),
+    ("coordination.k8s.io", "leases", "patch", "edl-system", "edl-controller"),
+]
+DENIED = [
+    ("", "secrets", "get", "team-a", ""), ("", "configmaps", "list", "", ""),
+    ("", "pods", "create", "team-a", ""), ("", "pods", "delete", "team-a", ""),
+    ("batch", "jobs", "list", "", ""), ("batch", "jobs", "update", "team-a", ""),
+    ("edl.dev", "trainingjobs", "delete", "team-a", ""),
+    ("coordination.k8s.io", "leases", "patch", "kube-system", "kube-scheduler"),
+    ("coordination.k8s.io", "leases", "patch", "edl-system", "other-leader"),
+    ("apiextensions.k8s.io", "customresourcedefinitions", "list", "", ""),
+]
+
+
+def allowed(rest: Rest, group: str, resource: str, verb: str, namespace: str,
+            name: str) -> bool:
+    review = rest.call("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", {
+        "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+        "spec": {"user": USER,
+                 "groups": ["system:serviceaccounts", "system:serviceaccounts:edl-system",
+                            "system:authenticated"],
+                 "resourceAttributes": {"group": group, "resource": resource, "verb": verb,
+                                        "namespace": namespace, "name": name}}})
+    return bool(review["status"].get("allowed"))
+
+
+@pytest.mark.parametrize("attrs", ALLOWED + DENIED)
+def test_the_authorizer_follows_deploy_rbac_yaml(rest: Rest, attrs: tuple[str, ...]) -> None:
+    assert allowed(rest, *attrs) == (attrs in ALLOWED)
+
+
+def test_the_controller_token_is_refused_outside_its_grant(
+        plane: ControlPlane, controller_kubeconfig: Path) -> None:
+    token = yaml.safe_load(controller_kubeconfig.read_text())["users"][0]["user"]["token"]
+    context = ssl.create_default_context(cafile=str(plane.pki.ca_cert))
+
+    def get(path: str) -> int:
+        request = urllib.request.Request(plane.url + path,
+                                         headers={"Authorization": f"Bearer {token}"})
+        try:
+            with urllib.request.urlopen(request, context=context, timeout=10) as answer:
+                json.loads(answer.read())
+                return answer.status
+        except urllib.error.HTTPError as error:
+            return error.code
+
+    assert get("/api/v1/nodes") == 200
+    assert get("/apis/edl.dev/v1/trainingjobs") == 200
+    assert get("/api/v1/namespaces/kube-system/secrets") == 403
+    assert get("/apis/batch/v1/jobs") == 403  # children are never listed
