@@ -3,9 +3,11 @@
 Prints each figure with its target and the ratio (wall / target; below 1 is good).
 Run: .venv/bin/python bench/simulate.py
 
-``--experiment [SEEDS]`` instead reproduces the 2017 experiment as the original ran it:
-case1 and case2, every policy, SEEDS runs each (default 10), under both scheduler
-placements; prints a markdown table of the means (min-max in brackets).
+``--experiment [SEEDS] [--trainers managed|job]`` instead reproduces the 2017 experiment
+as the original ran it: case1 and case2, every policy, SEEDS runs each (default 10),
+under both scheduler placements; prints a markdown table of the means (min-max in
+brackets). ``--trainers job`` runs the trainer Job by the Job controller (the design
+before issue 10, on the faithful model) instead of edl's controller.
 
 ``--suite [SEEDS [SCENARIOS [PNG]]]`` runs every policy on every shipped scenario
 under both placements and prints one markdown table (bench/suite.py).
@@ -111,7 +113,7 @@ def _cell(values: list[Any]) -> str:
     )
 
 
-def experiment(seeds: int) -> None:
+def experiment(seeds: int, trainers: str = "managed") -> None:
     """The original ran each case 10 times ON and OFF; so do we, for every policy."""
     labels = [label for _, label in EXPERIMENT_KEYS]
     header = ["case", "placement", "policy", *labels, "service targets reached"]
@@ -123,7 +125,8 @@ def experiment(seeds: int) -> None:
             scenario = base.model_copy(update={"placement": placement})
             for policy in ("static", "reference", "default"):
                 runs = [
-                    run_policy(scenario, policy, seed).metrics.as_json() for seed in range(seeds)
+                    run_policy(scenario, policy, seed, trainer_workload=trainers).metrics.as_json()
+                    for seed in range(seeds)
                 ]
                 cells = [_cell([run[key] for run in runs]) for key, _ in EXPERIMENT_KEYS]
                 reached = [run["service_targets_reached"] for run in runs]
@@ -216,7 +219,15 @@ def main() -> None:
         bound()
         return
     if len(sys.argv) > 1 and sys.argv[1] == "--experiment":
-        experiment(int(sys.argv[2]) if len(sys.argv) > 2 else 10)
+        args = sys.argv[2:]
+        trainers = "managed"
+        if "--trainers" in args:
+            at = args.index("--trainers")
+            trainers = args[at + 1] if at + 1 < len(args) else ""
+            del args[at:at + 2]
+            if trainers not in ("managed", "job"):
+                sys.exit("bench/simulate.py: --trainers must be managed or job")
+        experiment(int(args[0]) if args else 10, trainers)
         return
     # Warm-up (imports, caches): the first 60 s of case1 under each policy.
     warm_up = load_scenario("case1").model_copy(update={"duration_s": 60.0})

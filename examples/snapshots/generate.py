@@ -80,7 +80,7 @@ def training_job(name: str, min_instance: int, max_instance: int) -> dict[str, A
         "kind": "TrainingJob",
         "metadata": {"name": name, "namespace": NAMESPACE, "uid": uid(name)},
         "spec": {
-            "image": "edl/runtime:latest",
+            "image": "ghcr.io/edl-dev/edl-runtime:0.1.0",
             "fault_tolerant": True,
             "trainer": {
                 "entrypoint": "python -m edl.examples.mnist",

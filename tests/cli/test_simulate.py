@@ -77,3 +77,35 @@ def test_a_scenario_can_come_from_a_pipe() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["policy"] == "default"
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    import csv
+
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_timeline_csv_per_policy(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        simulate_command, [TINY, "--policy", "static,default", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    for policy in ("static", "default"):
+        rows = read_csv(tmp_path / policy / "timeline.csv")
+        assert list(rows[0]) == [
+            "t_s", "cpu_running_pct", "trainers_running:default/job-1",
+            "trainers_running:default/job-2", "replicas_running:default/web",
+            "replicas_desired:default/web",
+        ]
+        assert [float(row["t_s"]) for row in rows] == [float(t) for t in range(81)]
+        assert rows[10]["replicas_desired:default/web"] == "2"
+        assert rows[66]["replicas_desired:default/web"] == "0"  # scaled to 0 at 65 s
+        assert 0 < float(rows[30]["cpu_running_pct"]) <= 100
+    static = read_csv(tmp_path / "static" / "timeline.csv")
+    assert static[30]["trainers_running:default/job-1"] == "12"
+
+
+def test_timeline_csv_flat_with_one_policy(tmp_path: Path) -> None:
+    result = CliRunner().invoke(simulate_command, [TINY, "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert len(read_csv(tmp_path / "timeline.csv")) == 81

@@ -80,8 +80,10 @@ def test_pod_failure_action(policy, pod, expected):
 
 
 def trainer_job(max_instance: int = 2, min_instance: int = 2) -> dict[str, Any]:
-    """The JobParser's trainer Job of a small TrainingJob `demo`."""
-    return JobParser().parse_to_trainer(
+    """The JobParser's trainer Job of a small TrainingJob `demo`, run by the Job
+    controller (the design before managedBy; the pair of rules is what a cluster
+    without JobManagedBy applies)."""
+    job = JobParser().parse_to_trainer(
         {
             "apiVersion": "edl.dev/v1",
             "kind": "TrainingJob",
@@ -97,6 +99,8 @@ def trainer_job(max_instance: int = 2, min_instance: int = 2) -> dict[str, Any]:
             },
         }
     )
+    del job["spec"]["managedBy"]
+    return job
 
 
 class Scripted(SimulatedPodRunner):
@@ -180,17 +184,22 @@ def test_scale_downs_and_evictions_never_fail_the_trainer_job(clock):
 
     async def scenario():
         await cluster.create_job(manifest)
+        async def both_running():  # scale-ups wait out the Job's growing back-off record
+            while sum(p.phase == "Running" for p in cluster.pod_records()) < 2:
+                await asyncio.sleep(5)
+
         for _ in range(limit + 3):
-            await asyncio.sleep(5)
+            await both_running()
             cluster.scale("Job", "default", "demo-trainer", 1)
             await asyncio.sleep(5)
             cluster.scale("Job", "default", "demo-trainer", 2)
-            await asyncio.sleep(5)
+            await both_running()
             pod_runner.stop_code = 137
             (victim, *_) = [p.name for p in cluster.pod_records() if p.phase == "Running"]
             cluster.evict_pod("default", victim)
             await asyncio.sleep(5)
             pod_runner.stop_code = 143
+        await both_running()
         return await cluster.get_trainer_job_by_name("default", "demo-trainer")
 
     job = clock.run(scenario())

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import random
 
+import pytest
+
 from edl.cluster.inproc import InProcessCluster, SimulatedPodRunner, Uniform, VirtualClock
 from edl.cluster.port import ConflictError
 from edl.control.autoscaler import Autoscaler
@@ -239,3 +241,18 @@ def test_scale_down_takes_effect_in_the_same_instant(clock, cluster_factory, man
     assert when == 10.0
     assert counts.desired < 6
     assert counts.terminating == 6 - counts.desired
+
+
+@pytest.mark.parametrize(("status", "done"), [
+    ({}, False),
+    ({"conditions": [{"type": "Suspended", "status": "False", "reason": "JobResumed"}]}, False),
+    ({"conditions": [{"type": "Complete", "status": "False"}]}, False),
+    ({"conditions": [{"type": "Complete", "status": "True"}]}, True),
+    ({"conditions": [{"type": "FailureTarget", "status": "True"}]}, True),
+    ({"conditions": [{"type": "Failed", "status": "True"}]}, True),
+    ({"succeeded": 1, "active": 3}, True),  # the work is done: no pod would be created
+])
+def test_only_a_true_terminal_condition_or_a_success_ends_scaling(status, done):
+    from edl.control.autoscaler import trainer_job_done
+
+    assert trainer_job_done({"status": status}) is done

@@ -36,7 +36,12 @@ def children(cluster, name):
     ]:
         obj = cluster.store.peek(kind, "default", child)
         if obj is not None:
-            found[(kind, child)] = obj["metadata"]["resourceVersion"]
+            meta = obj["metadata"]
+            # the trainer Job's status is the trainer controller's to refresh (managedBy):
+            # its identity and spec are what must not change
+            version = (meta["uid"], meta["generation"]) if kind == "Job" else meta[
+                "resourceVersion"]
+            found[(kind, child)] = version
     return found
 
 

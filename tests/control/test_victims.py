@@ -42,7 +42,7 @@ def run_shrink(cluster, manifests, clock, choose_nodes):
         before = trainer_nodes(cluster, leaving=False)
         named = choose_nodes(before)
         await autoscaler._scale(Decision("default", "j", 6, 4, "test", named))
-        await asyncio.sleep(0)  # the Job controller reconciles
+        await asyncio.sleep(0.1)  # the trainer controller reconciles (pods go at once)
         job = await cluster.get_trainer_job_by_name("default", "j-trainer")
         return before, named, trainer_nodes(cluster, leaving=True), job["spec"]["parallelism"]
 

@@ -11,6 +11,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import edl
 from edl.api.trainingjob import TrainingJob
 from edl.jobparser import DEFAULT_IMAGE, JobParser, JobValidationError
 
@@ -43,7 +44,7 @@ def test_defaults_are_filled() -> None:
     job = parser.validate(minimal())
     spec = job.spec
     assert (spec.port, spec.ports_num, spec.ports_num_for_sparse, spec.passes) == (7164, 1, 1, 1)
-    assert spec.image == DEFAULT_IMAGE == "edl/runtime:latest"
+    assert spec.image == DEFAULT_IMAGE == f"ghcr.io/edl-dev/edl-runtime:{edl.__version__}"
     assert spec.fault_tolerant is False and spec.host_network is False
     assert (spec.trainer.min_instance, spec.trainer.max_instance) == (2, 2)
     assert (spec.pserver.min_instance, spec.pserver.max_instance) == (1, 1)
@@ -321,3 +322,25 @@ def test_any_value_anywhere_is_a_validation_error_never_a_crash(mutations) -> No
     for parse in (parser.parse_to_master, parser.parse_to_pserver, parser.parse_to_trainer,
                   parser.parse_to_service):
         assert parse(job)["metadata"]["name"].startswith(job["metadata"]["name"])
+
+
+def test_one_runtime_image_name_everywhere_and_examples_that_run() -> None:
+    """The CRD default, the shipped examples and the Dockerfile's tag name one image,
+    tagged with the package version; each example's trainer script exists in the repo
+    (the runtime image copies examples/ to /home/edl/examples)."""
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[2]
+    assert f"-t {DEFAULT_IMAGE} ." in (root / "deploy/Dockerfile.runtime").read_text()
+    crd = yaml.safe_load((root / "deploy/crd.yaml").read_text())
+    spec_schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert spec_schema["properties"]["image"]["default"] == DEFAULT_IMAGE
+    for path in ("deploy/example-trainingjob.yaml", "examples/jobs/mnist.yaml"):
+        job = yaml.safe_load((root / path).read_text())
+        assert job["spec"]["image"] == DEFAULT_IMAGE, path
+        trainer = job["spec"]["trainer"]
+        workspace = trainer["workspace"].removeprefix("/home/edl/")
+        script = trainer["entrypoint"].split()[-1]
+        assert (root / workspace / script).is_file(), path

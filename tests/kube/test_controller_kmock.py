@@ -36,6 +36,7 @@ from polling import eventually
 ROOT = Path(__file__).resolve().parents[2]
 TJ = kmock.resource("edl.dev/v1/trainingjobs")
 JOBS = kmock.resource("batch/v1/jobs")
+PODS = kmock.resource("v1/pods")
 RS = kmock.resource("apps/v1/replicasets")
 SVC = kmock.resource("v1/services")
 EVENTS = kmock.resource("v1/events")
@@ -131,21 +132,28 @@ async def test_create_makes_owned_children_status_and_a_scale_event(
                               if stored(emulator, TJ, "mnist").get("status", {}).get("replicas")
                               == 6 else None)
     assert status["observedGeneration"] == 1
-    assert status["trainers"] == {"desired": 6, "running": 0, "pending": 0}
+    assert status["selector"] == "edl.dev/job=mnist,edl.dev/role=trainer"  # scale subresource
+    assert status["trainers"]["desired"] == 6 and status["trainers"]["running"] == 0
+    # edl's controller creates the managed trainer Job's pods itself (the emulator
+    # schedules none: they stay Pending)
+    job_uid = stored(emulator, JOBS, "mnist-trainer")["metadata"]["uid"]
+    trainers = await eventually(lambda: [
+        p for p in [_plain(o) for (r, _, _), o in list(emulator.objects.items())
+                    if r == PODS and not o.deleted]
+        if (p["metadata"].get("labels") or {}).get("edl.dev/job") == "mnist"
+    ] if len([1 for (r, _, _), o in list(emulator.objects.items())
+              if r == PODS and not o.deleted]) == 6 else None)
+    assert all(p["metadata"]["ownerReferences"][0]["uid"] == job_uid for p in trainers)
     conditions = {c["type"]: c for c in status["conditions"]}
     assert conditions["Ready"]["status"] == "False"
     assert conditions["Scaling"]["status"] == "True"
     assert conditions["Failed"]["status"] == "False"
 
-    # The test plays scheduler + kubelet: two trainer pods bound and Running.
-    for i in range(2):
-        await api.create(Pod.from_dict({
-            "metadata": {"name": f"mnist-trainer-{i}", "namespace": "default",
-                         "labels": {"edl.dev/job": "mnist", "edl.dev/role": "trainer"}},
-            "spec": {"nodeName": "node-0", "containers": [{"name": "trainer", "image": "x",
-                     "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}}}]},
-            "status": {"phase": "Running"},
-        }), namespace="default")
+    # The test plays scheduler + kubelet: two of those pods bound and Running.
+    for pod in trainers[:2]:
+        await api.patch(Pod, pod["metadata"]["name"], {
+            "spec": {"nodeName": "node-0"}, "status": {"phase": "Running"}},
+            namespace="default", patch_type=PatchType.MERGE)
     status = await eventually(
         lambda: stored(emulator, TJ, "mnist")["status"]
         if stored(emulator, TJ, "mnist")["status"]["trainers"]["running"] == 2 else None)

@@ -109,7 +109,9 @@ def test_crd_names_subresources_and_columns() -> None:
     assert version["subresources"]["scale"] == {
         "specReplicasPath": ".spec.trainer.min-instance",
         "statusReplicasPath": ".status.replicas",
+        "labelSelectorPath": ".status.selector",  # an HPA needs it
     }
+    assert crd["spec"]["names"]["categories"] == ["edl"]  # not in `kubectl delete all`
     columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
     assert columns == {
         "State": ".status.state",

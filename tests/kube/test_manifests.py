@@ -42,8 +42,12 @@ def test_rbac_is_least_privilege() -> None:
     managed = {"get", "create", "patch", "delete"}  # server-side apply = create + patch
     assert cluster_wide == {
         ("", "nodes"): read,
-        ("", "pods"): read,
+        ("", "pods"): read | {"create", "delete"},  # trainer pods (managed trainer Job)
         ("batch", "jobs"): managed,
+        ("batch", "jobs/status"): {"patch"},
+        # blockOwnerDeletion under OwnerReferencesPermissionEnforcement
+        ("batch", "jobs/finalizers"): {"update"},
+        ("edl.dev", "trainingjobs/finalizers"): {"update"},
         ("apps", "replicasets"): managed,
         ("", "services"): managed,
         ("edl.dev", "trainingjobs"): read | {"patch"},

@@ -16,8 +16,8 @@ KNOWN_OVERSIZED: set[str] = set()
 
 # edl.kube, bottom to top: a module imports only from its own layer or the ones below.
 KUBE_LAYERS = (
-    ("client", "retry", "crd", "status", "events", "failures"),
-    ("reflector", "state"),
+    ("client", "retry", "crd", "status", "events", "failures", "trainer_index"),
+    ("reflector", "state", "managed"),
     ("cluster",),
     ("operator", "autoscaling", "throughput", "leader", "metrics", "runner"),
 )

@@ -43,7 +43,9 @@ def test_static_matches_the_hand_computed_run(tiny) -> None:
 def test_reference_reproduces_the_original_weakness(tiny) -> None:
     """The 2017 algorithm grows job-1 to max and never sheds for job-2 (requests < 97 %)."""
     metrics = run_policy(tiny, "reference").metrics
-    assert metrics.jobs_never_started == 1
+    # job-2 (submitted at 6 s) gets no trainer while job-1 holds the cluster; at most one
+    # once web leaves at 65 s (where its room lands depends on the scheduler's scores)
+    assert metrics.pending_by_job["job-2"] >= 65.0 - 6.0
 
 
 def test_default_starts_every_job_and_shares_fairly(tiny) -> None:

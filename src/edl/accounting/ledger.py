@@ -23,6 +23,7 @@ __all__ = [
     "ResourceLedger",
     "is_trainer_pod",
     "node_capacity",
+    "node_schedulable",
 ]
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
@@ -64,6 +65,26 @@ def node_capacity(node: Mapping[str, Any]) -> NodeCapacity:
     )
 
 
+def node_schedulable(node: Mapping[str, Any]) -> bool:
+    """Whether a new edl pod could be scheduled on this Node dict (pure).
+
+    Not when it is cordoned (``spec.unschedulable``), not Ready (a ``Ready``
+    condition that is not "True"; a node that reports no conditions is taken as
+    Ready), or tainted ``NoSchedule``/``NoExecute``: edl's pods carry no
+    tolerations (the default ones for ``not-ready``/``unreachable`` go with NotReady
+    anyway). ``PreferNoSchedule`` only discourages, so it leaves the room counted.
+    """
+    spec = node.get("spec") or {}
+    if spec.get("unschedulable"):
+        return False
+    for condition in (node.get("status") or {}).get("conditions") or ():
+        if condition.get("type") == "Ready" and condition.get("status") != "True":
+            return False
+    return not any(
+        taint.get("effect") in ("NoSchedule", "NoExecute") for taint in spec.get("taints") or ()
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class _PodEntry:
     resources: PodResources
@@ -79,11 +100,17 @@ class ResourceLedger:
     the original); it uses a node's room only once bound (`spec.nodeName`).
     A pod bound to a node the ledger does not know yet is kept, and its room is
     taken as soon as that node is added.
+
+    A node no new pod can be scheduled on (cordoned, NotReady, tainted:
+    `node_schedulable`) offers no room: it is left out of the per-node room, and
+    counts in the totals only with what its pods request (as if it were full), so
+    the load ratio stays what the pods really use of the schedulable cluster.
     """
 
     def __init__(self, is_trainer: Callable[[Mapping[str, Any]], bool] = is_trainer_pod) -> None:
         self._is_trainer = is_trainer
         self._nodes: dict[str, NodeCapacity] = {}
+        self._closed: dict[str, NodeCapacity] = {}  # nodes no new pod can go to
         self._used_cpu: dict[str, int] = {}
         self._used_memory: dict[str, int] = {}
         self._used_gpu: dict[str, int] = {}
@@ -94,9 +121,12 @@ class ResourceLedger:
 
     # -- nodes -------------------------------------------------------------------------
 
-    def set_node(self, name: str, capacity: NodeCapacity) -> None:
-        """Add a node or replace its capacity."""
+    def set_node(self, name: str, capacity: NodeCapacity, schedulable: bool = True) -> None:
+        """Add a node or replace its capacity (``schedulable`` False: it offers no room)."""
         self.remove_node(name)
+        if not schedulable:
+            self._closed[name] = capacity
+            return
         self._nodes[name] = capacity
         self._totals[0] += capacity.cpu_milli
         self._totals[1] += capacity.memory_mega
@@ -108,10 +138,11 @@ class ResourceLedger:
         name = node["metadata"].get("name")
         if not isinstance(name, str) or not name:
             raise ResourceError("node: metadata.name is missing")
-        self.set_node(name, capacity)
+        self.set_node(name, capacity, node_schedulable(node))
 
     def remove_node(self, name: str) -> None:
         """Forget a node (its pods' requests still count in the aggregate)."""
+        self._closed.pop(name, None)
         capacity = self._nodes.pop(name, None)
         if capacity is not None:
             self._totals[0] -= capacity.cpu_milli
@@ -203,17 +234,22 @@ class ResourceLedger:
         """The current state as an immutable ClusterResource (copies per-node maps)."""
         used_cpu, used_memory, used_gpu = self._used_cpu, self._used_memory, self._used_gpu
         nodes = self._nodes
+        totals = list(self._totals)
+        for name, capacity in self._closed.items():  # full: only what its pods use
+            totals[0] += min(used_cpu.get(name, 0), capacity.cpu_milli)
+            totals[1] += min(used_memory.get(name, 0), capacity.memory_mega)
+            totals[2] += min(used_gpu.get(name, 0), capacity.gpu)
         return ClusterResource(
             node_count=len(nodes),
             gpu_request=self._sums[4],
             gpu_limit=self._sums[5],
-            gpu_total=self._totals[2],
+            gpu_total=totals[2],
             cpu_request_milli=self._sums[0],
             cpu_limit_milli=self._sums[1],
-            cpu_total_milli=self._totals[0],
+            cpu_total_milli=totals[0],
             memory_request_mega=self._sums[2],
             memory_limit_mega=self._sums[3],
-            memory_total_mega=self._totals[1],
+            memory_total_mega=totals[1],
             nodes=Nodes(
                 cpu_idle_milli={n: c.cpu_milli - used_cpu.get(n, 0) for n, c in nodes.items()},
                 memory_free_mega={

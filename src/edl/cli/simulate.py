@@ -40,7 +40,7 @@ def _fail(message: str) -> None:
 @click.option("--seed", type=int, default=None, help="Random seed (default: the scenario's).")
 @click.option(
     "--out", "out_dir", type=click.Path(path_type=Path), default=None,
-    help="Write metrics.json, PNG plots and table.md here.",
+    help="Write metrics.json, timeline.csv, PNG plots and table.md here.",
 )
 @click.option(
     "--placement", type=click.Choice(["spread", "binpack"]), default=None,
@@ -56,9 +56,15 @@ def simulate_command(
     placement: str | None, as_json: bool, with_bound: bool,
 ) -> None:
     """Run SCENARIO (a file, or a shipped name such as case1) on virtual time."""
-    from edl.sim.report import markdown_table, metrics_json, write_metrics, write_table
+    from edl.sim.report import (
+        markdown_table,
+        metrics_json,
+        write_metrics,
+        write_table,
+        write_timelines,
+    )
     from edl.sim.runner import simulate
-    from edl.sim.scenario import ScenarioError, load_scenario
+    from edl.sim.scenario import ScenarioError, expand_jobs, load_scenario
 
     # bad option values are usage errors (exit 2, like every command's); a bad scenario is 1
     if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
@@ -88,6 +94,11 @@ def simulate_command(
         try:
             write_metrics(results, out_dir)
             write_table(results, out_dir)
+            write_timelines(
+                {run.policy: run.timeline for run in runs}, out_dir,
+                {plan.name: plan.namespace for plan in expand_jobs(loaded)},
+                {w.name: w.namespace for w in loaded.workloads},
+            )
             written = write_plots({run.policy: run.timeline for run in runs}, out_dir,
                                   loaded.name)
         except OSError as error:

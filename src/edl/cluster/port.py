@@ -39,13 +39,28 @@ Unsubscribe = Callable[[], None]
 class ClusterError(Exception):
     """Base of the errors a `Cluster` raises for API-level failures."""
 
-    def __init__(self, kind: str, namespace: str, name: str, detail: str = "") -> None:
+    def __init__(
+        self, kind: str, namespace: str, name: str, detail: str = "", status: int | None = None
+    ) -> None:
         self.kind = kind
         self.namespace = namespace
         self.name = name
         self.detail = detail
+        self.status = status  # the HTTP status, where an API server answered
         where = f"{kind} {namespace}/{name}"
         super().__init__(f"{where}: {detail}" if detail else where)
+
+
+def is_permanent(error: ClusterError) -> bool:
+    """An error retrying cannot fix: an invalid object (400, 422) or a refusal (403)
+    that is not a quota's (``exceeded quota``: freed quota lets a retry through).
+
+    Everything else (5xx after the client's own retries, a webhook timeout, 429, a
+    dropped connection) is transient.
+    """
+    if error.status in (400, 422):
+        return True
+    return error.status == 403 and "exceeded quota" not in error.detail
 
 
 class ConflictError(ClusterError):
@@ -54,6 +69,10 @@ class ConflictError(ClusterError):
 
 class NotFoundError(ClusterError):
     """The object does not exist (HTTP 404)."""
+
+
+class NotLeaderError(ClusterError):
+    """A write refused before it was sent: this replica no longer holds the leader Lease."""
 
 
 class AlreadyExistsError(ClusterError):
@@ -245,6 +264,50 @@ class TrainerFailures(Protocol):
     async def last_trainer_failure(self, job: TrainingJob) -> str:
         """``<pod> (exit <code>): <last line of its message>`` of the last counted
         trainer failure; "" if none."""
+        ...
+
+
+@runtime_checkable
+class ManagedTrainers(Protocol):
+    """Optional `Cluster` capability: edl's controller runs the trainer Job's pods itself.
+
+    A trainer Job with ``spec.managedBy: edl.dev/trainer-controller`` is left alone
+    by the cluster's Job controller; the Controller (`edl.control.trainer_controller`)
+    creates, deletes and counts its pods through these calls, so a scale-up is never
+    held back by the built-in controller's failure back-off (docs/architecture.md).
+    A cluster may set ``crash_backoff_s = (first delay, cap)`` for the delay between
+    crash replacements (default 10 s doubling to 10 min; local runs shorten it).
+    Pod manifests come with their times (``creationTimestamp``, ``startTime``,
+    ``deletionTimestamp``, a terminated state's ``finishedAt``) as seconds on
+    ``trainer_clock()``.
+    """
+
+    def trainer_clock(self) -> float:
+        """Now, in the seconds of the pod times below."""
+        ...
+
+    def trainer_pod_manifests(self, namespace: str, job: str) -> list[Manifest]:
+        """TrainingJob ``job``'s trainer pods: live ones, and finished ones not yet
+        removed with `delete_trainer_pod`."""
+        ...
+
+    async def create_trainer_pod(self, pod: Manifest) -> None:
+        """Create a trainer pod (owned by its trainer Job; `AlreadyExistsError`)."""
+        ...
+
+    async def delete_trainer_pod(self, namespace: str, name: str) -> None:
+        """Delete a trainer pod (gracefully if it runs; a finished one is removed)."""
+        ...
+
+    async def update_trainer_job_status(
+        self, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> None:
+        """Write a managed trainer Job's status (the built-in controller's fields)."""
+        ...
+
+    def watch_trainers(self, callback: Callable[[str, str], None]) -> Unsubscribe:
+        """Call ``callback(namespace, training job)`` when one of its trainer pods or its
+        trainer Job changed."""
         ...
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from edl.accounting import trainer_request
@@ -53,6 +53,26 @@ DEFAULT_INTERVAL_S = 5.0
 DEFAULT_MAX_LOAD_DESIRED = 0.97
 DEFAULT_MIN_EVENT_GAP_S = 1.0
 CONFLICT_RETRIES = 5
+
+
+FINISHED = frozenset({"Complete", "Failed", "SuccessCriteriaMet", "FailureTarget"})
+
+
+def trainer_job_done(trainer: Mapping[str, Any]) -> bool:
+    """Whether a trainer Job is past scaling (pure).
+
+    Only a terminal condition that is True counts (a resumed Job keeps
+    ``Suspended=False``, a condition that says nothing of the end), and a trainer
+    that succeeded means the work is done: a Job without completions creates no pod
+    after that, so growing it would only raise a number.
+    """
+    status = trainer.get("status") or {}
+    if int(status.get("succeeded") or 0) > 0:
+        return True
+    return any(
+        c.get("type") in FINISHED and c.get("status") == "True"
+        for c in status.get("conditions") or ()
+    )
 
 
 def pick_victims(
@@ -250,8 +270,8 @@ class Autoscaler:
         for (key, job), trainer in zip(jobs, trainers, strict=True):
             if trainer is None:
                 continue
-            if (trainer.get("status") or {}).get("conditions"):
-                continue  # finished (Complete or Failed): nothing to scale
+            if trainer_job_done(trainer):
+                continue  # finished, or its work is done: nothing to scale
             pods = await self.cluster.job_pods(job)
             # JobView counts as Kubernetes reports phases: terminating pods are still
             # Running and hold their room, so the policy can credit room on its way.

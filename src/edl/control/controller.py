@@ -35,17 +35,20 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from edl.api.errors import JobValidationError
-from edl.api.names import trainer_job_name, training_job_key
+from edl.api.names import job_key, trainer_job_name, training_job_key
 from edl.api.trainingjob import TrainingJob
 from edl.cluster.port import (
     AlreadyExistsError,
     Cluster,
     ClusterError,
+    ManagedTrainers,
     Manifest,
     NotFoundError,
     TrainerFailures,
     Unsubscribe,
+    is_permanent,
 )
+from edl.control.trainer_controller import TrainerController
 from edl.jobparser import JobParser
 
 log = logging.getLogger(__name__)
@@ -53,6 +56,8 @@ log = logging.getLogger(__name__)
 CREATED = "Created"
 RUNNING = "Running"
 FAILED = "Failed"
+CHILD_RETRY_BASE_S = 1.0  # creating children failed: retry after 1 s, doubling
+CHILD_RETRY_MAX_S = 60.0
 SUCCEEDED = "Succeeded"
 
 
@@ -139,6 +144,10 @@ class Controller:
         self.parser = parser or JobParser()
         self.status_interval = status_interval
         self._known: dict[tuple[str, str], _Known] = {}
+        self._child_retries: dict[tuple[str, str], int] = {}
+        self._retry_tasks: set[asyncio.Task[None]] = set()
+        # trainer Jobs with spec.managedBy: their pods are run here (docs/architecture.md)
+        self.trainers = TrainerController(cluster) if isinstance(cluster, ManagedTrainers) else None
 
     # -- event handlers (the cluster's watch calls these) -----------------------------------
     async def on_add(self, obj: Manifest) -> None:
@@ -166,6 +175,8 @@ class Controller:
         known = self._known.pop(key, None)
         if known is not None and known.job is not None and self.autoscaler is not None:
             self.autoscaler.on_del(known.job)
+        if self.trainers is not None:
+            self.trainers.forget(key)
         await self._delete_children(*key)
 
     # -- the loop ------------------------------------------------------------------------------
@@ -173,9 +184,18 @@ class Controller:
         """Subscribe to the cluster's TrainingJob events (PaddlePaddle EDL's WatchTrainingJobs).
 
         Existing jobs arrive first as ``on_add``. Returns the function that ends
-        the subscription.
+        the subscription (of the trainer pod events too, on a `ManagedTrainers` cluster).
         """
-        return self.cluster.watch_training_jobs(self)
+        unsubscribe = self.cluster.watch_training_jobs(self)
+        if self.trainers is None:
+            return unsubscribe
+        unwatch = self.trainers.watch()
+
+        def both() -> None:
+            unsubscribe()
+            unwatch()
+
+        return both
 
     async def run(self) -> None:
         """Watch TrainingJobs and refresh their status every ``status_interval`` s, forever."""
@@ -188,7 +208,10 @@ class Controller:
             unsubscribe()
 
     async def tick(self) -> None:
-        """Refresh the status of every known job (writes only what changed)."""
+        """Refresh the status of every known job (writes only what changed); reconcile
+        every managed trainer Job (a missed event heals here)."""
+        if self.trainers is not None:
+            await self.trainers.resync()
         for key in list(self._known):
             try:
                 await self._refresh_status(key)
@@ -215,20 +238,64 @@ class Controller:
             return
         known = _Known(generation, job, _status(obj))
         self._known[(namespace, name)] = known
-        try:
-            await self._create_children(job)
-        except (ClusterError, ValueError) as error:
-            log.warning("children of %s/%s not created: %s", namespace, name, error)
-            await self._write_status(
-                namespace, name, known, {"state": FAILED, "message": f"creating children: {error}"}
-            )
+        if not await self._ensure_children(known):
             return
+        if self.trainers is not None:
+            self.trainers.track((namespace, name))
         if self.autoscaler is not None:
             if previous is None or previous.job is None:
                 self.autoscaler.on_add(job)
             else:
                 self.autoscaler.on_update(job)
         await self._refresh_status((namespace, name))
+
+    async def _ensure_children(self, known: _Known) -> bool:
+        """Create the children; on an error, say so and try again after a back-off.
+
+        A transient error (5xx, a webhook timeout, a quota refusal) keeps the state
+        and only notes the retry in ``message``; a permanent one (an invalid object,
+        a forbidden create) makes the job Failed — and the retries go on, so the job
+        recovers once the cause is gone (the RBAC fixed, the webhook back).
+        """
+        job = known.job
+        assert job is not None
+        key = job_key(job)
+        try:
+            await self._create_children(job)
+        except (ClusterError, ValueError) as error:
+            attempt = self._child_retries.get(key, 0) + 1
+            self._child_retries[key] = attempt
+            delay = min(CHILD_RETRY_BASE_S * 2 ** (attempt - 1), CHILD_RETRY_MAX_S)
+            permanent = not isinstance(error, ClusterError) or is_permanent(error)
+            log.warning("children of %s/%s not created (%s; retry in %.0f s): %s",
+                        *key, "permanent" if permanent else "transient", delay, error)
+            if permanent:
+                status = {"state": FAILED, "message": f"creating children: {error}"}
+            else:
+                status = {**known.status, "message": f"creating children, retrying: {error}"}
+                status.setdefault("state", CREATED)
+            await self._write_status(*key, known, status)
+            self._retry_children(key, known, delay)
+            return False
+        self._child_retries.pop(key, None)
+        return True
+
+    def _retry_children(self, key: tuple[str, str], known: _Known, delay: float) -> None:
+        async def retry() -> None:
+            await asyncio.sleep(delay)
+            if self._known.get(key) is not known:
+                return  # edited or deleted meanwhile: that event reconciled it
+            if await self._ensure_children(known):
+                assert known.job is not None
+                if self.trainers is not None:
+                    self.trainers.track(key)
+                if self.autoscaler is not None:
+                    self.autoscaler.on_add(known.job)
+                await self._refresh_status(key)
+
+        task = asyncio.get_running_loop().create_task(retry())
+        self._retry_tasks.add(task)
+        task.add_done_callback(self._retry_tasks.discard)
 
     async def _create_children(self, job: TrainingJob) -> None:
         parser = self.parser
@@ -290,7 +357,12 @@ class Controller:
             c.get("type") == "Failed" and c.get("status") == "True"
             for c in (trainer.get("status") or {}).get("conditions") or ()
         )
-        if not failed or not isinstance(self.cluster, TrainerFailures) or known.job is None:
+        if not failed or known.job is None:
+            return ""
+        record = self.trainers.record(job_key(known.job)) if self.trainers else None
+        if record is not None and record.last_failure:
+            return record.last_failure  # counted by this controller (a managed trainer Job)
+        if not isinstance(self.cluster, TrainerFailures):
             return ""
         if known.last_trainer_failure is None:
             try:

@@ -15,6 +15,7 @@ from collections.abc import Awaitable
 from edl.cluster.port import Cluster
 from edl.control.autoscaler import DEFAULT_INTERVAL_S, Autoscaler
 from edl.control.controller import Controller
+from edl.jobparser import JobParser
 from edl.policy import Policy
 from edl.throughput.board import ThroughputSource
 
@@ -44,6 +45,7 @@ class ControlLoops:
         interval: float = DEFAULT_INTERVAL_S,
         status_interval: float = 5.0,
         throughput: ThroughputSource | None = None,
+        parser: JobParser | None = None,
     ) -> ControlLoops:
         """PaddlePaddle EDL's ``New(cluster, maxLoadDesired)``: a Controller and its Autoscaler.
 
@@ -56,7 +58,8 @@ class ControlLoops:
             autoscaler = Autoscaler(
                 cluster, policy, max_load_desired, interval=interval, throughput=throughput
             )
-        return cls(Controller(cluster, autoscaler, status_interval=status_interval), autoscaler)
+        controller = Controller(cluster, autoscaler, parser, status_interval=status_interval)
+        return cls(controller, autoscaler)
 
     def start(self) -> None:
         """Start the loops as tasks on the running event loop (the Controller first, so it

@@ -44,6 +44,8 @@ TRAINER_SIGTERM_EXIT = 143
 # `edl trainer` exits EX_CONFIG (sysexits.h) when its configuration is wrong (no entrypoint,
 # a workspace that is not a directory): every replacement would fail alike, so it fails the Job
 TRAINER_CONFIG_EXIT = 78
+# the trainer Job's spec.managedBy: edl's controller, not the Job controller, runs its pods
+TRAINER_MANAGED_BY = "edl.dev/trainer-controller"
 # Failures that count against backoffLimit (crashes, OOM kills, SIGKILLs) may happen this many
 # times per trainer slot before the Job fails; drained scale-downs and evictions never count.
 TRAINER_BACKOFF_PER_TRAINER = 2
@@ -87,10 +89,13 @@ def pserver_replica_set(job: TrainingJob) -> dict[str, Any]:
     return _replica_set(job, "pserver", replicas, containers, list(spec.volumes or []))
 
 
-def trainer_job(job: TrainingJob, container: dict[str, Any] | None = None) -> dict[str, Any]:
+def trainer_job(
+    job: TrainingJob, container: dict[str, Any] | None = None, managed: bool = True
+) -> dict[str, Any]:
     """The trainers as a work-queue Job: parallelism = min-instance, completions unset.
 
-    ``container``: the trainer container to run (collective jobs pass their agent's).
+    ``container``: the trainer container to run (collective jobs pass their agent's);
+    ``managed``: with ``spec.managedBy`` (edl's controller runs its pods).
     """
     name = child_names(_name(job))["trainer"]
     if container is None:
@@ -107,6 +112,10 @@ def trainer_job(job: TrainingJob, container: dict[str, Any] | None = None) -> di
         "spec": {
             "parallelism": _int(job.spec.trainer.min_instance),
             "backoffLimit": trainer_backoff_limit(_int(job.spec.trainer.max_instance)),
+            # edl's controller runs these pods, not the Job controller, whose failure
+            # back-off would hold every scale-up after drains (docs/architecture.md).
+            # The policy below is what a cluster without JobManagedBy (< 1.32) applies.
+            **({"managedBy": TRAINER_MANAGED_BY} if managed else {}),
             "podFailurePolicy": {
                 "rules": [
                     # a trainer drained by SIGTERM (scale-down, pod deletion) did nothing wrong

@@ -18,7 +18,13 @@ class JobParser:
 
     The `parse_to_*` methods validate first (it is cheap and idempotent), so they
     never emit a manifest for an invalid job and always see the defaults.
+
+    ``managed_trainers`` False emits the trainer Job without ``spec.managedBy``, run by
+    the cluster's Job controller: the design before issue 10, kept to measure it.
     """
+
+    def __init__(self, managed_trainers: bool = True) -> None:
+        self.managed_trainers = managed_trainers
 
     def validate(self, job: TrainingJob | Mapping[str, Any]) -> TrainingJob:
         """The job with defaults filled; raises JobValidationError listing every problem."""
@@ -44,7 +50,9 @@ class JobParser:
     def parse_to_trainer(self, job: TrainingJob | Mapping[str, Any]) -> dict[str, Any]:
         """`<job>-trainer` batch/v1 Job with parallelism = `trainer.min-instance`."""
         valid = self.validate(job)
-        return cm.trainer_job(valid) if valid.collective() else manifests.trainer_job(valid)
+        if valid.collective():
+            return cm.trainer_job(valid)
+        return manifests.trainer_job(valid, managed=self.managed_trainers)
 
     def parse_to_service(self, job: TrainingJob | Mapping[str, Any]) -> dict[str, Any]:
         """`<job>-master` Service for the master and its etcd."""
@@ -63,7 +71,7 @@ class JobParser:
             manifests.master_service(valid),
             manifests.master_replica_set(valid),
             manifests.pserver_replica_set(valid),
-            manifests.trainer_job(valid),
+            manifests.trainer_job(valid, managed=self.managed_trainers),
         ]
 
 

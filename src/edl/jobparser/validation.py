@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from edl import __version__
 from edl.api.errors import JobValidationError, Problem, join_path
 from edl.api.names import ROLE_MASTER, ROLE_PSERVER, ROLE_TRAINER, child_name
 from edl.api.quantity import parse_quantity
@@ -49,7 +50,10 @@ DEFAULT_PORT = 7164
 DEFAULT_PORTS_NUM = 1
 DEFAULT_PORTS_NUM_FOR_SPARSE = 1
 DEFAULT_PASSES = 1
-DEFAULT_IMAGE = "edl/runtime:latest"
+# the runtime image deploy/Dockerfile.runtime builds, tagged with the package version:
+# the one name used by the CRD default, the examples and the docs
+RUNTIME_IMAGE_REPOSITORY = "ghcr.io/edl-dev/edl-runtime"
+DEFAULT_IMAGE = f"{RUNTIME_IMAGE_REPOSITORY}:{__version__}"
 DEFAULT_PSERVERS = 1
 
 ROLE_SUFFIXES = tuple(child_name("", role) for role in (ROLE_TRAINER, ROLE_PSERVER, ROLE_MASTER))

@@ -6,8 +6,9 @@ What it does that the in-process cluster does not need to:
 * children are written with **server-side apply** under the field manager
   `edl-controller` and carry an **ownerReference** to their TrainingJob, so
   deleting the TrainingJob garbage-collects them even if the controller is down.
-  Applying is idempotent, so `create_*` on an existing child updates it: an
-  edited TrainingJob's ReplicaSets and Service follow. A batch/v1 Job's pod
+  Applying is idempotent, so `create_*` on an existing child updates the object
+  (a ReplicaSet's running pods keep their old template: only later pods get the
+  new one; docs/kubernetes.md). A batch/v1 Job's pod
   template is immutable, so an existing trainer Job only gets its labels and
   its parallelism clamped into the new [min, max];
 * nodes and pods come from list+watch caches (`reflector`, `state`), so
@@ -49,6 +50,7 @@ from edl.cluster.port import (
     JobPods,
     Manifest,
     NotFoundError,
+    NotLeaderError,
     TrainerPod,
     TrainingJobHandler,
     Unsubscribe,
@@ -57,6 +59,7 @@ from edl.kube.client import FIELD_MANAGER
 from edl.kube.crd import GROUP, KIND, PLURAL, VERSION
 from edl.kube.events import EventRecorder, make_event
 from edl.kube.failures import last_trainer_failure
+from edl.kube.managed import KubeManagedTrainers
 from edl.kube.reflector import Reflector
 from edl.kube.retry import http_status, is_conflict, is_not_found, retry_call
 from edl.kube.state import ClusterState, NodeStore, PodStore
@@ -87,13 +90,16 @@ def _to_dict(obj: Any) -> dict[str, Any]:
     return obj.to_dict() if hasattr(obj, "to_dict") else dict(obj)
 
 
-class KubeCluster:
+class KubeCluster(KubeManagedTrainers):
     """`edl.cluster.port.Cluster` over lightkube; start() before use, stop() after."""
 
     def __init__(self, client: AsyncClient, *, namespace: str | None = None,
                  events: EventRecorder | None = None,
-                 watch_client: AsyncClient | None = None, delete_victims: bool = True) -> None:
+                 watch_client: AsyncClient | None = None, delete_victims: bool = True,
+                 fence: Callable[[], bool] | None = None) -> None:
         self.client = client
+        # every write first asks fence() (the leader still holds its Lease), each attempt
+        self.fence = fence
         # Watch streams get their own connection pool: cancelling a stream must never
         # leave the pool that serves ordinary requests (status, scaling, leases) stuck.
         watch_client = watch_client or client
@@ -138,12 +144,20 @@ class KubeCluster:
             return NotFoundError(kind, namespace, name)
         if is_conflict(exc):
             return ConflictError(kind, namespace, name, "resourceVersion is stale")
-        return ClusterError(kind, namespace, name, f"HTTP {http_status(exc)}: {exc}")
+        status = http_status(exc)
+        return ClusterError(kind, namespace, name, f"HTTP {status}: {exc}", status)
 
     async def _call(self, what: str, call: Callable[[], Any], kind: str, namespace: str,
-                    name: str) -> Any:
+                    name: str, *, write: bool = True) -> Any:
+        fence = self.fence if write else None
+
+        def fenced() -> Any:
+            if fence is not None and not fence():
+                raise NotLeaderError(kind, namespace, name, f"{what}: not the leader")
+            return call()
+
         try:
-            return await retry_call(call, what=what, retry_conflicts=False)
+            return await retry_call(fenced, what=what, retry_conflicts=False)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -196,7 +210,7 @@ class KubeCluster:
     async def _get(self, resource: type, kind: str, namespace: str, name: str) -> Manifest:
         obj = await self._call(f"get {kind} {namespace}/{name}",
                                lambda: self.client.get(resource, name, namespace=namespace),
-                               kind, namespace, name)
+                               kind, namespace, name, write=False)
         return _to_dict(obj)
 
     async def _delete(self, resource: type, kind: str, namespace: str, name: str) -> None:
@@ -267,7 +281,9 @@ class KubeCluster:
         version = _meta(job).get("resourceVersion")
         if version:
             patch["metadata"] = {"resourceVersion": version}
-        return await self._merge_patch_job(namespace, name, patch, "scale")
+        stored = await self._merge_patch_job(namespace, name, patch, "scale")
+        self._trainer_job_changed(stored)  # the trainer controller reconciles at once
+        return stored
 
     async def delete_trainer_job(self, namespace: str, name: str) -> None:
         await self._delete(Job, "Job", namespace, name)
@@ -291,19 +307,15 @@ class KubeCluster:
     async def scale_trainer_job(self, job: Manifest, victims: list[str]) -> Manifest:
         """Delete the victim pods, then patch ``spec.parallelism`` down.
 
-        Why deleting first is race-free: the trainer Job sets a podFailurePolicy,
-        so on Kubernetes >= 1.29 (JobPodReplacementPolicy beta, on by default; GA in
-        1.34) its ``podReplacementPolicy`` defaults to ``Failed``, the only value
-        allowed with a podFailurePolicy: a pod being deleted is not replaced until
-        it has terminated, and the victims' exit
-        (143 after the drain) is ignored by the policy. The patch lands
-        milliseconds later, long before a drained trainer exits, so the Job
-        controller finds the active count already at parallelism and removes no pod
-        of its own choosing. Patching first would let it pick (newest first) before
-        seeing the deletions. A stale resourceVersion still raises `ConflictError`
-        after the deletions: the caller re-reads; the deleted pods are leaving and
-        are not named again. A cluster role without ``delete`` on pods (403) makes
-        this a plain `update_trainer_job` from then on.
+        Why deleting first is race-free: the trainer Job's pods are run by edl's
+        trainer controller (``spec.managedBy``), which counts a deleted pod as
+        leaving, never replaces a drained one beyond parallelism, and is told of the
+        patch at once; with the built-in Job controller (a cluster without
+        JobManagedBy) the podFailurePolicy makes ``podReplacementPolicy: Failed``,
+        so a terminating pod is not replaced either. A stale resourceVersion still
+        raises `ConflictError` after the deletions: the caller re-reads; the deleted
+        pods are leaving and are not named again. A cluster role without ``delete``
+        on pods (403) makes this a plain `update_trainer_job` from then on.
         """
         namespace, _ = _key(job)
         if self._victims_allowed:
@@ -339,7 +351,7 @@ class KubeCluster:
             return [_to_dict(pod) async for pod in listed]
 
         found = await self._call(f"list trainer pods of {namespace}/{name}", pods,
-                                 "Pod", namespace, trainer_job_name(name))
+                                 "Pod", namespace, trainer_job_name(name), write=False)
         return last_trainer_failure(found)
 
     async def inquiry_resource(self) -> ClusterResource:
@@ -403,7 +415,13 @@ class KubeCluster:
             else:
                 self._jobs[key] = obj
             for handler in list(self._handlers):
-                await getattr(handler, method)(copy.deepcopy(obj))
+                try:
+                    await getattr(handler, method)(copy.deepcopy(obj))
+                except NotLeaderError as error:
+                    # deposed (or stopping): the next leader handles this job; raising
+                    # would make kopf retry a write that is fenced off for good
+                    log.info("TrainingJob %s/%s %s dropped: %s", *key, method, error)
+                    return
 
     async def update_training_job_status(
         self, namespace: str, name: str, status: Mapping[str, Any]
@@ -414,6 +432,7 @@ class KubeCluster:
         generation = _meta(body).get("generation")
         generation = generation if isinstance(generation, int) else None
         full = kube_status(status, previous, generation)
+        full["selector"] = f"edl.dev/job={name},edl.dev/role=trainer"  # scale subresource
         await self._call(
             f"status of TrainingJob {namespace}/{name}",
             lambda: self.client.patch(TrainingJobStatus, name, status_patch(full),

@@ -11,7 +11,10 @@ Scale subresource: `kubectl scale tj NAME --replicas=N` writes
 autoscaler keeps the trainer count in [min-instance, max-instance], so the
 count becomes at least N; the CEL rule rejects N > max-instance and the
 schema's minimum rejects N < 1. `status.replicas` reports the trainer Job's
-current parallelism (what `kubectl get --subresource=scale` shows as status).
+current parallelism (what `kubectl get --subresource=scale` shows as status) and
+`status.selector` the trainer pods' label selector (`labelSelectorPath`, which an
+HPA needs). The CRD's only category is `edl` (`kubectl get edl`): `all` would make
+`kubectl delete all` delete training jobs.
 """
 
 from __future__ import annotations
@@ -240,6 +243,8 @@ def status_schema() -> dict[str, Any]:
             "replicas": {"type": "integer", "format": "int32", "minimum": 0,
                          "maximum": INT32_MAX,
                          "description": "Trainer parallelism now (scale subresource status)."},
+            "selector": {"type": "string",
+                         "description": "Label selector of the trainer pods (scale subresource)."},
             "trainers": {
                 "type": "object",
                 "properties": {
@@ -307,7 +312,8 @@ def build_crd() -> dict[str, Any]:
                 "kind": KIND,
                 "listKind": f"{KIND}List",
                 "shortNames": list(SHORT_NAMES),
-                "categories": ["all", "edl"],
+                # not "all": `kubectl delete all` must not take training jobs along
+                "categories": ["edl"],
             },
             "versions": [
                 {
@@ -320,6 +326,8 @@ def build_crd() -> dict[str, Any]:
                         "scale": {
                             "specReplicasPath": ".spec.trainer.min-instance",
                             "statusReplicasPath": ".status.replicas",
+                            # an HPA finds the trainer pods through this selector
+                            "labelSelectorPath": ".status.selector",
                         },
                     },
                     "additionalPrinterColumns": printer_columns(),

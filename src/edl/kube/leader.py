@@ -74,6 +74,7 @@ class LeaderElector:
         self.clock = clock
         self.is_leader = False
         self._observed: _Observed | None = None
+        self._renewed_at: float | None = None  # our last successful write of the Lease
 
     # -- one attempt ---------------------------------------------------------
 
@@ -143,8 +144,21 @@ class LeaderElector:
         self._remember(created.to_dict())
         return True
 
+    def holds_lease(self) -> bool:
+        """Whether writes may go out now: we lead and renewed within ``renew_deadline``.
+
+        The fence for every write of the leader's work: past the deadline the renew
+        loop is about to declare the Lease lost, and a standby may take it once
+        ``lease_duration`` has passed, so nothing is written in between.
+        """
+        renewed = self._renewed_at
+        return (self.is_leader and renewed is not None
+                and self.clock() - renewed < self.renew_deadline)
+
     def _remember(self, raw: dict[str, Any]) -> None:
         spec = raw.get("spec") or {}
+        if spec.get("holderIdentity") == self.identity:
+            self._renewed_at = self.clock()
         self._observed = _Observed(
             spec.get("holderIdentity"), spec.get("renewTime"),
             (raw.get("metadata") or {}).get("resourceVersion"), self.clock(),
@@ -181,16 +195,37 @@ class LeaderElector:
                 raise LeaseLost(f"{self.identity} lost lease {self.namespace}/{self.name}")
 
     async def release(self) -> None:
-        """Give the Lease up on a clean shutdown so a standby need not wait for expiry."""
+        """Give the Lease up on a clean shutdown so a standby need not wait for expiry.
+
+        As client-go, the write carries the resourceVersion we read last, so it never
+        overwrites a successor. A conflict can also mean our own renewal landed after
+        we stopped reading its answer: re-read once, and release only if we still hold it.
+        """
         if not self.is_leader:
             return
         self.is_leader = False
+        observed = self._observed
+        version = observed.resource_version if observed is not None else None
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.client.patch(
-                Lease, self.name,
-                {"spec": {"holderIdentity": None, "leaseDurationSeconds": 1}},
-                namespace=self.namespace, patch_type=PatchType.MERGE,
-            ), self.retry_period * 2)
+            await asyncio.wait_for(self._release_once(version), self.retry_period * 4)
+
+    async def _release_once(self, version: str | None) -> None:
+        try:
+            await self._clear_holder(version)
+        except Exception as exc:
+            if not is_conflict(exc):
+                raise
+            lease = (await self.client.get(Lease, self.name, namespace=self.namespace)).to_dict()
+            if (lease.get("spec") or {}).get("holderIdentity") != self.identity:
+                return  # a successor holds it: leave it alone
+            await self._clear_holder((lease.get("metadata") or {}).get("resourceVersion"))
+
+    async def _clear_holder(self, version: str | None) -> None:
+        patch: dict[str, Any] = {"spec": {"holderIdentity": None, "leaseDurationSeconds": 1}}
+        if version:
+            patch["metadata"] = {"resourceVersion": version}
+        await self.client.patch(Lease, self.name, patch, namespace=self.namespace,
+                                patch_type=PatchType.MERGE)
 
     async def run_as_leader(self, body: Callable[[], Awaitable[None]]) -> None:
         """Acquire, then run `body` while renewing; if renewal fails, cancel body and raise."""

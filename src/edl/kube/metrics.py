@@ -48,6 +48,10 @@ class ControllerMetrics:
         self.leader = Gauge("edl_leader", "1 while this replica holds the leader Lease", registry=r)
         self.watch_restarts = Gauge(
             "edl_watch_restarts", "Times a list/watch stream was restarted", ["kind"], registry=r)
+        self.watch_stale = Gauge(
+            "edl_watch_stale_seconds",
+            "Seconds a node/pod cache has been failing to follow the API server (0: live)",
+            ["kind"], registry=r)
 
     def observe_resources(self, res: ClusterResource) -> None:
         """Export cluster totals: requested vs allocatable for CPU (milli), memory (Mi), GPU."""
@@ -87,6 +91,8 @@ class HealthState:
         self.leader = False
         self.synced = False
         self.stale_after = 60.0
+        self.cache_stale_after = 60.0
+        self.stale_caches: dict[str, float] = {}  # kind -> seconds failing to follow
 
     def beat(self) -> None:
         """Called by the autoscaler loop every tick (and by the standby loop)."""
@@ -103,6 +109,11 @@ class HealthState:
             return True, "standby (waiting for the leader Lease)"
         if not self.synced:
             return False, "leader, caches not synced yet"
+        stale = {kind: age for kind, age in self.stale_caches.items()
+                 if age > self.cache_stale_after}
+        if stale:
+            ages = ", ".join(f"{kind} {age:.0f}s" for kind, age in sorted(stale.items()))
+            return False, f"leader, cache stale (not following the API server): {ages}"
         return True, "leader, caches synced"
 
 

@@ -9,13 +9,23 @@ Protocol followed:
 - watch from that resourceVersion, hand every event to `store.apply`;
 - the stream breaks (network, 5xx): back off and watch again from the last
   resourceVersion seen, so no event is lost and none is re-listed;
-- 410 Gone (our resourceVersion is older than the server's history): list again.
+- 410 Gone (our resourceVersion is older than the server's history): list again;
+- watches ask for bookmarks (``allowWatchBookmarks``): the server's periodic
+  BOOKMARK events move our resourceVersion on a quiet resource (fewer 410s) and show
+  the stream is alive; they are not handed to the store;
+- a stream silent for ``idle_timeout`` (longer than the server's own
+  ``timeoutSeconds``, after which a healthy server closes it) is a half-open
+  connection: drop it and list again, so the cache never freezes silently;
+- ``stale_for(now)``: how long the cache has gone without a successful list or a
+  word from the server while failing — /readyz and the metrics show it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol
 
 from lightkube import AsyncClient
@@ -54,6 +64,8 @@ class Reflector:
         max_backoff: float = 5.0,
         server_timeout: int = 290,
         chunk_size: int = 500,
+        idle_timeout: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.client = client
         self.resource = resource
@@ -63,6 +75,10 @@ class Reflector:
         self.max_backoff = max_backoff
         self.server_timeout = server_timeout
         self.chunk_size = chunk_size
+        self.idle_timeout = idle_timeout if idle_timeout is not None else server_timeout + 30.0
+        self.clock = clock
+        self.failing_since: float | None = None  # first failure since the last sign of life
+        self.idle_relists = 0
         self.synced = asyncio.Event()
         self.resource_version: str | None = None
         self.lists = 0
@@ -92,24 +108,57 @@ class Reflector:
             version = None
         self.resource_version = version
         self.lists += 1
+        self.failing_since = None
         self.synced.set()
         log.debug("listed %d %s at resourceVersion %s", count, self.kind, version)
 
+    def stale_for(self, now: float | None = None) -> float:
+        """Seconds the cache has been failing to follow the server (0: following it)."""
+        if self.failing_since is None:
+            return 0.0
+        return max((self.clock() if now is None else now) - self.failing_since, 0.0)
+
+    def _open_watch(self) -> AsyncIterator[tuple[str, Any]]:
+        """The watch stream, with bookmarks requested.
+
+        lightkube's ``watch()`` has no bookmark parameter, so the request is prepared
+        with its own request builder and the one extra query parameter.
+        """
+        params = {"timeoutSeconds": self.server_timeout,
+                  "resourceVersion": self.resource_version, "allowWatchBookmarks": "true"}
+        inner = getattr(self.client, "_client", None)
+        if inner is None or not hasattr(inner, "prepare_request"):
+            return self.client.watch(self.resource, resource_version=self.resource_version,
+                                     server_timeout=self.server_timeout, **self._scope())
+        request = inner.prepare_request("list", res=self.resource, watch=True, params=params,
+                                        **self._scope())
+        return inner.watch(request)
+
     async def watch_once(self) -> None:
-        """Follow the watch stream until it raises."""
-        stream = self.client.watch(
-            self.resource,
-            resource_version=self.resource_version,
-            server_timeout=self.server_timeout,
-            **self._scope(),
-        )
-        async for event_type, obj in stream:
-            raw = obj.to_dict()
-            self.store.apply(event_type, raw)
-            self.events += 1
-            version = (raw.get("metadata") or {}).get("resourceVersion")
-            if version:
-                self.resource_version = version
+        """Follow the watch stream until it raises (`WatchIdle` after ``idle_timeout``).
+
+        The deadline moves with every line received; the stream is read in this task
+        (no inner task), so cancelling the reflector unwinds it as before.
+        """
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(self.idle_timeout) as deadline:
+                async for event_type, obj in self._open_watch():
+                    deadline.reschedule(loop.time() + self.idle_timeout)
+                    self._received(event_type, obj)
+        except TimeoutError:
+            raise WatchIdle(f"{self.kind} watch silent for {self.idle_timeout:.0f} s") from None
+
+    def _received(self, event_type: str, obj: Any) -> None:
+        self.failing_since = None  # the server talks to us
+        raw = obj.to_dict()
+        version = (raw.get("metadata") or {}).get("resourceVersion")
+        if version:
+            self.resource_version = version
+        if event_type == "BOOKMARK":
+            return
+        self.store.apply(event_type, raw)
+        self.events += 1
 
     async def run(self) -> None:
         """List, then watch forever; never returns except by cancellation."""
@@ -124,9 +173,19 @@ class Reflector:
                 backoff = self.min_backoff
             except asyncio.CancelledError:
                 raise
+            except WatchIdle as idle:
+                self.watch_restarts += 1
+                self.idle_relists += 1
+                if self.failing_since is None:
+                    self.failing_since = self.clock()
+                log.warning("%s; listing again", idle)
+                need_list = True
+                continue
             except Exception as exc:
                 status = http_status(exc) or _status_code(exc)
                 self.watch_restarts += 1
+                if self.failing_since is None:
+                    self.failing_since = self.clock()
                 if status == 410:
                     log.info("%s watch expired (410 Gone); listing again", self.kind)
                     need_list = True
@@ -135,6 +194,11 @@ class Reflector:
                             self.kind, type(exc).__name__, status or exc, backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(self.max_backoff, backoff * 2)
+
+
+class WatchIdle(Exception):
+    """No event, bookmark or close from the server for ``idle_timeout``: a half-open
+    connection (the server would have closed the watch at its ``timeoutSeconds``)."""
 
 
 def _status_code(exc: BaseException) -> int | None:

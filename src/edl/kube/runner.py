@@ -115,6 +115,9 @@ class ControllerProcess:
                 for reflector in (cluster.pod_reflector, cluster.node_reflector):
                     self.metrics.watch_restarts.labels(reflector.kind).set(
                         reflector.watch_restarts)
+                    stale = reflector.stale_for()
+                    self.metrics.watch_stale.labels(reflector.kind).set(stale)
+                    self.health.stale_caches[reflector.kind] = stale
                 self._observe_jobs(cluster)
             await asyncio.sleep(1.0)
 
@@ -135,7 +138,8 @@ class ControllerProcess:
         self.health.leader = True
         cluster = KubeCluster(self.client, namespace=options.namespace, events=self.events,
                               watch_client=self.watch_client,
-                              delete_victims=options.delete_victims)
+                              delete_victims=options.delete_victims,
+                              fence=self.elector.holds_lease)
         self.cluster = cluster
         await cluster.start()
         self.health.synced = True
@@ -153,8 +157,10 @@ class ControllerProcess:
         try:
             await loops.wait()
         finally:
-            await kopf.stop()
+            # the loops first: they write (scaling, status); kopf only delivers events and
+            # takes seconds to stop, during which a deposed leader must write nothing
             await loops.stop()
+            await kopf.stop()
             await cluster.stop()
             self.health.synced = False
             self.health.leader = False

@@ -26,6 +26,7 @@ from edl.accounting import (
 from edl.api.names import LABEL_JOB, LABEL_ROLE, ROLE_TRAINER, JobKey, object_key
 from edl.cluster import port
 from edl.cluster.port import JobPods
+from edl.kube.trainer_index import TrainerPodIndex
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,7 @@ class ClusterState:
         self._unschedulable: set[PodKey] = set()
         self._request_cache: dict[str, PodResources] = {}
         self._unschedulable_callbacks: list[Callable[[], None]] = []
+        self.trainer_index = TrainerPodIndex()  # for edl's trainer controller
 
     # -- pods ------------------------------------------------------------------------
 
@@ -90,6 +92,7 @@ class ClusterState:
         else:
             self._pods.add(key)
         self._index_trainer(key, pod, phase)
+        self.trainer_index.set(key, pod)
         self._note_scheduling(key, pod, phase)
 
     def _requests(self, pod: Mapping[str, Any]) -> PodResources:
@@ -119,6 +122,7 @@ class ClusterState:
         self.ledger.remove_pod(namespace, name)
         self._pods.discard(key)
         self._unindex_trainer(key)
+        self.trainer_index.remove(key)
         self._unschedulable.discard(key)
 
     def watch_unschedulable(self, callback: Callable[[], None]) -> Callable[[], None]:
@@ -182,6 +186,8 @@ class ClusterState:
             self.remove_pod(*key)
         for key in set(self._trainer_of) - listed:
             self._unindex_trainer(key)
+        for key in self.trainer_index.keys() - listed:
+            self.trainer_index.remove(key)
 
     # -- nodes -----------------------------------------------------------------------
 

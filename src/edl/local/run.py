@@ -162,6 +162,7 @@ class LocalRun:
             self.pod_runner,
             backoff_base_s=LOCAL_BACKOFF_BASE_S,
             backoff_max_s=LOCAL_BACKOFF_MAX_S,
+            job_backoff_max_s=LOCAL_BACKOFF_MAX_S,
         )
         self.cluster.add_node(
             node["metadata"]["name"], node["status"]["allocatable"], node["metadata"]["labels"]

@@ -1,16 +1,20 @@
-"""metrics.json and the markdown table of one or several runs.
+"""metrics.json, timeline.csv and the markdown table of one or several runs.
 
-Layout of ``--out DIR``: one policy -> ``DIR/metrics.json``; several policies ->
-``DIR/<policy>/metrics.json`` each; the table (``DIR/table.md``) and the plots are
-always at the top of ``DIR``.
+Layout of ``--out DIR``: one policy -> ``DIR/metrics.json`` and ``DIR/timeline.csv``;
+several policies -> ``DIR/<policy>/metrics.json`` and ``DIR/<policy>/timeline.csv``
+each; the table (``DIR/table.md``) and the plots are always at the top of ``DIR``.
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 from edl.sim.metrics import Metrics
+from edl.sim.timeline import Timeline
 
 
 def metrics_json(metrics: Metrics) -> str:
@@ -79,3 +83,56 @@ def write_table(results: list[Metrics], directory: Path) -> Path:
     path = directory / "table.md"
     path.write_text(markdown_table(results), encoding="utf-8")
     return path
+
+
+def timeline_csv(
+    timeline: Timeline, job_namespaces: Mapping[str, str],
+    workload_namespaces: Mapping[str, str],
+) -> str:
+    """One row per sample: ``t_s``, ``cpu_running_pct``, then ``trainers_running:<ns>/<job>``
+    per job and ``replicas_running:<ns>/<w>``, ``replicas_desired:<ns>/<w>`` per workload.
+
+    ``*_namespaces`` map the timeline's keys (a name, or ``ns/name`` outside
+    ``default``) to their namespace; a key missing there is read as ``ns/name`` or
+    ``default``.
+    """
+    def qualified(key: str, namespaces: Mapping[str, str]) -> str:
+        if "/" in key:
+            return key
+        return f"{namespaces.get(key, 'default')}/{key}"
+
+    jobs = sorted(timeline.jobs)
+    workloads = sorted(timeline.workloads)
+    header = ["t_s", "cpu_running_pct"]
+    header += [f"trainers_running:{qualified(k, job_namespaces)}" for k in jobs]
+    for key in workloads:
+        name = qualified(key, workload_namespaces)
+        header += [f"replicas_running:{name}", f"replicas_desired:{name}"]
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(header)
+    utilization = timeline.utilization_pct()
+    for row, when in enumerate(timeline.times):
+        values: list[object] = [f"{when:g}", f"{utilization[row]:.3f}"]
+        values += [timeline.jobs[k].trainers_running[row] for k in jobs]
+        for key in workloads:
+            series = timeline.workloads[key]
+            values += [series.running[row], series.desired[row]]
+        writer.writerow(values)
+    return out.getvalue()
+
+
+def write_timelines(
+    timelines: Mapping[str, Timeline], directory: Path, job_namespaces: Mapping[str, str],
+    workload_namespaces: Mapping[str, str],
+) -> list[Path]:
+    """Write timeline.csv per policy in the documented layout; returns their paths."""
+    paths = []
+    for policy, timeline in timelines.items():
+        target = directory if len(timelines) == 1 else directory / policy
+        target.mkdir(parents=True, exist_ok=True)
+        path = target / "timeline.csv"
+        path.write_text(
+            timeline_csv(timeline, job_namespaces, workload_namespaces), encoding="utf-8")
+        paths.append(path)
+    return paths

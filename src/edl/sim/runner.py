@@ -23,6 +23,7 @@ from edl.cluster.inproc.cluster import ClusterSample, InProcessCluster
 from edl.cluster.inproc.simulated_pods import Fixed, SimulatedPodRunner, Uniform
 from edl.cluster.port import ConflictError, NotFoundError
 from edl.control.loops import ControlLoops
+from edl.jobparser import JobParser
 from edl.sim.jobs import training_job_manifest
 from edl.sim.metrics import Metrics, compute_metrics
 from edl.sim.scenario import JobPlan, Scenario, Workload, expand_jobs
@@ -113,8 +114,9 @@ class _Recorder:
 class _Run:
     """One scenario under one policy."""
 
-    def __init__(self, scenario: Scenario, policy: str, seed: int) -> None:
+    def __init__(self, scenario: Scenario, policy: str, seed: int, managed: bool = True) -> None:
         self.scenario = scenario
+        self.managed = managed
         self.policy = policy
         self.elastic = policy != STATIC
         warmup = scenario.pod_start_latency_s.max + 1.0
@@ -244,6 +246,7 @@ class _Run:
             policy=self.policy,
             interval=self.scenario.autoscaler.interval_s,
             throughput=self.board,
+            parser=JobParser(managed_trainers=self.managed),
         )
         loops.start()
         self._schedule()
@@ -262,11 +265,22 @@ class _Run:
         return self.recorder.timeline
 
 
+TRAINER_WORKLOADS = ("managed", "job")
+
+
 def run_policy(
-    scenario: Scenario, policy: str, seed: int | None = None, progress: Progress | None = None
+    scenario: Scenario, policy: str, seed: int | None = None, progress: Progress | None = None,
+    *, trainer_workload: str = "managed",
 ) -> RunResult:
-    """Run ``scenario`` under one policy (``default``, ``reference`` or ``static``)."""
-    run = _Run(scenario, policy, scenario.seed if seed is None else seed)
+    """Run ``scenario`` under one policy (``default``, ``reference`` or ``static``).
+
+    ``trainer_workload``: ``managed`` (edl's controller runs the trainer pods) or ``job``
+    (the cluster's Job controller does: the design before issue 10, for comparisons).
+    """
+    if trainer_workload not in TRAINER_WORKLOADS:
+        raise ValueError(f"trainer_workload must be one of {TRAINER_WORKLOADS}")
+    seed = scenario.seed if seed is None else seed
+    run = _Run(scenario, policy, seed, managed=trainer_workload == "managed")
     try:
         timeline = run.clock.run(run.main(progress))
     finally:

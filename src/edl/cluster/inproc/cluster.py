@@ -34,12 +34,13 @@ from edl.api.names import job_key, object_key, trainer_job_name
 from edl.api.quantity import cpu_milli, gpu_count, memory_mega
 from edl.cluster.inproc.controllers import TRAINING_JOB, WorkloadControllers
 from edl.cluster.inproc.kubelet import PodLifecycle, PodListener
+from edl.cluster.inproc.managed import ManagedTrainerPods
 from edl.cluster.inproc.pods import OwnerKey, OwnerPods, PodRecord
 from edl.cluster.inproc.sampling import ClusterSample, ReplicaCounts, TrainerCounts
 from edl.cluster.inproc.scheduler import Node, NodeIndex, Placement
 from edl.cluster.inproc.simulated_pods import SimulatedPodRunner
 from edl.cluster.inproc.store import ObjectStore, copy_manifest
-from edl.cluster.inproc.workloads import BACKOFF_BASE_S, BACKOFF_MAX_S
+from edl.cluster.inproc.workloads import BACKOFF_BASE_S, BACKOFF_MAX_S, JOB_BACKOFF_MAX_S
 from edl.cluster.port import (
     AlreadyExistsError,
     Clock,
@@ -59,7 +60,7 @@ def _sample_key(namespace: str, name: str) -> str:
     return name if namespace == "default" else f"{namespace}/{name}"
 
 
-class InProcessCluster:
+class InProcessCluster(ManagedTrainerPods):
     """The in-process control plane; implements `edl.cluster.port.Cluster`.
 
     Args:
@@ -67,9 +68,10 @@ class InProcessCluster:
         pod_runner: runs bound pods; default `SimulatedPodRunner(clock, Random(seed))`.
         placement: "spread" (kube-scheduler default) or "binpack".
         seed: seeds the default pod runner's random draws.
-        backoff_base_s, backoff_max_s: the failed-pod replacement back-off (10 s
-            doubling up to 5 min, as Kubernetes); local runs shorten it so a
-            crashing script reaches its Job's backoffLimit in seconds, not minutes.
+        backoff_base_s, backoff_max_s: the failed-pod back-off's first delay (10 s,
+            doubling) and its cap for ReplicaSet pods (5 min, CrashLoopBackOff);
+        job_backoff_max_s: the Job controller's cap (10 min). Local runs shorten them
+            so a crashing script reaches its Job's backoffLimit in seconds, not minutes.
 
     Build it, add nodes, then use it from coroutines running on ``clock``'s
     event loop (pod lifecycles are timers/callbacks on that loop).
@@ -84,12 +86,13 @@ class InProcessCluster:
         seed: int = 0,
         backoff_base_s: float = BACKOFF_BASE_S,
         backoff_max_s: float = BACKOFF_MAX_S,
+        job_backoff_max_s: float = JOB_BACKOFF_MAX_S,
     ) -> None:
         self.clock = clock
         self.pod_runner: PodRunner = pod_runner or SimulatedPodRunner(clock, random.Random(seed))
         self.store = ObjectStore(clock.now)
         self.ledger = ResourceLedger()
-        self.nodes = NodeIndex(placement)
+        self.nodes = NodeIndex(placement, seed)
         self._owners: dict[OwnerKey, OwnerPods] = {}
         self._unschedulable_listeners: list[Callable[[], None]] = []
         self.pods = PodLifecycle(
@@ -97,9 +100,13 @@ class InProcessCluster:
         )
         self.scheduler = self.pods.scheduler
         self.controllers = WorkloadControllers(
-            clock, self.store, self.pods, self._owners, backoff_base_s, backoff_max_s
+            clock, self.store, self.pods, self._owners, backoff_base_s, backoff_max_s,
+            job_backoff_base_s=backoff_base_s, job_backoff_max_s=job_backoff_max_s,
         )
         self._cpu_total_milli = 0
+        # the trainer controller's crash back-off here (first delay, cap): a local run's
+        # short values reach it too
+        self.crash_backoff_s = (backoff_base_s, job_backoff_max_s)
 
     # ================================================================ nodes
     def add_node(

@@ -39,8 +39,12 @@ DEFAULT_GRACE_PERIOD_S = 30.0
 PodListener = Callable[[str, PodRecord], None]
 """Called with ("created"|"bound"|"running"|"deleting"|"exited", pod). Read, do not keep."""
 
-ExitListener = Callable[[PodRecord, int], None]
-"""Called once per pod when its containers have exited (owners count the exit here)."""
+ExitListener = Callable[[PodRecord, "int | None"], None]
+"""Called once per pod when its containers have exited (owners count the exit here);
+the code is None when they never ran."""
+
+DeleteListener = Callable[[PodRecord], None]
+"""Called once per pod when it is deleted (gets a deletionTimestamp), before it exits."""
 
 
 class PodLifecycle:
@@ -64,6 +68,7 @@ class PodLifecycle:
         self.pods: dict[str, PodRecord] = {}  # uid -> live pod (not yet exited)
         self.by_key: dict[tuple[str, str], PodRecord] = {}
         self.on_exit: ExitListener = lambda pod, code: None
+        self.on_delete: DeleteListener = lambda pod: None
         self.listeners: list[PodListener] = []
         self.first_pod_at: dict[tuple[str, str], float] = {}  # (ns, job label) -> time
         self.first_running_at: dict[tuple[str, str], float] = {}
@@ -114,18 +119,17 @@ class PodLifecycle:
         """Delete a pod: at once if unbound; else it terminates within its grace period."""
         if pod.terminating or pod.uid not in self.pods:
             return
-        if pod.node is None:
-            self.scheduler.dequeue(pod)
-            self._transition(pod, lambda: setattr(pod, "terminating", True))
-            self._emit("deleting", pod)
-            self._exited(pod, 0)
-            return
         self._transition(pod, lambda: setattr(pod, "terminating", True))
         pod.manifest["metadata"]["deletionTimestamp"] = self.clock.now()
+        self.on_delete(pod)
+        self._emit("deleting", pod)
+        if pod.node is None:  # PodGC marks an unscheduled terminating pod Failed at once
+            self.scheduler.dequeue(pod)
+            self._exited(pod, None)
+            return
         grace = (pod.manifest.get("spec") or {}).get(
             "terminationGracePeriodSeconds", DEFAULT_GRACE_PERIOD_S
         )
-        self._emit("deleting", pod)
         self.pod_runner.stop(pod.manifest, float(grace))
 
     # -- transitions ---------------------------------------------------------------------
@@ -165,9 +169,13 @@ class PodLifecycle:
             self.first_running_at.setdefault((pod.namespace, pod.job), now)
         self._emit("running", pod)
 
-    def _exited(self, pod: PodRecord, code: int) -> None:
+    def _exited(self, pod: PodRecord, code: int | None) -> None:
+        """The pod's containers are gone. ``code`` None: they never ran (deleted before
+        its containers started, or before it was bound): Failed, no terminated state."""
         if self.pods.pop(pod.uid, None) is None:
             return
+        if code is not None and pod.running_at is None and pod.terminating:
+            code = None  # stopped before its containers started: nothing terminated
         del self.by_key[pod.key]
         if pod.phase == RUNNING:
             self.running_cpu_milli -= pod.resources.cpu_request_milli
@@ -181,26 +189,37 @@ class PodLifecycle:
         self.ledger.remove_pod(pod.namespace, pod.name)
         self.requested_cpu_milli -= pod.resources.cpu_request_milli
         self._record_exit(pod, code)
-        self.on_exit(pod, code)
-        pod.phase = SUCCEEDED if code == 0 and not pod.terminating else FAILED
+        self.on_exit(pod, code)  # before the phase changes: owners uncount the pod's state
+        pod.phase = SUCCEEDED if code == 0 else FAILED  # the kubelet's phase, deleted or not
         pod.manifest["status"]["phase"] = pod.phase
         self._emit("exited", pod)
         if pod.node is not None:
             self.scheduler.room_freed()
 
-    def _record_exit(self, pod: PodRecord, code: int) -> None:
+    def _record_exit(self, pod: PodRecord, code: int | None) -> None:
         """Write the exit into the pod's status, where a podFailurePolicy looks for it.
 
         The pod runner reports one exit code per pod (its first failing container's),
-        so every container is shown terminated with that code.
+        so every container is shown terminated with that code. A pod whose
+        containers never started shows them waiting: no exit code for a policy
+        to match (Kubernetes then counts the failure).
         """
+        containers = (pod.manifest.get("spec") or {}).get("containers") or ()
+        if code is None:
+            pod.manifest["status"] = {
+                **pod.manifest["status"],
+                "containerStatuses": [
+                    {"name": c.get("name", ""), "state": {"waiting": {"reason": "PodInitializing"}}}
+                    for c in containers
+                ],
+            }
+            return
         message = ""
         if code != 0 and isinstance(self.pod_runner, TerminationMessages):
             message = str(self.pod_runner.termination_message(pod.name) or "")
-        terminated: dict[str, Any] = {"exitCode": code}
+        terminated: dict[str, Any] = {"exitCode": code, "finishedAt": self.clock.now()}
         if message:
             terminated["message"] = message
-        containers = (pod.manifest.get("spec") or {}).get("containers") or ()
         pod.manifest["status"] = {
             **pod.manifest["status"],
             "exitCode": code,

@@ -32,6 +32,7 @@ class PodRecord:
     """One pod: identity, parsed resources, state, and its manifest (kept in sync)."""
 
     __slots__ = (
+        "counted",
         "created_at",
         "job",
         "manifest",
@@ -74,18 +75,11 @@ class PodRecord:
         self.phase = PENDING
         self.terminating = False
         self.unschedulable = False
+        self.counted = False  # a Job has already counted this pod as failed (at its deletion)
 
     @property
     def key(self) -> tuple[str, str]:
         return self.namespace, self.name
-
-    def deletion_rank(self) -> tuple[int, int, int]:
-        """Sort key: pods to delete first come first.
-
-        As Kubernetes' ReplicaSet and Job controllers: unscheduled before
-        scheduled, pending before running, then the newest first.
-        """
-        return (self.node is not None, self.phase == RUNNING, -self.seq)
 
 
 @dataclass
@@ -102,14 +96,19 @@ class OwnerPods:
     terminating: int = 0
     succeeded: int = 0
     failed: int = 0
-    crash_streak: int = 0  # failures in a row (reset by a success or a long run)
-    backoff_until: float = float("-inf")  # no replacement pod before this time
+    crash_streak: int = 0  # ReplicaSet/Deployment: failures in a row (CrashLoopBackOff)
+    backoff_until: float = float("-inf")  # ReplicaSet/Deployment: no replacement before this
+    # a Job's back-off record (backoff_utils.go): failed pods since the last success
+    failures_after_success: int = 0
+    last_failure_at: float | None = None
     backoff_timer: object = None
     created: int = 0  # pods ever created (names the next one)
     condition: str | None = None  # a Job's final condition: "Complete" or "Failed"
     failure_reason: str | None = None  # a FailJob rule's reason; else BackoffLimitExceeded
     failure_condition_message: str = ""  # the Failed condition's message, if not the default
     last_failure: str = ""  # "<pod>: <its termination message>" of the last counted failure
+    # a Job managed by another controller: its finished pods, kept until that one removes them
+    finished: dict[str, PodRecord] = field(default_factory=dict)
     generation: int = -1  # owner generation the cached template resources belong to
     resources: PodResources = field(default_factory=PodResources)
 

@@ -6,7 +6,8 @@ What it models, and why:
   container started). The original experiment measured 1–8 s, so the default
   is uniform on [1, 8] s.
 * **termination time per role** — how long a deleted pod keeps running (and
-  holding its node's resources) before it exits, capped by the grace period.
+  holding its node's resources) before it exits 143 (SIGTERM); one still running
+  at the end of its grace period is killed and exits 137 (SIGKILL).
   The original trainers ignored SIGTERM and used all 30 s; this project's
   trainers drain and exit within seconds.
 * **run time per role** (optional) — a pod that exits by itself (code 0)
@@ -121,8 +122,10 @@ class SimulatedPodRunner:
         else:
             role = pod_role(pod)
             delay = self.termination.get(role, self.other_termination).draw(self.rng)
-        delay = min(delay, grace_period_s)
-        sim.timer = self.clock.call_later(delay, self._exit, uid, 143)  # 128 + SIGTERM
+        if delay > grace_period_s:  # still running at the end of the grace period: SIGKILL
+            sim.timer = self.clock.call_later(grace_period_s, self._exit, uid, 137)
+        else:
+            sim.timer = self.clock.call_later(delay, self._exit, uid, 143)  # 128 + SIGTERM
 
     def finish(self, uid: str, code: int = 0) -> bool:
         """Make a running pod's containers exit now with ``code`` (e.g. its job's work is

@@ -15,9 +15,17 @@ from edl.cluster.inproc.pods import OwnerKey, OwnerPods
 from edl.cluster.port import Manifest
 
 DEFAULT_BACKOFF_LIMIT = 6
+# CrashLoopBackOff (kubelet): a ReplicaSet pod's restart waits 10 s, doubling, at most 5 min,
+# and a container that ran 10 min starts a new streak
 BACKOFF_BASE_S = 10.0
 BACKOFF_MAX_S = 300.0
-BACKOFF_RESET_S = 600.0  # a pod that ran this long before failing starts a new streak
+BACKOFF_RESET_S = 600.0
+# the Job controller's pod-failure back-off (DefaultJobPodFailureBackOff, MaxJobPodFailureBackOff)
+JOB_BACKOFF_BASE_S = 10.0
+JOB_BACKOFF_MAX_S = 600.0
+# spec.podReplacementPolicy
+TERMINATING_OR_FAILED = "TerminatingOrFailed"
+REPLACE_FAILED = "Failed"
 COMPLETE = "Complete"
 FAILED = "Failed"
 # podFailurePolicy actions (FailIndex only exists for indexed Jobs: counted here)
@@ -110,6 +118,49 @@ def crash_backoff_s(
     return min(base_s * 2 ** (max(streak, 1) - 1), max_s)
 
 
+def job_backoff_remaining_s(
+    failures_after_success: int,
+    last_failure_at: float | None,
+    now: float,
+    base_s: float = JOB_BACKOFF_BASE_S,
+    max_s: float = JOB_BACKOFF_MAX_S,
+) -> float:
+    """``getRemainingTimeForFailuresCount`` (`pkg/controller/job/backoff_utils.go`).
+
+    The Job controller creates no pod (replacement *or* scale-up) until this is 0:
+    ``base`` doubled once per failure after the first, capped at ``max``, minus the
+    time since the last failure. Every failed pod counts, whatever the
+    podFailurePolicy says; only a succeeded pod resets the record.
+    """
+    if failures_after_success <= 0 or last_failure_at is None:
+        return 0.0
+    delay = base_s
+    for _ in range(1, failures_after_success):
+        delay *= 2
+        if delay >= max_s:
+            delay = max_s
+            break
+    elapsed = now - last_failure_at
+    return 0.0 if delay < elapsed else delay - elapsed
+
+
+JOB_CONTROLLER = "kubernetes.io/job-controller"
+
+
+def managed_elsewhere(spec: Mapping[str, Any]) -> bool:
+    """``spec.managedBy`` names another controller: the Job controller leaves the Job
+    (its pods and status) alone (``JobManagedBy``, Kubernetes >= 1.32)."""
+    managed_by = spec.get("managedBy")
+    return managed_by is not None and managed_by != JOB_CONTROLLER
+
+
+def pod_replacement_policy(spec: Mapping[str, Any]) -> str:
+    """``spec.podReplacementPolicy``: default ``Failed`` with a podFailurePolicy (the only
+    value allowed with one), else ``TerminatingOrFailed`` (Kubernetes >= 1.29)."""
+    default = REPLACE_FAILED if spec.get("podFailurePolicy") is not None else TERMINATING_OR_FAILED
+    return str(spec.get("podReplacementPolicy") or default)
+
+
 def pod_name(owner_name: str, index: int) -> str:
     """``<owner>-<5 base-36 digits>``, like the random suffix Kubernetes adds, but counted."""
     digits = "0123456789abcdefghijklmnopqrstuvwxyz"
@@ -159,6 +210,7 @@ def owner_status(kind: str, owner: OwnerPods) -> dict[str, Any]:
             "active": owner.active,
             "succeeded": owner.succeeded,
             "failed": owner.failed,
+            "terminating": owner.terminating,
         }
         if owner.condition is not None:
             condition = {"type": owner.condition, "status": "True"}

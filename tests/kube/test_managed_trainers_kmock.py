@@ -1,0 +1,85 @@
+"""edl's trainer controller running a managed trainer Job's pods through the API
+(kmock's emulator: no Job controller, no kubelet; the test plays the kubelet by
+patching pod status).
+
+Checked: pods are created from the stored Job's template with an ownerReference to
+it; a crash is counted into the Job's status subresource and its replacement waits,
+while a scale-up beside it is created at once; drained pods are never counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from lightkube import AsyncClient
+from lightkube.resources.batch_v1 import Job
+from lightkube.resources.core_v1 import Node, Pod
+from lightkube.types import PatchType
+
+from edl.cluster.port import ManagedTrainers
+from edl.control.trainer_controller import TrainerController
+from edl.kube.cluster import KubeCluster
+from edl.kube.trainer_index import rfc3339
+from polling import eventually
+
+LABELS = {"edl.dev/job": "j", "edl.dev/role": "trainer"}
+
+
+async def names(api: AsyncClient) -> list[str]:
+    return sorted([pod.metadata.name async for pod in api.list(Pod, namespace="default")])
+
+
+async def kubelet_exit(api: AsyncClient, name: str, code: int) -> None:
+    await api.patch(Pod, name, {"status": {
+        "phase": "Failed", "containerStatuses": [{
+            "name": "trainer", "image": "edl", "imageID": "", "ready": False, "restartCount": 0,
+            "state": {"terminated": {
+            "exitCode": code, "finishedAt": rfc3339(time.time()),
+            "message": "ValueError: boom"}}}]}}, namespace="default",
+        patch_type=PatchType.MERGE)
+
+
+async def test_managed_trainer_job_pods_crashes_and_scale_ups(
+    api: AsyncClient, emulator: Any
+) -> None:
+    await api.create(Node.from_dict({"metadata": {"name": "n1"}, "status": {
+        "allocatable": {"cpu": "64", "memory": "64Gi"}}}))
+    await api.create(Job.from_dict({
+        "metadata": {"name": "j-trainer", "namespace": "default", "labels": LABELS},
+        "spec": {"parallelism": 3, "backoffLimit": 6, "managedBy": "edl.dev/trainer-controller",
+                 "template": {"metadata": {"labels": LABELS}, "spec": {"containers": [
+                     {"name": "trainer", "image": "edl"}], "restartPolicy": "Never"}}},
+    }), namespace="default")
+    cluster = KubeCluster(api)
+    await cluster.start(timeout=30)
+    trainers = TrainerController(cluster)
+    try:
+        assert isinstance(cluster, ManagedTrainers)
+        trainers.track(("default", "j"))
+        await eventually(lambda: len(cluster.trainer_pod_manifests("default", "j")) == 3)
+        pods = [pod async for pod in api.list(Pod, namespace="default")]
+        job = await cluster.get_trainer_job_by_name("default", "j-trainer")
+        assert {ref.uid for pod in pods for ref in pod.metadata.ownerReferences} == {
+            job["metadata"]["uid"]}
+        assert all(pod.metadata.labels == LABELS for pod in pods)
+
+        crashed = pods[0].metadata.name
+        await kubelet_exit(api, crashed, 1)
+        await eventually(lambda: crashed not in {
+            p["metadata"]["name"] for p in cluster.trainer_pod_manifests("default", "j")})
+        job = await cluster.get_trainer_job_by_name("default", "j-trainer")
+        assert job["status"]["failed"] == 1
+        await asyncio.sleep(1.0)
+        assert len(await names(api)) == 2  # the crash replacement waits 10 s
+
+        job["spec"]["parallelism"] = 5
+        await cluster.update_trainer_job(job)  # a scale-up is not held back by the crash
+        await eventually(lambda: len(cluster.trainer_pod_manifests("default", "j")) == 4)
+
+        drained = (await names(api))[0]
+        await kubelet_exit(api, drained, 143)  # as a drained trainer, but not deleted: a crash
+        await eventually(lambda: trainers.records[("default", "j")].failed == 2)
+    finally:
+        await cluster.stop()
