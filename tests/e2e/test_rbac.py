@@ -24,10 +24,13 @@ ALLOWED = [
     ("edl.dev", "trainingjobs", "watch", "", ""),
     ("", "events", "create", "team-a", ""),
     ("coordination.k8s.io", "leases", "patch", "edl-system", "edl-controller"),
+    # edl's trainer controller runs the trainer pods and writes the trainer Job's status
+    ("", "pods", "create", "team-a", ""), ("", "pods", "delete", "team-a", ""),
+    ("batch", "jobs/status", "patch", "team-a", ""),
 ]
 DENIED = [
     ("", "secrets", "get", "team-a", ""), ("", "configmaps", "list", "", ""),
-    ("", "pods", "create", "team-a", ""), ("", "pods", "delete", "team-a", ""),
+    ("", "pods", "update", "team-a", ""), ("", "pods/exec", "create", "team-a", ""),
     ("batch", "jobs", "list", "", ""), ("batch", "jobs", "update", "team-a", ""),
     ("edl.dev", "trainingjobs", "delete", "team-a", ""),
     ("coordination.k8s.io", "leases", "patch", "kube-system", "kube-scheduler"),
@@ -43,8 +46,9 @@ def allowed(rest: Rest, group: str, resource: str, verb: str, namespace: str,
         "spec": {"user": USER,
                  "groups": ["system:serviceaccounts", "system:serviceaccounts:edl-system",
                             "system:authenticated"],
-                 "resourceAttributes": {"group": group, "resource": resource, "verb": verb,
-                                        "namespace": namespace, "name": name}}})
+                 "resourceAttributes": {"group": group, "resource": resource.split("/")[0],
+                                        "subresource": resource.partition("/")[2],
+                                        "verb": verb, "namespace": namespace, "name": name}}})
     return bool(review["status"].get("allowed"))
 
 
