@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from control.grown import grow_six_trainers, loops
 from edl.cluster.inproc import InProcessCluster, SimulatedPodRunner, Uniform, VirtualClock
 from edl.cluster.port import ConflictError
 from edl.control.autoscaler import Autoscaler
@@ -217,14 +218,10 @@ def test_a_failing_tick_does_not_stop_the_loop(clock, cluster_factory, manifests
 
 def test_scale_down_takes_effect_in_the_same_instant(clock, cluster_factory, manifests):
     cluster = cluster_factory(nodes=1, cpu="16", termination=4.0)
-    autoscaler = Autoscaler(cluster, interval=NEVER)
-    controller = Controller(cluster, autoscaler)
+    autoscaler, controller = loops(cluster)
 
     async def scenario():
-        stored = cluster.create_training_job(manifests.training_job("j", 2, 6, cpu="2"))
-        await controller.on_add(stored)
-        await autoscaler.tick()
-        await asyncio.sleep(10)
+        await grow_six_trainers(cluster, manifests, autoscaler, controller)
         assert cluster.trainer_counts("default", "j").running == 6
         cluster.create_deployment(
             {

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
+from control.grown import grow_six_trainers, loops
 from edl.cluster.inproc import InProcessCluster
 from edl.cluster.inproc.simulated_pods import Fixed, SimulatedPodRunner
 from edl.cluster.port import VictimScaling
-from edl.control.autoscaler import Autoscaler
-from edl.control.controller import Controller
 from edl.policy import Decision
 
 NEVER = 10_000.0
@@ -31,14 +30,10 @@ def trainer_nodes(cluster, leaving: bool) -> list[str]:
 
 def run_shrink(cluster, manifests, clock, choose_nodes):
     """6 trainers; then shrink to 4 naming the nodes `choose_nodes(trainer nodes)` returns."""
-    autoscaler = Autoscaler(cluster, interval=NEVER)
-    controller = Controller(cluster, autoscaler)
+    autoscaler, controller = loops(cluster)
 
     async def scenario():
-        stored = cluster.create_training_job(manifests.training_job("j", 2, 6, cpu="2"))
-        await controller.on_add(stored)
-        await autoscaler.tick()
-        await asyncio.sleep(10)
+        await grow_six_trainers(cluster, manifests, autoscaler, controller)
         before = trainer_nodes(cluster, leaving=False)
         named = choose_nodes(before)
         await autoscaler._scale(Decision("default", "j", 6, 4, "test", named))
@@ -79,14 +74,10 @@ def test_the_named_pods_leave_and_views_say_where_trainers_run(clock, cluster_fa
     """A Decision naming exact victims deletes exactly those; the next views carry every
     trainer's node, the leaving ones flagged."""
     cluster = cluster_factory(nodes=3, cpu="16", termination=4.0)
-    autoscaler = Autoscaler(cluster, interval=NEVER)
-    controller = Controller(cluster, autoscaler)
+    autoscaler, controller = loops(cluster)
 
     async def scenario():
-        stored = cluster.create_training_job(manifests.training_job("j", 2, 6, cpu="2"))
-        await controller.on_add(stored)
-        await autoscaler.tick()
-        await asyncio.sleep(10)
+        await grow_six_trainers(cluster, manifests, autoscaler, controller)
         live = sorted(
             (pod.name, pod.node) for pod in cluster.pod_records() if pod.role == "trainer"
         )

@@ -10,9 +10,6 @@ from layout.importgraph import SRC, find_cycle, module_graph, modules, package_g
 
 MAX_MODULE_LINES = 450
 GENERATED = ("_pb2.py", "_pb2_grpc.py")
-# Being split by open work (issues 13 and 14); an entry must be removed once its module
-# is under the limit, and nothing may be added.
-KNOWN_OVERSIZED: set[str] = set()
 
 # edl.kube, bottom to top: a module imports only from its own layer or the ones below.
 KUBE_LAYERS = (
@@ -74,9 +71,7 @@ def test_no_hand_written_module_is_over_the_size_limit():
         if not path.name.endswith(GENERATED)
         and (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES
     }
-    unexpected = {path: n for path, n in oversized.items() if path not in KNOWN_OVERSIZED}
-    assert not unexpected, f"modules over {MAX_MODULE_LINES} lines: {unexpected}"
-    assert set(oversized) >= KNOWN_OVERSIZED, "remove the split modules from KNOWN_OVERSIZED"
+    assert not oversized, f"modules over {MAX_MODULE_LINES} lines: {oversized}"
 
 
 def test_the_graph_builder_sees_cycles_and_layer_breaks(tmp_path):
