@@ -317,38 +317,28 @@ def _volume_problems(job: TrainingJob) -> Iterator[tuple[Loc, str]]:
 
 
 def _with_defaults(job: TrainingJob) -> TrainingJob:
-    """The job with the original's defaults written in (so `to_dict()` shows them)."""
+    """The job with the original's defaults written in (so `to_dict()` shows them).
+
+    Both modes share the image, port, trainer and master defaults; a collective job
+    gets no pserver, pass or pserver-port fields at all.
+    """
     data = job.to_dict()
     spec = data.setdefault("spec", {})
-    if spec.get("mode") == COLLECTIVE:
-        return _with_collective_defaults(data)
     spec.setdefault("image", DEFAULT_IMAGE)
     spec.setdefault("port", DEFAULT_PORT)
+    spec.setdefault("fault_tolerant", False)
+    spec.setdefault("hostNetwork", False)
+    trainer = spec.setdefault("trainer", {})
+    trainer.setdefault("workspace", "")
+    trainer.setdefault("max-instance", trainer["min-instance"])
+    spec.setdefault("master", {})
+    if spec.get("mode") == COLLECTIVE:
+        collective_defaults(spec)
+        return TrainingJob.from_dict(data)
     spec.setdefault("ports_num", DEFAULT_PORTS_NUM)
     spec.setdefault("ports_num_for_sparse", DEFAULT_PORTS_NUM_FOR_SPARSE)
     spec.setdefault("passes", DEFAULT_PASSES)
-    spec.setdefault("fault_tolerant", False)
-    spec.setdefault("hostNetwork", False)
-    trainer = spec.setdefault("trainer", {})
-    trainer.setdefault("workspace", "")
-    trainer.setdefault("max-instance", trainer["min-instance"])
     pserver = spec.setdefault("pserver", {})
     pserver.setdefault("min-instance", DEFAULT_PSERVERS)
     pserver.setdefault("max-instance", pserver["min-instance"])
-    spec.setdefault("master", {})
-    return TrainingJob.from_dict(data)
-
-
-def _with_collective_defaults(data: dict[str, Any]) -> TrainingJob:
-    """A collective job's defaults: no pserver, pass or pserver-port fields at all."""
-    spec = data["spec"]
-    spec.setdefault("image", DEFAULT_IMAGE)
-    spec.setdefault("port", DEFAULT_PORT)
-    spec.setdefault("fault_tolerant", False)
-    spec.setdefault("hostNetwork", False)
-    trainer = spec.setdefault("trainer", {})
-    trainer.setdefault("workspace", "")
-    trainer.setdefault("max-instance", trainer["min-instance"])
-    spec.setdefault("master", {})
-    collective_defaults(spec)
     return TrainingJob.from_dict(data)
