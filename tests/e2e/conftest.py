@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
 import sys
 import tempfile
 import uuid
@@ -25,9 +24,14 @@ from pathlib import Path
 import pytest
 
 from e2e.control_plane import ControlPlane, PlaneConfig, k8s_binaries, keep_or_remove
-from e2e.helpers import CONTROLLER_ARGS, EDL, SYSTEM_NAMESPACE, Controller, load_yaml
+from e2e.helpers import (
+    CONTROLLER_ARGS,
+    SYSTEM_NAMESPACE,
+    Controller,
+    install_edl,
+    start_controller_process,
+)
 from e2e.rest import Rest
-from edl.procs import free_port
 from polling import wait_until
 
 if os.environ.get("EDL_E2E", "1") == "0":
@@ -41,23 +45,13 @@ def plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
     cp = ControlPlane(bin_dir=k8s_binaries(), work_dir=work, config=PlaneConfig())
     try:
         cp.start()
-        rest = Rest(cp)
-        rest.apply(load_yaml("namespace.yaml"))
-        rest.apply(load_yaml("crd.yaml"))
-        wait_until(lambda: _crd_established(rest), 60, "the TrainingJob CRD Established")
-        rest.apply(load_yaml("rbac.yaml"))
+        install_edl(Rest(cp))
         yield cp
     finally:
         cp.stop()
         note = keep_or_remove(cp, failed=request.session.testsfailed > 0)
         if note:
             print(f"\n{note}", file=sys.stderr)
-
-
-def _crd_established(rest: Rest) -> bool:
-    crd = rest.get("CustomResourceDefinition", "trainingjobs.edl.dev")
-    conditions = (crd.get("status") or {}).get("conditions") or []
-    return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
 
 @pytest.fixture(scope="session")
@@ -97,19 +91,9 @@ def start_controller(controller_kubeconfig: Path, plane: ControlPlane,
     started: list[Controller] = []
 
     def start(identity: str = "replica-a", *extra: str) -> Controller:
-        port = free_port()
-        log = tmp_path / f"controller-{identity}.log"
-        env = {**os.environ, "KUBECONFIG": str(controller_kubeconfig), "PYTHONUNBUFFERED": "1",
-               "NO_PROXY": "127.0.0.1,localhost",
-               "POD_NAME": identity}  # Events' reportingInstance, as in the Deployment
-        env.pop("HTTPS_PROXY", None)
-        env.pop("https_proxy", None)
-        with log.open("wb") as out:
-            proc = subprocess.Popen(
-                [EDL, "controller", f"--listen=127.0.0.1:{port}", f"--identity={identity}",
-                 *CONTROLLER_ARGS, *extra],
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
-        controller = Controller(identity, proc, log, port)
+        controller = start_controller_process(controller_kubeconfig,
+                                              tmp_path / f"controller-{identity}.log",
+                                              identity, *CONTROLLER_ARGS, *extra)
         started.append(controller)
         return controller
 

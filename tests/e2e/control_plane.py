@@ -51,6 +51,10 @@ class PlaneConfig:
     pod_start_ms: int = 300    # scheduled -> containers created (Pending)
     pod_ready_ms: int = 300    # created -> Running and Ready
     pod_stop_ms: int = 300     # deletion -> terminated, then removed
+    # > pod_ready_ms: the created -> Running delay is uniform in [pod_ready_ms, this)
+    pod_ready_jitter_ms: int = 0
+    # (edl.dev/role, ms): deletion -> removed for pods of that role (others: pod_stop_ms)
+    role_stop_ms: tuple[tuple[str, int], ...] = ()
     # Trainer pods of these TrainingJobs exit 1 this long after becoming Running.
     crash_jobs: tuple[str, ...] = ("crashing",)
     crash_after_ms: int = 500

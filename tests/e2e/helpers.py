@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import yaml
 
 from e2e.control_plane import ROOT
 from e2e.rest import ApiError, Rest
+from edl.procs import free_port
 from polling import wait_until
 
 EDL = str(Path(sys.executable).with_name("edl"))
@@ -62,6 +64,36 @@ class Controller:
             data = data[:start] + data[end:]
         return [line for line in data.decode(errors="replace").splitlines()
                 if any(mark in line for mark in FORBIDDEN_MARKS)]
+
+
+def install_edl(rest: Rest) -> None:
+    """Apply edl's namespace, CRD (waiting until Established) and RBAC, as an admin would."""
+    rest.apply(load_yaml("namespace.yaml"))
+    rest.apply(load_yaml("crd.yaml"))
+    wait_until(lambda: _crd_established(rest), 60, "the TrainingJob CRD Established")
+    rest.apply(load_yaml("rbac.yaml"))
+
+
+def _crd_established(rest: Rest) -> bool:
+    crd = rest.get("CustomResourceDefinition", "trainingjobs.edl.dev")
+    conditions = (crd.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+
+def start_controller_process(kubeconfig: Path, log: Path, identity: str,
+                             *args: str) -> Controller:
+    """`edl controller` as a process outside the cluster, talking with `kubeconfig`."""
+    port = free_port()
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONUNBUFFERED": "1",
+           "NO_PROXY": "127.0.0.1,localhost",
+           "POD_NAME": identity}  # Events' reportingInstance, as in the Deployment
+    env.pop("HTTPS_PROXY", None)
+    env.pop("https_proxy", None)
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [EDL, "controller", f"--listen=127.0.0.1:{port}", f"--identity={identity}", *args],
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+    return Controller(identity, proc, log, port)
 
 
 def trainingjob(name: str, *, min_instance: int = 2, max_instance: int = 6,

@@ -24,14 +24,18 @@ CRASH_MESSAGE = "RuntimeError: injected trainer crash (kwok stage pod-crash)"
 
 
 def _stage(name: str, kind: str, selector: list[dict[str, Any]], delay_ms: int,
-           next_: dict[str, Any]) -> dict[str, Any]:
+           next_: dict[str, Any], jitter_ms: int = 0) -> dict[str, Any]:
+    """One Stage; with `jitter_ms` > `delay_ms` kwok draws the delay uniformly from
+    [delay_ms, jitter_ms) (sigs.k8s.io/kwok pkg/utils/lifecycle `Stage.Delay`)."""
     spec: dict[str, Any] = {
         "resourceRef": {"apiGroup": "v1", "kind": kind},
         "selector": {"matchExpressions": selector},
         "next": next_,
     }
-    if delay_ms:
+    if delay_ms or jitter_ms:
         spec["delay"] = {"durationMilliseconds": delay_ms}
+        if jitter_ms > delay_ms:
+            spec["delay"]["jitterDurationMilliseconds"] = jitter_ms
     return {"apiVersion": API, "kind": "Stage", "metadata": {"name": name}, "spec": spec}
 
 
@@ -158,6 +162,24 @@ phase: Failed
 """
 
 
+ROLE = '.metadata.labels["edl.dev/role"]'
+
+
+def _delete_stages(config: Any) -> list[dict[str, Any]]:
+    """Remove a deleted pod without finalizers after its termination time: `pod_stop_ms`,
+    or per `edl.dev/role` as `config.role_stop_ms` says (the selectors are disjoint, so
+    exactly one stage matches each pod; a pod without the label is "other")."""
+    gone = [DELETED, _expr(".metadata.finalizers", "DoesNotExist")]
+    roles = dict(config.role_stop_ms)
+    if not roles:
+        return [_stage("pod-delete", "Pod", gone, config.pod_stop_ms, {"delete": True})]
+    stages = [_stage(f"pod-delete-{role}", "Pod", [*gone, _expr(ROLE, "In", role)], delay,
+                     {"delete": True}) for role, delay in sorted(roles.items())]
+    stages.append(_stage("pod-delete-other", "Pod", [*gone, _expr(ROLE, "NotIn", *sorted(roles))],
+                         config.pod_stop_ms, {"delete": True}))
+    return stages
+
+
 def kwok_config(config: Any) -> list[dict[str, Any]]:
     """The Stage documents for a `PlaneConfig` (node and pod lifecycles, crash injection)."""
     node_ready = _expr('.status.conditions.[] | select( .type == "Ready" ) | .status',
@@ -169,15 +191,14 @@ def kwok_config(config: Any) -> list[dict[str, Any]]:
         _stage("pod-ready", "Pod",
                [NOT_DELETED, _expr(".status.phase", "In", "Pending"),
                 _expr(".status.podIP", "Exists")],
-               config.pod_ready_ms, {"statusTemplate": POD_RUNNING}),
+               config.pod_ready_ms, {"statusTemplate": POD_RUNNING},
+               config.pod_ready_jitter_ms),
         _stage("pod-terminate", "Pod",
                [DELETED, _expr(".metadata.finalizers", "Exists"),
                 _expr(".status.phase", "In", "Pending", "Running")],
                config.pod_stop_ms,
                {"statusTemplate": _terminated(143, "Error", "terminated by SIGTERM")}),
-        _stage("pod-delete", "Pod",
-               [DELETED, _expr(".metadata.finalizers", "DoesNotExist")],
-               config.pod_stop_ms, {"delete": True}),
+        *_delete_stages(config),
     ]
     if config.crash_jobs:
         pod_stages.append(_stage(
