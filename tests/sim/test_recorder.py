@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from edl.cluster.inproc.cluster import ClusterSample, ReplicaCounts, TrainerCounts
-from edl.sim.runner import _Recorder
+from edl.sim.runner import Recorder
 
 
 def sample(
@@ -21,7 +21,7 @@ def counts(running: int, desired: int, first_pod_at: float | None) -> TrainerCou
 
 
 def test_late_and_deleted_series_are_padded() -> None:
-    recorder = _Recorder({"a": "a", "team/b": "b"})
+    recorder = Recorder({"a": "a", "team/b": "b"})
     recorder.record(0.0, sample(0.0, {}, None))
     recorder.record(1.0, sample(1.0, {"a": counts(0, 2, 1.0)}, ReplicaCounts(3, 1, 2, 0)))
     recorder.record(2.0, sample(2.0, {"a": counts(2, 2, 1.0), "team/b": counts(0, 1, None)},

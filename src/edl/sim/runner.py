@@ -27,6 +27,7 @@ from edl.jobparser import JobParser
 from edl.sim.jobs import training_job_manifest
 from edl.sim.metrics import Metrics, compute_metrics
 from edl.sim.scenario import JobPlan, Scenario, Workload, expand_jobs
+from edl.sim.sections import BackgroundPods
 from edl.sim.timeline import JobSeries, Timeline, WorkloadSeries
 from edl.sim.work import SimulatedTraining
 from edl.throughput.board import ThroughputBoard
@@ -69,8 +70,26 @@ def deployment_manifest(workload: Workload, replicas: int) -> dict[str, Any]:
     }
 
 
-class _Recorder:
-    """Appends `ClusterSample`s to a `Timeline`, aligning series that appear or vanish."""
+def background_pod_manifest(
+    group: BackgroundPods, index: int, requirements: dict[str, Any], node: str | None
+) -> dict[str, Any]:
+    """Pod ``index`` of a background group, bound to ``node`` when the group is per node."""
+    pod: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"{group.name}-{index}", "namespace": group.namespace},
+        "spec": {"containers": [
+            {"name": group.name, "image": group.name, "resources": requirements}
+        ]},
+    }
+    if node is not None:
+        pod["spec"]["nodeName"] = node
+    return pod
+
+
+class Recorder:
+    """Appends `ClusterSample`s to a `Timeline`, aligning series that appear or vanish
+    (also fed from a real cluster by tests/e2e/fidelity.py: both sides sampled alike)."""
 
     def __init__(self, job_keys: dict[str, str]) -> None:
         self.timeline = Timeline()
@@ -147,7 +166,7 @@ class _Run:
             plan.name if plan.namespace == "default" else f"{plan.namespace}/{plan.name}": plan.name
             for plan in self.plans
         }
-        self.recorder = _Recorder(keys)
+        self.recorder = Recorder(keys)
         self.board = ThroughputBoard()
         # its own random stream: scenarios without work draw exactly what they drew before
         self.training = SimulatedTraining(
@@ -168,17 +187,8 @@ class _Run:
             requirements = group.resources.to_requirements()
             count = len(names) if group.per_node else group.count or 0
             for index in range(count):
-                pod: dict[str, Any] = {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "metadata": {"name": f"{group.name}-{index}", "namespace": group.namespace},
-                    "spec": {"containers": [
-                        {"name": group.name, "image": group.name, "resources": requirements}
-                    ]},
-                }
-                if group.per_node:
-                    pod["spec"]["nodeName"] = names[index]
-                self.cluster.create_pod(pod)
+                node = names[index] if group.per_node else None
+                self.cluster.create_pod(background_pod_manifest(group, index, requirements, node))
 
     def _submit(self, plan: JobPlan) -> None:
         image = self.scenario.training.image
