@@ -23,7 +23,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from e2e.control_plane import ControlPlane, PlaneConfig
 from e2e.helpers import SYSTEM_NAMESPACE, Controller, install_edl, start_controller_process
@@ -78,11 +80,30 @@ def _cpu_total(rest: Rest) -> int:
     return sum(cpu_milli(node["status"]["allocatable"]["cpu"]) for node in rest.list("Node"))
 
 
-def cluster_sample(rest: Rest, when: float, cpu_total: int, seen: set[str]) -> ClusterSample:
+def start_latencies(pods: list[dict[str, Any]]) -> dict[str, float]:
+    """uid -> seconds from binding (PodScheduled) to Running (startTime) of the Running pods
+    the scheduler bound (the API's timestamps have whole seconds)."""
+    out = {}
+    for pod in pods:
+        status = pod.get("status") or {}
+        started = status.get("startTime")
+        scheduled = [c["lastTransitionTime"] for c in status.get("conditions") or []
+                     if c.get("type") == "PodScheduled" and c.get("status") == "True"]
+        if status.get("phase") == "Running" and started and scheduled:
+            out[pod["metadata"]["uid"]] = (_timestamp(started)
+                                           - _timestamp(scheduled[0]))
+    return out
+
+
+def _timestamp(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def cluster_sample(pods: list[dict[str, Any]], rest: Rest, when: float, cpu_total: int,
+                   seen: set[str]) -> ClusterSample:
     """The cluster now, in the simulator's terms: trainers Running and not terminating per
     TrainingJob, replicas per Deployment, CPU requests of every Running pod. `seen`
     collects the jobs that have had a pod (the simulator's `first_pod_at`)."""
-    pods = rest.list("Pod")
     running_cpu = 0
     trainers: dict[str, int] = {}
     replicas: dict[tuple[str, str], int] = {}
@@ -133,6 +154,8 @@ class RealRun:
     policy: str = "default"
     rest: Rest = field(init=False)
     late_s: float = 0.0  # how far behind its grid point the latest sample was taken, at most
+    # pod uid -> seconds from PodScheduled to startTime (kwok's Running), whole seconds
+    start_latency_s: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.rest = Rest(self.plane)
@@ -237,6 +260,8 @@ class RealRun:
             while events and events[0][0] <= when:
                 events.pop(0)[1]()
             self.late_s = max(self.late_s, time.monotonic() - start - when)
-            recorder.record(when, cluster_sample(self.rest, when, cpu_total, seen))
+            pods = self.rest.list("Pod")
+            recorder.record(when, cluster_sample(pods, self.rest, when, cpu_total, seen))
+            self.start_latency_s.update(start_latencies(pods))
         return recorder.timeline
 
