@@ -14,6 +14,8 @@ comparison.md and trainers.png). Needs the binaries of `make k8s`.
 from __future__ import annotations
 
 import argparse
+import shutil
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -21,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from e2e.control_plane import ControlPlane, k8s_binaries, keep_or_remove
-from e2e.fidelity import RealRun, plane_config
+from e2e.fidelity import RealRun, plane_config, pods_csv
 from e2e.fidelity_compare import Comparison, compare, event_times
 from edl.sim.report import timeline_csv
 from edl.sim.runner import run_policy
@@ -29,21 +31,24 @@ from edl.sim.scenario import Scenario, expand_jobs, load_scenario
 from edl.sim.timeline import Timeline
 
 
-def run_real(scenario: Scenario, work_dir: Path) -> tuple[Timeline, float]:
-    """The scenario on a fresh real control plane: its timeline, and how late (s) the
-    latest sample was taken behind its grid point."""
+def run_real(scenario: Scenario, work_dir: Path, keep: Path | None = None) -> RealRun:
+    """The scenario run on a fresh real control plane (`run.timeline` holds its samples);
+    the controller's log is copied into `keep`."""
     plane = ControlPlane(bin_dir=k8s_binaries(), work_dir=work_dir,
                          config=plane_config(scenario))
     failed = True
     try:
         plane.start()
         run = RealRun(plane, scenario, work_dir)
-        timeline = run.run()
+        run.run()
         plane.check_running()
         failed = False
-        return timeline, run.late_s
+        return run
     finally:
         plane.stop()
+        if keep is not None:
+            keep.mkdir(parents=True, exist_ok=True)
+            shutil.copy(work_dir / "controller.log", keep / "controller.log")
         note = keep_or_remove(plane, failed)
         if note:
             print(note, file=sys.stderr)
@@ -106,12 +111,17 @@ def main(argv: list[str]) -> int:
     scenario = load_scenario(args.scenario)
     sim = run_policy(scenario, "default", args.seed).timeline
     work = Path(tempfile.mkdtemp(prefix="edl-fidelity-"))
-    real, late = run_real(scenario, work)
+    run = run_real(scenario, work, args.out / "real" if args.out else None)
+    real = run.timeline
     result = compare(scenario, sim, real)
     print(result.table())
-    print(f"latest sample {late:.2f} s behind its grid point")
+    latencies = list(run.start_latency_s.values())
+    print(f"latest sample {run.late_s:.2f} s behind its grid point; bind -> Running over "
+          f"{len(latencies)} pods: mean {statistics.fmean(latencies):.2f} s, "
+          f"{min(latencies):.0f}-{max(latencies):.0f} s")
     if args.out is not None:
         write(args.out, scenario, sim, real, result)
+        (args.out / "real" / "pods.csv").write_text(pods_csv(run.samples))
         print(f"wrote {args.out}/sim, {args.out}/real, comparison.md, trainers.png")
     return 0
 

@@ -104,15 +104,21 @@ def cluster_sample(pods: list[dict[str, Any]], rest: Rest, when: float, cpu_tota
     """The cluster now, in the simulator's terms: trainers Running and not terminating per
     TrainingJob, replicas per Deployment, CPU requests of every Running pod. `seen`
     collects the jobs that have had a pod (the simulator's `first_pod_at`)."""
-    running_cpu = 0
+    running_cpu = requested_cpu = running_pods = unbound = 0
     trainers: dict[str, int] = {}
     replicas: dict[tuple[str, str], int] = {}
     for pod in pods:
         meta, phase = pod["metadata"], pod.get("status", {}).get("phase")
         labels = meta.get("labels") or {}
         namespace = meta["namespace"]
+        if phase in ("Succeeded", "Failed"):
+            continue
+        cpu = pod_request(pod).cpu_request_milli
+        requested_cpu += cpu
+        unbound += not pod["spec"].get("nodeName")
         if phase == "Running":
-            running_cpu += pod_request(pod).cpu_request_milli
+            running_cpu += cpu
+            running_pods += 1
         job = labels.get("edl.dev/job")
         if job:
             seen.add(_key(namespace, job))
@@ -139,9 +145,18 @@ def cluster_sample(pods: list[dict[str, Any]], rest: Rest, when: float, cpu_tota
             running=replicas.get((meta["namespace"], meta["name"]), 0), pending=0,
             terminating=0)
     return ClusterSample(time=when, cpu_total_milli=cpu_total,
-                         running_cpu_request_milli=running_cpu, requested_cpu_milli=0,
-                         running_pods=0, pending_pods=0, unbound_pods=0, trainers=jobs,
+                         running_cpu_request_milli=running_cpu,
+                         requested_cpu_milli=requested_cpu, running_pods=running_pods,
+                         pending_pods=len(pods) - running_pods, unbound_pods=unbound, trainers=jobs,
                          deployments=deployments)
+
+
+def pods_csv(samples: list[ClusterSample]) -> str:
+    """Per sample: unbound, pending and running pods, CPU requested by non-terminal pods."""
+    rows = ["t_s,unbound_pods,pending_pods,running_pods,requested_cpu_milli"]
+    rows += [f"{s.time:g},{s.unbound_pods},{s.pending_pods},{s.running_pods},"
+             f"{s.requested_cpu_milli}" for s in samples]
+    return "\n".join(rows) + "\n"
 
 
 @dataclass
@@ -156,6 +171,8 @@ class RealRun:
     late_s: float = 0.0  # how far behind its grid point the latest sample was taken, at most
     # pod uid -> seconds from PodScheduled to startTime (kwok's Running), whole seconds
     start_latency_s: dict[str, float] = field(default_factory=dict)
+    samples: list[ClusterSample] = field(default_factory=list)  # what was recorded, in full
+    timeline: Timeline = field(default_factory=Timeline)
 
     def __post_init__(self) -> None:
         self.rest = Rest(self.plane)
@@ -261,7 +278,10 @@ class RealRun:
                 events.pop(0)[1]()
             self.late_s = max(self.late_s, time.monotonic() - start - when)
             pods = self.rest.list("Pod")
-            recorder.record(when, cluster_sample(pods, self.rest, when, cpu_total, seen))
+            sample = cluster_sample(pods, self.rest, when, cpu_total, seen)
+            recorder.record(when, sample)
+            self.samples.append(sample)
             self.start_latency_s.update(start_latencies(pods))
-        return recorder.timeline
+        self.timeline = recorder.timeline
+        return self.timeline
 

@@ -15,6 +15,8 @@ its shape), not the session's.
 
 from __future__ import annotations
 
+import contextlib
+import shutil
 import statistics
 import sys
 import time
@@ -23,10 +25,12 @@ from pathlib import Path
 import pytest
 
 from e2e.control_plane import ControlPlane, k8s_binaries, keep_or_remove
-from e2e.fidelity import RealRun, plane_config
-from e2e.fidelity_compare import compare
+from e2e.fidelity import RealRun, plane_config, pods_csv
+from e2e.fidelity_compare import Comparison, compare
+from edl.sim.report import timeline_csv
 from edl.sim.runner import run_policy
-from edl.sim.scenario import load_scenario
+from edl.sim.scenario import Scenario, expand_jobs, load_scenario
+from edl.sim.timeline import Timeline
 
 UTILISATION_POINTS = 5.0
 SETTLE_MARGIN_S = 10.0
@@ -36,22 +40,24 @@ SETTLE_MARGIN_S = 10.0
 def test_simulated_and_real_control_plane_agree(tmp_path: Path) -> None:
     scenario = load_scenario("fidelity")
     started = time.monotonic()
+    sim = run_policy(scenario, "default").timeline
     plane = ControlPlane(bin_dir=k8s_binaries(), work_dir=tmp_path / "plane",
                          config=plane_config(scenario))
-    failed = True
+    run = RealRun(plane, scenario, plane.work_dir)
+    result = None
     try:
         plane.start()
-        run = RealRun(plane, scenario, tmp_path)
-        real = run.run()
+        run.run()
         plane.check_running()
-        failed = False
+        result = compare(scenario, sim, run.timeline)
     finally:
         plane.stop()
-        note = keep_or_remove(plane, failed)
+        agreed = result is not None and _agree(result)
+        if not agreed:  # keep what explains it next to the control plane's logs
+            _keep(run, scenario, sim, plane.logs)
+        note = keep_or_remove(plane, failed=not agreed)
         if note:
             print(note, file=sys.stderr)
-    sim = run_policy(scenario, "default").timeline
-    result = compare(scenario, sim, real)
     latencies = list(run.start_latency_s.values())
     print(f"\n{result.table()}\nwall {time.monotonic() - started:.0f} s; latest sample "
           f"{run.late_s:.2f} s late; bind -> Running on kwok over {len(latencies)} pods: "
@@ -69,3 +75,22 @@ def test_simulated_and_real_control_plane_agree(tmp_path: Path) -> None:
             f"event in {stretch.start:g}-{stretch.end:g} s:\n{result.table()}")
         assert stretch.same, (
             f"allocation after the event at {stretch.start:g} s differs:\n{result.table()}")
+
+
+def _agree(result: Comparison) -> bool:
+    return abs(result.util_diff_pct) <= UTILISATION_POINTS and all(
+        s.same and s.real_settle_s <= s.end - s.start - SETTLE_MARGIN_S
+        for s in result.stretches)
+
+
+def _keep(run: RealRun, scenario: Scenario, sim: Timeline, logs: Path) -> None:
+    """Both timelines, the real run's pod counts and the controller's log, into `logs`."""
+    namespaces = {p.name: p.namespace for p in expand_jobs(scenario)}
+    workloads = {w.name: w.namespace for w in scenario.workloads}
+    with contextlib.suppress(OSError):
+        logs.mkdir(parents=True, exist_ok=True)
+        (logs / "sim-timeline.csv").write_text(timeline_csv(sim, namespaces, workloads))
+        (logs / "real-timeline.csv").write_text(
+            timeline_csv(run.timeline, namespaces, workloads))
+        (logs / "real-pods.csv").write_text(pods_csv(run.samples))
+        shutil.copy(run.log_dir / "controller.log", logs / "edl-controller.log")

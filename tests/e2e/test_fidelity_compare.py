@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-import pytest
-
 from e2e.control_plane import PlaneConfig
 from e2e.fidelity import plane_config
 from e2e.fidelity_compare import compare, event_times
