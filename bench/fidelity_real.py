@@ -39,7 +39,7 @@ def run_real(scenario: Scenario, work_dir: Path, keep: Path | None = None) -> Re
     failed = True
     try:
         plane.start()
-        run = RealRun(plane, scenario, work_dir)
+        run = RealRun(plane, scenario, work_dir, controller_args=("-v",))
         run.run()
         plane.check_running()
         failed = False

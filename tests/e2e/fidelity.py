@@ -167,6 +167,7 @@ class RealRun:
     scenario: Scenario
     log_dir: Path
     policy: str = "default"
+    controller_args: tuple[str, ...] = ()  # more `edl controller` options (e.g. -v)
     rest: Rest = field(init=False)
     late_s: float = 0.0  # how far behind its grid point the latest sample was taken, at most
     # pod uid -> seconds from PodScheduled to startTime (kwok's Running), whole seconds
@@ -215,7 +216,7 @@ class RealRun:
             kubeconfig, self.log_dir / "controller.log", "fidelity",
             f"--policy={self.policy}", f"--interval={autoscaler.interval_s:g}",
             f"--max-load={autoscaler.max_load_desired:g}", "--status-interval=1",
-            f"--lease-namespace={SYSTEM_NAMESPACE}")
+            f"--lease-namespace={SYSTEM_NAMESPACE}", *self.controller_args)
 
         def leading() -> bool:
             if controller.proc.poll() is not None:

@@ -29,7 +29,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from edl.accounting import trainer_request
+from edl.accounting import ClusterResource, trainer_request
 from edl.api.names import job_key, trainer_job_name
 from edl.api.trainingjob import TrainingJob
 from edl.cluster.port import (
@@ -215,12 +215,19 @@ class Autoscaler:
     async def tick(self) -> list[Decision]:
         """One step: observe, plan, actuate. Returns the decisions (changed or not)."""
         self.ticks += 1
-        resources = await self.cluster.inquiry_resource()
-        views = await self._job_views()
+        resources, views = await self._observe()
         if not views:
             self.last_decisions = []
             return []
         now = asyncio.get_running_loop().time()
+        if log.isEnabledFor(logging.DEBUG):  # the plan's inputs, to explain a decision
+            log.debug(
+                "tick inputs: cpu requested %d of %d milli, %d pending pods; %s",
+                resources.cpu_request_milli, resources.cpu_total_milli,
+                len(resources.pending),
+                "; ".join(f"{v.name} parallelism {v.parallelism} total {v.total} running "
+                          f"{v.running} pending {v.pending}" for v in views),
+            )
         decisions = self.policy.plan(views, resources, self.max_load_desired)
         decisions = self.collective.apply(decisions, now)  # allowed sizes, cooldown
         for decision in decisions:
@@ -261,26 +268,40 @@ class Autoscaler:
             return None  # not created yet, or being deleted
 
     async def _job_views(self) -> Sequence[JobView]:
+        return (await self._observe())[1]
+
+    async def _observe(self) -> tuple[ClusterResource, list[JobView]]:
+        """The room and every elastic job's view, as one consistent snapshot.
+
+        The reads that wait (each trainer Job from the API, each job's measured
+        throughput) come first; then the cluster's resources and the jobs' pods are
+        read from the caches with no wait in between. Interleaved, a watch event
+        landing between them tore the snapshot: a leaving trainer removed after the
+        resources were read still counted in the CPU requests but no longer as
+        leaving, so the plan saw the cluster over max load and shrank a job once more
+        (seen on the real control plane: tests/e2e/test_fidelity.py, docs/fidelity.md).
+        """
         jobs = list(self._jobs.items())
         # One read per job, all at once: on Kubernetes each is an API round trip, and
         # one after another they made a tick with 20 jobs take ~0.5 s (tests/e2e).
         trainers = await asyncio.gather(*(self._trainer_job(job) for _, job in jobs))
-        views = []
         now = asyncio.get_running_loop().time()
-        for (key, job), trainer in zip(jobs, trainers, strict=True):
-            if trainer is None:
-                continue
-            if trainer_job_done(trainer):
-                continue  # finished, or its work is done: nothing to scale
+        live = [(key, job, trainer) for (key, job), trainer in zip(jobs, trainers, strict=True)
+                if trainer is not None and not trainer_job_done(trainer)]
+        scalings = [await self.scaling.scaling(key, now) for key, _, _ in live]
+        # From here on: cache reads only (nothing yields to the event loop).
+        resources = await self.cluster.inquiry_resource()
+        views = []
+        for (key, job, trainer), scaling in zip(live, scalings, strict=True):
             pods = await self.cluster.job_pods(job)
             # JobView counts as Kubernetes reports phases: terminating pods are still
             # Running and hold their room, so the policy can credit room on its way.
             leaving = pods.terminating or 0
             per_pod = self._trainer_resources[key]
-            trainers = None
+            listed = None
             if isinstance(self.cluster, VictimScaling):  # where each trainer runs
-                listed = await self.cluster.trainer_pods(job, leaving=True)
-                trainers = tuple(Trainer(p.name, p.node, p.leaving) for p in listed)
+                pods_listed = await self.cluster.trainer_pods(job, leaving=True)
+                listed = tuple(Trainer(p.name, p.node, p.leaving) for p in pods_listed)
             views.append(
                 JobView.from_pod_resources(
                     *key,
@@ -292,11 +313,11 @@ class Autoscaler:
                     running=pods.running + leaving,
                     pending=pods.pending,
                     unscheduled=pods.unscheduled,
-                    trainers=trainers,
-                    scaling=await self.scaling.scaling(key, now),
+                    trainers=listed,
+                    scaling=scaling,
                 )
             )
-        return views
+        return resources, views
 
     async def _scale(self, decision: Decision) -> None:
         """Set the trainer Job's parallelism (naming the leaving pods when the plan and
