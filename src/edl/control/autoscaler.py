@@ -2,9 +2,10 @@
 
 PaddlePaddle EDL's Autoscaler, async and backend-free. One step is `tick()`:
 
-1. ``Cluster.inquiry_resource()`` — totals, requests, per-node room, pending services;
-2. per elastic job, its trainer Job (current parallelism) and ``job_pods`` counts
-   -> `edl.policy.JobView`;
+1. per elastic job, its trainer Job (current parallelism, an API read on Kubernetes);
+2. ``Cluster.inquiry_resource()`` — totals, requests, per-node room, pending services —
+   and each job's ``job_pods`` counts -> `edl.policy.JobView`, read together after
+   every wait (one snapshot of the caches, see `_observe`);
 3. ``policy.plan(views, resources, max_load_desired)`` — pure;
 4. ``update_trainer_job`` with the new parallelism, re-reading and retrying on
    `ConflictError` (someone else wrote the Job meanwhile). On a shrink whose
