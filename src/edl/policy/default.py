@@ -59,8 +59,8 @@ __all__ = ["DefaultPolicy"]
 class DefaultPolicy:
     """edl's policy (see the module doc for the steps and their guarantees).
 
-    `goodput` (edl.policy.goodput) subclasses it and replaces two steps, `_fair_shares`
-    and `_reason`: keep both called through ``self``.
+    `goodput` (edl.policy.goodput) subclasses it and replaces `_fair_shares`, `_level`
+    and `_reason`: keep them called through ``self``.
     """
 
     name = "default"
@@ -90,7 +90,7 @@ class DefaultPolicy:
         make_room(plans, budget, room, deficit, preemptor)
         self._fair_shares(plans, budget, room)
         grow(plans, budget, room)
-        rebalance(plans, budget, room, preemptor)
+        rebalance(plans, budget, room, preemptor, self._level)
 
         by_key = {plan.key: plan for plan in plans}
         placement = {plan.key: [room.names[i] for i in plan.planned_nodes] for plan in plans}
@@ -124,7 +124,12 @@ class DefaultPolicy:
             )
         return decisions, placement
 
-    # The two steps `goodput` replaces (called through ``self`` for that reason).
+    # The steps `goodput` replaces (called through ``self`` for that reason).
+    @staticmethod
+    def _level(plan: JobPlan, count: int) -> float:
+        """How well served a job is at ``count`` trainers, for rebalancing: fulfillment."""
+        return plan.fulfillment(count)
+
     def _fair_shares(self, plans: list[JobPlan], budget: Budget, room: Room) -> None:
         assign_fair_shares(plans, budget, room)
 
