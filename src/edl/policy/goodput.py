@@ -59,6 +59,8 @@ class GoodputPolicy(DefaultPolicy):
         self._wants: dict[tuple[str, str], Want] = {}
         self._floors: dict[tuple[str, str], int] = {}
         self._budget: tuple[int, int, int] = (1, 1, 1)
+        self._caps: tuple[int, int, int] = (1, 1, 1)
+        self._early: dict[tuple[str, str], Want] = {}
 
     def plan_with_placement(
         self, jobs: Sequence[JobView], resources: ClusterResource, max_load_desired: float
@@ -88,6 +90,19 @@ class GoodputPolicy(DefaultPolicy):
             self._notes[want.key] = self._explain(plan, want, allocation)
             self._floors[want.key] = allocation.floor
             plan.share = allocation.target
+
+    def _begin(self, plans: list[JobPlan], budget: Budget) -> None:
+        self._caps = (budget.cpu_cap, budget.memory_cap, budget.gpu_cap)
+        self._early: dict[tuple[str, str], Want] = {}
+
+    def _shed_cost(self, plan: JobPlan, count: int) -> float:
+        """Room for services and jobs below min comes from the trainers worth least:
+        a flat job's surplus before a small job's few (fulfillment would pick the
+        small job: it is the most fulfilled)."""
+        want = self._early.get(plan.view.key)
+        if want is None:
+            want = self._early[plan.view.key] = self._want(plan)
+        return trainer_value(want, count, self._caps, self.params)
 
     def _level(self, plan: JobPlan, count: int) -> float:
         """Rebalancing by marginal value: a donor gives a trainer only while the last

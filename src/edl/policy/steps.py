@@ -24,6 +24,9 @@ __all__ = [
 ]
 
 
+LevelFn = Callable[[JobPlan, int], float]
+
+
 def place_pending_pods(resources: ClusterResource, room: Room) -> list[Shape]:
     """Reserve free room for pending non-trainer pods; returns those that fit nowhere."""
     deficit = []
@@ -118,6 +121,7 @@ def make_room(
     room: Room,
     deficit: list[Shape],
     preemptor: Preemptor,
+    shed_cost: LevelFn | None = None,
 ) -> list[Shape]:
     """Preempt trainers for pending pods and for jobs below min-instance.
 
@@ -125,6 +129,8 @@ def make_room(
     starving jobs) gets the node where the fewest, least costly trainers must go
     for it to fit (`Preemptor`): room already coming counts first, victims come
     from jobs above min (most fulfilled cheapest) that are not starving themselves.
+    ``shed_cost(plan, count)``: what losing its ``count``-th trainer costs the job
+    (default: 1 - fulfillment, so the most fulfilled give first).
     Returns the pods no node can be made to fit.
     """
     starving = {i for i, p in enumerate(plans) if p.holding() < p.view.min_instance}
@@ -147,6 +153,8 @@ def make_room(
         plan = plans[index]
         if index in starving or plan.target - extra <= plan.view.min_instance:
             return None
+        if shed_cost is not None:
+            return shed_cost(plan, plan.target - extra)
         return 1.0 - plan.fulfillment(plan.target - extra)
 
     return _rescue_all(plans, budget, room, waiters, cost, cause, preemptor)
@@ -212,9 +220,6 @@ def grow(plans: Sequence[JobPlan], budget: Budget, room: Room) -> None:
             if rival is not None and (level, namespace, name) > rival[:3]:
                 heapq.heappush(heap, (level, namespace, name, index))
                 break
-
-
-LevelFn = Callable[[JobPlan, int], float]
 
 
 def rebalance(
