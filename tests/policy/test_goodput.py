@@ -150,3 +150,25 @@ def test_goodput_moves_trainers_that_add_nothing_to_a_job_they_speed_up() -> Non
 
 def test_goodput_does_not_take_back_trainers_within_the_cooldown_after_a_grow() -> None:
     assert _flat_and_linear(since_grow_s=10.0)["flat"] == 20
+
+
+def test_goodput_defers_a_growth_too_small_to_be_worth_a_resize() -> None:
+    from policy.test_properties import Cluster, Job
+
+    def plan(policy, held: int) -> tuple[int, str]:
+        # ten 10-core nodes, 3-core trainers: the budget holds 33, the nodes 30
+        c = Cluster()
+        for i in range(10):
+            c.add_node(f"n{i}", 10_000, 64_000)
+        c.add_job(Job("ns", "big", 1, 40, held, 3000, 1000))
+        c.schedule()
+        views = [dataclasses.replace(v, scaling=Scaling(CURVES[0])) for v in c.views()]
+        (decision,) = policy.plan(views, c.resources(), 1.0)
+        return decision.target, decision.reason
+
+    # the share (33) is worth its resize, but only one trainer fits now: +3 %
+    assert plan(get_policy("default"), 29)[0] == 30
+    target, reason = plan(GoodputPolicy(), 29)
+    assert target == 29 and "grows in one step" in reason
+    # room for six: +24 %, made at once
+    assert plan(GoodputPolicy(), 24)[0] == 30
