@@ -31,6 +31,7 @@ from e2e.control_plane import ControlPlane, PlaneConfig
 from e2e.helpers import SYSTEM_NAMESPACE, Controller, install_edl, start_controller_process
 from e2e.rest import Rest
 from edl.accounting.request import pod_request
+from edl.api.names import LABEL_JOB, LABEL_ROLE, ROLE_TRAINER
 from edl.api.quantity import cpu_milli
 from edl.cluster.inproc.sampling import ClusterSample, ReplicaCounts, TrainerCounts
 from edl.sim.jobs import training_job_manifest
@@ -104,7 +105,7 @@ def cluster_sample(pods: list[dict[str, Any]], rest: Rest, when: float, cpu_tota
     """The cluster now, in the simulator's terms: trainers Running and not terminating per
     TrainingJob, replicas per Deployment, CPU requests of every Running pod. `seen`
     collects the jobs that have had a pod (the simulator's `first_pod_at`)."""
-    running_cpu = requested_cpu = running_pods = unbound = 0
+    running_cpu = requested_cpu = running_pods = live_pods = unbound = 0
     trainers: dict[str, int] = {}
     replicas: dict[tuple[str, str], int] = {}
     for pod in pods:
@@ -115,15 +116,16 @@ def cluster_sample(pods: list[dict[str, Any]], rest: Rest, when: float, cpu_tota
             continue
         cpu = pod_request(pod).cpu_request_milli
         requested_cpu += cpu
+        live_pods += 1
         unbound += not pod["spec"].get("nodeName")
         if phase == "Running":
             running_cpu += cpu
             running_pods += 1
-        job = labels.get("edl.dev/job")
+        job = labels.get(LABEL_JOB)
         if job:
             seen.add(_key(namespace, job))
         live = phase == "Running" and not meta.get("deletionTimestamp")
-        if live and job and labels.get("edl.dev/role") == "trainer":
+        if live and job and labels.get(LABEL_ROLE) == ROLE_TRAINER:
             trainers[_key(namespace, job)] = trainers.get(_key(namespace, job), 0) + 1
         if live and "app" in labels:
             replicas[(namespace, labels["app"])] = replicas.get((namespace, labels["app"]), 0) + 1
@@ -147,7 +149,7 @@ def cluster_sample(pods: list[dict[str, Any]], rest: Rest, when: float, cpu_tota
     return ClusterSample(time=when, cpu_total_milli=cpu_total,
                          running_cpu_request_milli=running_cpu,
                          requested_cpu_milli=requested_cpu, running_pods=running_pods,
-                         pending_pods=len(pods) - running_pods, unbound_pods=unbound, trainers=jobs,
+                         pending_pods=live_pods - running_pods, unbound_pods=unbound, trainers=jobs,
                          deployments=deployments)
 
 
