@@ -49,11 +49,13 @@ class UnsupportedScenario(ValueError):
 
 def plane_config(scenario: Scenario) -> PlaneConfig:
     """The fake cluster and kwok latencies of `scenario` (UnsupportedScenario if it has
-    more than one node group, GPUs, jobs with work or a start count)."""
+    more than one node group, GPUs, binpack placement, jobs with work or a start count)."""
     problems = []
     groups = scenario.cluster.node_groups
     if len(groups) != 1:
         problems.append("cluster.node_groups: exactly one group")
+    if scenario.placement != "spread":
+        problems.append("placement: spread (kube-scheduler runs its default profile here)")
     if any(g.allocatable.gpu for g in groups):
         problems.append("cluster.node_groups: no GPUs (kwok nodes here have none)")
     for plan in expand_jobs(scenario):

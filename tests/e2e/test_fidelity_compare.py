@@ -64,8 +64,8 @@ def test_the_session_plane_keeps_one_delete_stage() -> None:
 
 
 def test_scenarios_the_real_runner_cannot_replay_are_refused() -> None:
-    data = {**SCENARIO, "cluster": {"node_groups": [
+    data = {**SCENARIO, "placement": "binpack", "cluster": {"node_groups": [
         {"name": "a", "count": 1, "allocatable": {"cpu": "1", "memory": "1Gi"}},
         {"name": "b", "count": 1, "allocatable": {"cpu": "1", "memory": "1Gi", "gpu": 1}}]}}
-    with pytest.raises(ValueError, match=r"exactly one group.*no GPUs"):
+    with pytest.raises(ValueError, match=r"exactly one group.*placement: spread.*no GPUs"):
         plane_config(parse_scenario(data))
