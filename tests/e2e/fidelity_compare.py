@@ -48,7 +48,7 @@ class Comparison:
 
     def table(self) -> str:
         """Markdown: one row per stretch, then the overall utilisation."""
-        jobs = sorted(self.stretches[0].sim) if self.stretches else []
+        jobs = sorted({job for s in self.stretches for job in (*s.sim, *s.real)})
         head = ["stretch (s)", *(f"{j} sim / real" for j in jobs), "same",
                 "settled after (s) sim / real", "CPU % sim / real"]
         rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
