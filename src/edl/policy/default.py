@@ -110,6 +110,9 @@ class DefaultPolicy:
                 continue
             shrinking = plan.target < view.parallelism
             nodes = [room.names[n] for n in plan.victim_nodes if n >= 0]
+            # the trainers the Job will create are the last ones the plan gave room to
+            # (growth comes after the room of trainers that exist but are unscheduled)
+            new = plan.target - view.parallelism
             decisions.append(
                 Decision(
                     view.namespace,
@@ -119,7 +122,7 @@ class DefaultPolicy:
                     self._reason(plan),
                     victim_nodes=tuple(dict.fromkeys(nodes)) if shrinking else (),
                     victims=tuple(plan.victims) if shrinking else (),
-                    placement=tuple(placement[plan.key]) if plan.grown else (),
+                    placement=tuple(placement[plan.key][-new:]) if new > 0 else (),
                 )
             )
         return decisions, placement
