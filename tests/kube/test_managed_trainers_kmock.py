@@ -4,8 +4,9 @@ patching pod status).
 
 Checked: pods are created from the stored Job's template with an ownerReference to
 it; a growth's planned nodes (the Job's placement annotation, written in the scale
-patch) become the new pods' preferred node affinity; a crash is counted into the Job's status subresource and its replacement waits,
-while a scale-up beside it is created at once; drained pods are never counted.
+patch) become the new pods' preferred node affinity; a crash is counted into the
+Job's status subresource and its replacement waits, while a scale-up beside it is
+created at once; drained pods are never counted.
 """
 
 from __future__ import annotations
