@@ -111,3 +111,42 @@ def test_goodput_explains_its_share() -> None:
     assert decisions["wide"].target > decisions["flat"].target
     for decision in decisions.values():
         assert "goodput share" in decision.reason and "curve:" in decision.reason
+
+
+def _flat_and_linear(since_grow_s: float | None) -> dict[str, int]:
+    """A full cluster: `flat` holds 20 trainers (nothing gained beyond 8), `linear` 12
+    (each trainer a large relative gain; above its fairness floor of 8). Targets goodput
+    plans for them."""
+    from policy.test_properties import Cluster, Job
+
+    c = Cluster()
+    for i in range(4):
+        c.add_node(f"n{i}", 8_000, 64_000)
+    c.add_job(Job("ns", "flat", 1, 40, 20, 1000, 1000))
+    c.add_job(Job("ns", "linear", 1, 16, 12, 1000, 1000))
+    c.schedule()
+    curves = {"flat": CURVES[4], "linear": CURVES[0]}
+    views = [
+        dataclasses.replace(
+            v,
+            scaling=Scaling(
+                curves[v.name],
+                join_cost_s=0.0,
+                since_grow_s=since_grow_s if v.name == "flat" else None,
+            ),
+        )
+        for v in c.views()
+    ]
+    return {d.name: d.target for d in GoodputPolicy().plan(views, c.resources(), 1.0)}
+
+
+def test_goodput_moves_trainers_that_add_nothing_to_a_job_they_speed_up() -> None:
+    targets = _flat_and_linear(since_grow_s=None)
+    # Fulfillment would keep flat's 20 (it is no more fulfilled than linear would be);
+    # by marginal value its trainers beyond the plateau go to linear.
+    assert targets["flat"] < 20
+    assert targets["linear"] == 12  # it grows next plan, once the room is really free
+
+
+def test_goodput_does_not_take_back_trainers_within_the_cooldown_after_a_grow() -> None:
+    assert _flat_and_linear(since_grow_s=10.0)["flat"] == 20

@@ -78,3 +78,20 @@ def test_annotations_round_trip_and_name_problems() -> None:
     })
     assert prior is None and join == 0.0
     assert any("bogus" in p for p in problems) and any("join-cost" in p for p in problems)
+
+
+def test_two_large_counts_do_not_make_a_curve_flat_from_one_trainer() -> None:
+    truth = PointsCurve(((1, 40.0), (8, 260.0), (16, 280.0), (40, 282.0)))
+    for prior in (UslCurve(40.0), None):  # declared (optimistic, linear), or none
+        fit = OnlineFit(prior)
+        fit.add(Observation(1, 20, truth.rate(20)))
+        fit.add(Observation(2, 40, truth.rate(40)))
+        curve = fit.curve()
+        assert "anchor" in fit.method
+        for n in (20, 40):  # still the measurements where they were made
+            assert curve.rate(n) == pytest.approx(truth.rate(n), rel=0.1)
+        # below them it rises, as a USL job must (flat from one trainer fits too)
+        assert curve.rate(2) < 0.5 * curve.rate(20)
+        fit.add(Observation(3, 2, truth.rate(2)))  # a real small count: no anchor
+        assert fit.curve().rate(2) == pytest.approx(truth.rate(2), rel=0.1)
+        assert "anchor" not in fit.method

@@ -49,7 +49,8 @@ def _fail(message: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
 @click.option(
     "--bound", "with_bound", is_flag=True,
-    help="Also compute the steady window's packing bound (steady_utilization_bound_pct).",
+    help="Also compute the steady window's packing bound (steady_utilization_bound_pct) "
+    "and, for jobs with work, the mean JCT no policy can beat (jct_mean_bound_s).",
 )
 def simulate_command(
     scenario: str, policy_values: tuple[str, ...], seed: int | None, out_dir: Path | None,
@@ -85,9 +86,14 @@ def simulate_command(
         from dataclasses import replace
 
         from edl.sim.bound import steady_utilization_bound
+        from edl.sim.jct_bound import mean_jct_lower_bound
 
         limit = steady_utilization_bound(loaded)
-        results = [replace(m, steady_utilization_bound_pct=limit) for m in results]
+        fastest = mean_jct_lower_bound(loaded)
+        results = [
+            replace(m, steady_utilization_bound_pct=limit, jct_mean_bound_s=fastest)
+            for m in results
+        ]
     if out_dir is not None:
         from edl.sim.plots import write_plots
 

@@ -59,8 +59,8 @@ __all__ = ["DefaultPolicy"]
 class DefaultPolicy:
     """edl's policy (see the module doc for the steps and their guarantees).
 
-    `goodput` (edl.policy.goodput) subclasses it and replaces two steps, `_fair_shares`
-    and `_reason`: keep both called through ``self``.
+    `goodput` (edl.policy.goodput) subclasses it and replaces `_begin`, `_shed_cost`,
+    `_fair_shares`, `_level` and `_reason`: keep them called through ``self``.
     """
 
     name = "default"
@@ -82,15 +82,16 @@ class DefaultPolicy:
         # Every step walks the plans in one canonical order (by key), so the plan does
         # not depend on the order the caller lists the jobs in.
         budget, plans = build_plans(list(jobs), resources, max_load_desired, room)
+        self._begin(plans, budget)
         deficit = place_pending_pods(resources, room)
         place_unscheduled_trainers(plans, room)
         shrink_over_max_load(plans, budget, room, max_load_desired)
         # one index of who runs where, built on first use and kept true by its users
         preemptor = Preemptor(room, plans)
-        make_room(plans, budget, room, deficit, preemptor)
+        make_room(plans, budget, room, deficit, preemptor, self._shed_cost)
         self._fair_shares(plans, budget, room)
         grow(plans, budget, room)
-        rebalance(plans, budget, room, preemptor)
+        rebalance(plans, budget, room, preemptor, self._level)
 
         by_key = {plan.key: plan for plan in plans}
         placement = {plan.key: [room.names[i] for i in plan.planned_nodes] for plan in plans}
@@ -127,7 +128,20 @@ class DefaultPolicy:
             )
         return decisions, placement
 
-    # The two steps `goodput` replaces (called through ``self`` for that reason).
+    # The steps `goodput` replaces (called through ``self`` for that reason).
+    def _begin(self, plans: list[JobPlan], budget: Budget) -> None:
+        """Called once the plans are built, before any step."""
+
+    @staticmethod
+    def _shed_cost(plan: JobPlan, count: int) -> float:
+        """What losing its ``count``-th trainer costs a job when room must be made."""
+        return 1.0 - plan.fulfillment(count)
+
+    @staticmethod
+    def _level(plan: JobPlan, count: int) -> float:
+        """How well served a job is at ``count`` trainers, for rebalancing: fulfillment."""
+        return plan.fulfillment(count)
+
     def _fair_shares(self, plans: list[JobPlan], budget: Budget, room: Room) -> None:
         assign_fair_shares(plans, budget, room)
 

@@ -23,12 +23,13 @@ from, the job's speed-up, the gain of one more trainer and what ended its growth
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from edl.accounting.types import ClusterResource
 from edl.policy.base import Decision, JobView
 from edl.policy.default import DefaultPolicy
-from edl.policy.marginal import Allocation, GoodputParams, Want, allocate
+from edl.policy.marginal import Allocation, GoodputParams, Want, allocate, trainer_value
 from edl.policy.plan_state import Budget, JobPlan
 from edl.policy.room import Room
 from edl.throughput.curve import Curve, UslCurve
@@ -38,7 +39,7 @@ __all__ = ["GoodputPolicy"]
 _LINEAR = UslCurve(1.0)
 _STOPS = {
     "max": "at max-instance",
-    "ceiling": "cooldown after a shrink",
+    "ceiling": "held by a cooldown after a shrink or by what its curve was measured at",
     "budget": "budget used by better gains",
     "no gain": "one more trainer adds no throughput",
     "payback": "one more trainer would not repay its join cost within the horizon",
@@ -55,11 +56,16 @@ class GoodputPolicy(DefaultPolicy):
     def __init__(self, params: GoodputParams | None = None) -> None:
         self.params = params or GoodputParams()
         self._notes: dict[tuple[str, str], str] = {}
+        self._wants: dict[tuple[str, str], Want] = {}
+        self._floors: dict[tuple[str, str], int] = {}
+        self._budget: tuple[int, int, int] = (1, 1, 1)
+        self._caps: tuple[int, int, int] = (1, 1, 1)
+        self._early: dict[tuple[str, str], Want] = {}
 
     def plan_with_placement(
         self, jobs: Sequence[JobView], resources: ClusterResource, max_load_desired: float
     ) -> tuple[list[Decision], dict[tuple[str, str], list[str]]]:
-        self._notes = {}
+        self._notes, self._wants, self._floors = {}, {}, {}
         return super().plan_with_placement(jobs, resources, max_load_desired)
 
     # -- the replaced step ----------------------------------------------------------------
@@ -77,10 +83,42 @@ class GoodputPolicy(DefaultPolicy):
             budget.gpu_cap - (budget.gpu - trainer_gpu),
         )
         wants = [self._want(plan) for plan in plans]
+        self._wants = {want.key: want for want in wants}
+        self._budget = trainer_budget
         allocations = allocate(wants, trainer_budget, self.params)
         for plan, want, allocation in zip(plans, wants, allocations, strict=True):
             self._notes[want.key] = self._explain(plan, want, allocation)
+            self._floors[want.key] = allocation.floor
             plan.share = allocation.target
+
+    def _begin(self, plans: list[JobPlan], budget: Budget) -> None:
+        self._caps = (budget.cpu_cap, budget.memory_cap, budget.gpu_cap)
+        self._early: dict[tuple[str, str], Want] = {}
+
+    def _shed_cost(self, plan: JobPlan, count: int) -> float:
+        """Room for services and jobs below min comes from the trainers worth least:
+        a flat job's surplus before a small job's few (fulfillment would pick the
+        small job: it is the most fulfilled)."""
+        want = self._early.get(plan.view.key)
+        if want is None:
+            want = self._early[plan.view.key] = self._want(plan)
+        return trainer_value(want, count, self._caps, self.params)
+
+    def _level(self, plan: JobPlan, count: int) -> float:
+        """Rebalancing by marginal value: a donor gives a trainer only while the last
+        trainer it keeps is worth no more than the one the taker gains (fulfillment
+        would keep a flat job's useless trainers). Negated: a higher level is a job
+        better served. A trainer the job holds is worth ``1 + incumbency`` times more, so
+        a move must gain that margin; under fixed curves the move back never pays."""
+        want = self._wants.get(plan.view.key)
+        if want is None:
+            return plan.fulfillment(count)
+        if count <= self._floors.get(want.key, 0):
+            return -math.inf  # below its floor (fairness, cooldown): not a donor
+        value = trainer_value(want, count, self._budget, self.params)
+        if count <= want.held:  # a trainer it holds: moving it is not free
+            value *= 1.0 + self.params.incumbency
+        return -value
 
     def _want(self, plan: JobPlan) -> Want:
         view: JobView = plan.view
@@ -104,6 +142,7 @@ class GoodputPolicy(DefaultPolicy):
             shrunk_recently=scaling is not None
             and scaling.since_shrink_s is not None
             and scaling.since_shrink_s < cooldown,
+            measured_max=scaling.measured_max if scaling is not None else None,
         )
 
     @staticmethod

@@ -22,6 +22,9 @@ Pure arithmetic over `Want`s (one per elastic job) and a resource budget, used b
   the job's remaining time at its current rate) and the join time valued at the
   job's own per-trainer rate. A nearly flat job (ΔX small) or one about to finish
   (T small) is not grown;
+* **exploration** — a job is not given more than ``explore`` times the largest
+  count its curve was measured at (or held): beyond that the curve is a guess
+  (Pollux caps growth at twice the largest allocation so far for the same reason);
 * **deadband** — a resize that would change the job's throughput by less than
   ``deadband`` (10 %) is not made.
 
@@ -38,7 +41,7 @@ from dataclasses import dataclass
 
 from edl.throughput.curve import Curve
 
-__all__ = ["Allocation", "GoodputParams", "Want", "allocate", "pays_back"]
+__all__ = ["Allocation", "GoodputParams", "Want", "allocate", "pays_back", "trainer_value"]
 
 Vector = tuple[int, int, int]  # cpu milli, memory mega, gpu
 _MIN_LEFT_S = 30.0
@@ -53,7 +56,9 @@ class GoodputParams:
     generalised-mean exponent p of the objective (1: sum of speed-ups, 0: sum of their
     logs — proportional fairness, -1: favours slow jobs more); ``baseline``: what a
     speed-up is relative to ("min": min-instance, "fair": the fair share) — at p = 0
-    it cancels out; ``urgency``: weight jobs by (horizon / time left) ** urgency.
+    it cancels out; ``urgency``: weight jobs by (horizon / time left) ** urgency;
+    ``explore``: growth beyond this multiple of the largest measured count waits
+    for a measurement there (0: no cap).
 
     Defaults chosen on generated scenarios (bench/goodput.py, seeds 2000-2003), not on
     the ones reported."""
@@ -66,6 +71,7 @@ class GoodputParams:
     baseline: str = "min"
     power: float = 0.0
     deadband: float = 0.1
+    explore: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +90,7 @@ class Want:
     remaining_samples: float | None = None
     grown_recently: bool = False
     shrunk_recently: bool = False
+    measured_max: int | None = None  # largest trainer count the curve was measured at
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +166,9 @@ def bounds(want: Want, params: GoodputParams) -> tuple[int, int]:
     held = max(low, min(high, want.held))
     floor = max(low, min(high, int(params.fairness * want.fair + 1e-9)))
     ceiling = held if want.shrunk_recently else high
+    if params.explore > 0:
+        known = max(held, want.measured_max or low)
+        ceiling = min(ceiling, max(held, int(params.explore * known)))
     if want.grown_recently:
         floor = max(floor, held)
     return min(floor, ceiling), ceiling
@@ -192,6 +202,18 @@ def _deadband(
             left[d] -= want.unit[d] * extra
         targets[index] = held
         stops[index] = "deadband"
+
+
+def trainer_value(want: Want, n: int, budget: Vector, params: GoodputParams) -> float:
+    """What the ``n``-th trainer is worth to the job: the allocation's score of the
+    step from ``n - 1`` to ``n`` (utility gain x urgency / dominant share); inf at or
+    below min-instance (those trainers are not the allocation's to move)."""
+    if n <= want.min_instance:
+        return math.inf
+    gain = utility(speedup(want, n, params.baseline), params.power) - utility(
+        speedup(want, n - 1, params.baseline), params.power
+    )
+    return gain * urgency(want, params) / _dominant(want.unit, budget)
 
 
 def allocate(

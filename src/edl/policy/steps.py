@@ -7,7 +7,7 @@ all are pure arithmetic on copies of the policy's inputs.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from edl.accounting.types import ClusterResource
 from edl.policy.plan_state import Budget, JobPlan
@@ -22,6 +22,9 @@ __all__ = [
     "rebalance",
     "shrink_over_max_load",
 ]
+
+
+LevelFn = Callable[[JobPlan, int], float]
 
 
 def place_pending_pods(resources: ClusterResource, room: Room) -> list[Shape]:
@@ -118,6 +121,7 @@ def make_room(
     room: Room,
     deficit: list[Shape],
     preemptor: Preemptor,
+    shed_cost: LevelFn | None = None,
 ) -> list[Shape]:
     """Preempt trainers for pending pods and for jobs below min-instance.
 
@@ -125,6 +129,8 @@ def make_room(
     starving jobs) gets the node where the fewest, least costly trainers must go
     for it to fit (`Preemptor`): room already coming counts first, victims come
     from jobs above min (most fulfilled cheapest) that are not starving themselves.
+    ``shed_cost(plan, count)``: what losing its ``count``-th trainer costs the job
+    (default: 1 - fulfillment, so the most fulfilled give first).
     Returns the pods no node can be made to fit.
     """
     starving = {i for i, p in enumerate(plans) if p.holding() < p.view.min_instance}
@@ -147,6 +153,8 @@ def make_room(
         plan = plans[index]
         if index in starving or plan.target - extra <= plan.view.min_instance:
             return None
+        if shed_cost is not None:
+            return shed_cost(plan, plan.target - extra)
         return 1.0 - plan.fulfillment(plan.target - extra)
 
     return _rescue_all(plans, budget, room, waiters, cost, cause, preemptor)
@@ -215,7 +223,11 @@ def grow(plans: Sequence[JobPlan], budget: Budget, room: Room) -> None:
 
 
 def rebalance(
-    plans: Sequence[JobPlan], budget: Budget, room: Room, preemptor: Preemptor
+    plans: Sequence[JobPlan],
+    budget: Budget,
+    room: Room,
+    preemptor: Preemptor,
+    level_of: LevelFn = JobPlan.fulfillment,
 ) -> None:
     """Jobs above their fair share give trainers to jobs stuck below theirs.
 
@@ -224,6 +236,8 @@ def rebalance(
     (never below it, nor below min) that did not grow in this plan. When room is
     free but the load cap stopped the growth, the donors shed for the budget. A
     job below its share grows in a later plan, once the room is really free.
+    ``level_of(plan, count)`` is the fairness level a donor must keep above the
+    taker's: fulfillment for `default`, the share held for `goodput`.
     """
     waiters: list[tuple[Shape, int]] = []
     for index, plan in enumerate(plans):
@@ -235,7 +249,7 @@ def rebalance(
         return
     def held_level(index: int) -> float:
         plan = plans[index]
-        return plan.fulfillment(plan.holding() + plan.waiting)
+        return level_of(plan, plan.holding() + plan.waiting)
 
     waiters.sort(key=lambda w: (held_level(w[1]), plans[w[1]].key))
     takers = {index for _, index in waiters}
@@ -250,7 +264,7 @@ def rebalance(
         after = plan.target - extra - 1
         if index in takers or plan.grown or after < plan.view.min_instance:
             return None
-        if plan.fulfillment(after) < level[0]:
+        if level_of(plan, after) < level[0]:
             return None
         span = plan.view.max_instance - plan.view.min_instance
         return (plan.share - after) / span
@@ -267,7 +281,7 @@ def rebalance(
     for shape, index in waiters:
         taker = plans[index]
         # the taker's level counts the trainers that hold room, not pending ones
-        level[0] = taker.fulfillment(taker.holding() + taker.waiting + granted[index] + 1)
+        level[0] = level_of(taker, taker.holding() + taker.waiting + granted[index] + 1)
         if level[0] >= hopeless.get(shape, 2.0):
             continue
         rescue = preemptor.find(shape, cost)

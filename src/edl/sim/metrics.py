@@ -48,6 +48,7 @@ WORK_METRIC_KEYS = (
     "makespan_s",
     "resizes_per_job_hour",
     "jobs_unfinished",
+    "jct_mean_bound_s",
 )
 
 
@@ -253,6 +254,7 @@ class Metrics:
     unfinished_names: tuple[str, ...] = ()
     service_shortfall_replica_s: float | None = None
     steady_utilization_bound_pct: float | None = None  # `edl.sim.bound`, when asked for
+    jct_mean_bound_s: float | None = None  # `edl.sim.jct_bound`, when asked for
 
     def as_json(self, digits: int = 3) -> dict[str, object]:
         """The metrics.json object: fixed keys, floats rounded so runs compare byte for byte."""
@@ -279,6 +281,7 @@ class Metrics:
                 makespan_s=rounded(self.makespan_s),
                 resizes_per_job_hour=rounded(self.resizes_per_job_hour),
                 jobs_unfinished=len(self.unfinished_names),
+                jct_mean_bound_s=rounded(self.jct_mean_bound_s),
             )
         return out
 

@@ -12,6 +12,14 @@ count, and answers `curve()`:
   that was never grown gets a chance to show it scales);
 * enough counts: a Universal Scalability Law fit (`fit_usl`) of the measurements.
 
+Measurements only at large counts say nothing about small ones: 282 samples/s at
+both 20 and 40 trainers fits "flat from one trainer" as well as "flat beyond 8".
+So while no count below ``_ANCHOR_BELOW`` has been measured, a two-count fit gets an
+*anchor* at one trainer, weighted a fifth of a measured count: the prior's rate
+there, or without a prior the best measured rate per trainer (a USL job's rate per
+trainer only falls as it grows, so that is the least its first trainer does). A
+real measurement replaces it; three counts let the fit bend (κ) and need none.
+
 `fit_usl` minimises the squared *relative* error over a fixed log grid of (σ, κ)
 with the closed-form best rate per grid point: deterministic, no optimiser to
 diverge on three noisy points, and ~4,000 grid points cost well under a millisecond.
@@ -30,6 +38,8 @@ from edl.throughput.curve import Curve, UslCurve, scaled
 __all__ = ["MIN_DISTINCT_COUNTS", "Observation", "OnlineFit", "fit_usl"]
 
 MIN_DISTINCT_COUNTS = 3
+_ANCHOR_BELOW = 3  # a measured count below this pins the curve's start
+_ANCHOR_WEIGHT = 0.2  # the anchor is a guess: a fifth of a measured count
 _MIN_SPREAD = 1.5  # two counts this far apart say how the job scales; closer, noise dominates
 _SERIAL = np.concatenate([[0.0], np.geomspace(1e-3, 1.0, 70)])
 _COMM = np.concatenate([[0.0], np.geomspace(1e-5, 0.2, 60)])
@@ -45,19 +55,27 @@ class Observation:
     remaining_samples: float | None = None
 
 
-def fit_usl(points: Sequence[tuple[int, float]], *, comm: bool = True) -> UslCurve:
-    """The USL curve closest (relative squared error) to ``points`` (trainers, samples/s)."""
-    usable = [(n, x) for n, x in points if n > 0 and x > 0]
+def fit_usl(
+    points: Sequence[tuple[int, float]],
+    *,
+    comm: bool = True,
+    weights: Sequence[float] | None = None,
+) -> UslCurve:
+    """The USL curve closest (relative squared error, optionally weighted per point) to
+    ``points`` (trainers, samples/s)."""
+    weights = [1.0] * len(points) if weights is None else list(weights)
+    usable = [(n, x, w) for (n, x), w in zip(points, weights, strict=True) if n > 0 and x > 0]
     if not usable:
         raise ValueError("fit_usl: needs a point with trainers > 0 and samples/s > 0")
     n = np.array([p[0] for p in usable], dtype=float)
     x = np.array([p[1] for p in usable], dtype=float)
+    w = np.array([p[2] for p in usable], dtype=float)
     serial = _SERIAL[:, None, None]
     comms = (_COMM if comm else _COMM[:1])[None, :, None]
     shape = n / (1.0 + serial * (n - 1.0) + comms * n * (n - 1.0))  # X(n) / r
     g = shape / x  # relative: minimise sum (r*g - 1)^2
-    rate = g.sum(axis=2) / np.maximum((g * g).sum(axis=2), 1e-300)
-    error = ((rate[..., None] * g - 1.0) ** 2).sum(axis=2)
+    rate = (w * g).sum(axis=2) / np.maximum((w * g * g).sum(axis=2), 1e-300)
+    error = (w * (rate[..., None] * g - 1.0) ** 2).sum(axis=2)
     i, j = np.unravel_index(int(np.argmin(error)), error.shape)
     return UslCurve(float(rate[i, j]), float(_SERIAL[i]), float((_COMM if comm else _COMM[:1])[j]))
 
@@ -113,18 +131,34 @@ class OnlineFit:
             self._dirty = False
         return self._cached
 
+    def _anchored(self, points: list[tuple[int, float]]) -> list[tuple[int, float]]:
+        """``points`` with the anchor at one trainer while no small count is measured."""
+        if points[0][0] < _ANCHOR_BELOW:
+            return points
+        prior_rate = self.prior.rate(1) if self.prior is not None else 0.0
+        rate = prior_rate if prior_rate > 0 else max(x / n for n, x in points)
+        return [(1, rate), *points]
+
     def _fit(self) -> Curve | None:
         points = self.points()
         if not points:
             self.method = "declared prior" if self.prior is not None else "no curve"
             return self.prior
-        if len(points) >= MIN_DISTINCT_COUNTS:
-            self.method = f"fit of {len(points)} trainer counts"
-            return fit_usl(points)
         spread = points[-1][0] / points[0][0]
-        if len(points) == 2 and spread >= _MIN_SPREAD:
+        if len(points) >= MIN_DISTINCT_COUNTS or (len(points) == 2 and spread >= _MIN_SPREAD):
+            # with three counts the fit can bend (κ); with two it cannot: anchor those
+            anchored = points if len(points) >= MIN_DISTINCT_COUNTS else self._anchored(points)
+            weights = [1.0] * len(points)
+            extra = ""
+            if len(anchored) > len(points):
+                weights.insert(0, _ANCHOR_WEIGHT)
+                extra = " and an anchor at 1"
+            if len(anchored) >= MIN_DISTINCT_COUNTS:
+                self.method = f"fit of {len(points)} trainer counts{extra}"
+                return fit_usl(anchored, weights=weights)
             self.method = "serial-fraction fit of 2 trainer counts"
-            return fit_usl(points, comm=False)  # two sizes far apart: a serial fraction
+            # two sizes far apart: a serial fraction
+            return fit_usl(anchored, comm=False, weights=weights)
         if self.prior is not None:
             predicted = [self.prior.rate(n) for n, _ in points]
             if all(p > 0 for p in predicted):
