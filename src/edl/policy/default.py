@@ -75,8 +75,9 @@ class DefaultPolicy:
     ) -> tuple[list[Decision], dict[tuple[str, str], list[str]]]:
         """The plan, and for each job the nodes its not-yet-scheduled trainers were given.
 
-        The placement is the policy's proof that the plan fits; the scheduler is free
-        to place the pods elsewhere unless the cluster honours `Decision.placement`.
+        The placement is the policy's proof that the plan fits; the new trainers' nodes
+        go out in `Decision.placement`, which edl's trainer controller makes their
+        preferred nodes (`edl.control.placement`; the scheduler may still go elsewhere).
         """
         room = Room(resources.nodes)
         # Every step walks the plans in one canonical order (by key), so the plan does
