@@ -34,7 +34,8 @@ def test_a_hint_is_for_the_parallelism_it_was_written_with():
 
 
 def test_a_malformed_hint_is_no_hint():
-    for text in ("not json", "[]", '{"nodes": ["a"]}', '{"parallelism": "x", "nodes": []}'):
+    for text in ("not json", "[]", '{"nodes": ["a"]}', '{"parallelism": "x", "nodes": []}',
+                 '{"parallelism": 3, "nodes": "abc"}', '{"parallelism": 3, "nodes": [1]}'):
         assert hint(trainer_job(3, {ANNOTATION_TRAINER_PLACEMENT: text})) is None
 
 

@@ -14,7 +14,8 @@ taken meanwhile), the scheduler places the pod elsewhere rather than leave it pe
 Why an annotation on the Job, not memory shared by the two loops: the write that
 raises parallelism carries it, so the controller never sees one without the other,
 and it works where the two run apart (a restarted controller, ``kubectl``'s view).
-Each annotation is used once (the controller remembers the last one it used per job);
+Each annotation is used once (the controller remembers the last one it used per job;
+a restarted controller may use the last one once more, harmless for a preference);
 one for another parallelism is stale and ignored.
 """
 
@@ -62,9 +63,12 @@ def hint(job: Mapping[str, Any]) -> PlacementHint | None:
     try:
         data = json.loads(text)
         parallelism = int(data["parallelism"])
-        nodes = tuple(str(node) for node in data["nodes"] if node)
+        listed = data["nodes"]
     except (ValueError, TypeError, KeyError):
         return None
+    if not isinstance(listed, list) or not all(isinstance(n, str) for n in listed):
+        return None
+    nodes = tuple(node for node in listed if node)
     if parallelism != int((job.get("spec") or {}).get("parallelism", -1)):
         return None  # written for another parallelism: stale
     return PlacementHint(text, parallelism, nodes)
