@@ -165,7 +165,8 @@ def seeds_table(name: str, runs: dict[str, list[Metrics]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(results: dict[str, dict[str, list[Metrics]]], out: Path) -> list[Path]:
+def plot(results: dict[str, dict[str, list[Metrics]]], out: Path, group: str) -> list[Path]:
+    """Bar charts of ``results`` as ``out/goodput-<group>-<metric>.png``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -190,7 +191,7 @@ def plot(results: dict[str, dict[str, list[Metrics]]], out: Path) -> list[Path]:
         axes.grid(alpha=0.3, axis="y")
         axes.legend(fontsize="small")
         figure.tight_layout()
-        path = out / f"goodput-{key.removesuffix('_s').replace('_', '-')}.png"
+        path = out / f"goodput-{group}-{key.removesuffix('_s').replace('_', '-')}.png"
         figure.savefig(path, dpi=80, metadata={"Software": None})
         plt.close(figure)
         paths.append(path)
@@ -225,8 +226,13 @@ def main(argv: list[str]) -> int:
         print(f"varied scenarios: goodput/default mean JCT {statistics.fmean(wins):.2f} "
               f"(min {min(wins):.2f}, max {max(wins):.2f}) over {len(wins)} scenarios")
     if args.out is not None:
-        for path in plot(results, args.out):
-            print(f"wrote {path}")
+        groups = {
+            "mixed-scaling": {k: v for k, v in results.items() if k == "mixed-scaling"},
+            "varied": {k: v for k, v in results.items() if k != "mixed-scaling"},
+        }
+        for group, chosen in groups.items():
+            for path in plot(chosen, args.out, group) if chosen else []:
+                print(f"wrote {path}")
     print(f"bench wall time {time.perf_counter() - started:.0f} s")
     return 0
 

@@ -11,6 +11,7 @@ from edl.policy import get_policy
 from edl.policy.base import Scaling
 from edl.policy.goodput import GoodputPolicy
 from edl.throughput.curve import PointsCurve, UslCurve
+from policy.cluster import Cluster, Job
 from policy.test_properties import clusters, loads
 
 CURVES = [
@@ -93,20 +94,27 @@ def test_goodput_same_plan_in_any_job_order(state, load) -> None:
     assert {d.name: d.target for d in reverse} == {d.name: d.target for d in first}
 
 
-def test_goodput_explains_its_share() -> None:
-    from policy.test_properties import Cluster, Job
-
+def _scheduled(nodes: int, node_cpu: int, *jobs: Job) -> Cluster:
     c = Cluster()
-    for i in range(2):
-        c.add_node(f"n{i}", 16_000, 64_000)
-    c.add_job(Job("ns", "flat", 1, 30, 2, 1000, 1000))
-    c.add_job(Job("ns", "wide", 1, 30, 2, 1000, 1000))
+    for i in range(nodes):
+        c.add_node(f"n{i}", node_cpu, 64_000)
+    for job in jobs:
+        c.add_job(job)
     c.schedule()
-    curves = {"flat": CURVES[4], "wide": CURVES[2]}
-    views = [
-        dataclasses.replace(v, scaling=Scaling(curves[v.name], join_cost_s=30.0))
-        for v in c.views()
-    ]
+    return c
+
+
+def _with_scaling(c: Cluster, scaling: dict[str, Scaling]) -> list:
+    return [dataclasses.replace(v, scaling=scaling[v.name]) for v in c.views()]
+
+
+def test_goodput_explains_its_share() -> None:
+    c = _scheduled(
+        2, 16_000, Job("ns", "flat", 1, 30, 2, 1000, 1000), Job("ns", "wide", 1, 30, 2, 1000, 1000)
+    )
+    views = _with_scaling(c, {
+        "flat": Scaling(CURVES[4], join_cost_s=30.0), "wide": Scaling(CURVES[2], join_cost_s=30.0)
+    })
     decisions = {d.name: d for d in GoodputPolicy().plan(views, c.resources(), 0.97)}
     assert decisions["wide"].target > decisions["flat"].target
     for decision in decisions.values():
@@ -117,36 +125,37 @@ def _flat_and_linear(since_grow_s: float | None) -> dict[str, int]:
     """A full cluster: `flat` holds 20 trainers (nothing gained beyond 8), `linear` 12
     (each trainer a large relative gain; above its fairness floor of 8). Targets goodput
     plans for them."""
-    from policy.test_properties import Cluster, Job
-
-    c = Cluster()
-    for i in range(4):
-        c.add_node(f"n{i}", 8_000, 64_000)
-    c.add_job(Job("ns", "flat", 1, 40, 20, 1000, 1000))
-    c.add_job(Job("ns", "linear", 1, 16, 12, 1000, 1000))
-    c.schedule()
-    curves = {"flat": CURVES[4], "linear": CURVES[0]}
-    views = [
-        dataclasses.replace(
-            v,
-            scaling=Scaling(
-                curves[v.name],
-                join_cost_s=0.0,
-                since_grow_s=since_grow_s if v.name == "flat" else None,
-            ),
-        )
-        for v in c.views()
-    ]
+    flat, linear = Job("ns", "flat", 1, 40, 20), Job("ns", "linear", 1, 16, 12)
+    c = _scheduled(4, 8_000, flat, linear)
+    views = _with_scaling(c, {
+        "flat": Scaling(CURVES[4], since_grow_s=since_grow_s), "linear": Scaling(CURVES[0])
+    })
     return {d.name: d.target for d in GoodputPolicy().plan(views, c.resources(), 1.0)}
 
 
 def test_goodput_moves_trainers_that_add_nothing_to_a_job_they_speed_up() -> None:
     targets = _flat_and_linear(since_grow_s=None)
-    # Fulfillment would keep flat's 20 (it is no more fulfilled than linear would be);
-    # by marginal value its trainers beyond the plateau go to linear.
+    # Fulfillment would keep flat's 20 (after giving one it is less fulfilled than
+    # linear); by marginal value its trainers beyond the plateau go to linear.
     assert targets["flat"] < 20
     assert targets["linear"] == 12  # it grows next plan, once the room is really free
 
 
 def test_goodput_does_not_take_back_trainers_within_the_cooldown_after_a_grow() -> None:
     assert _flat_and_linear(since_grow_s=10.0)["flat"] == 20
+
+
+def test_goodput_defers_a_growth_too_small_to_be_worth_a_resize() -> None:
+    def plan(policy, held: int) -> tuple[int, str]:
+        # ten 10-core nodes, 3-core trainers: the budget holds 33, the nodes 30
+        c = _scheduled(10, 10_000, Job("ns", "big", 1, 40, held, 3000, 1000))
+        views = _with_scaling(c, {"big": Scaling(CURVES[0])})
+        (decision,) = policy.plan(views, c.resources(), 1.0)
+        return decision.target, decision.reason
+
+    # the share (33) is worth its resize, but only one trainer fits now: +3 %
+    assert plan(get_policy("default"), 29)[0] == 30
+    target, reason = plan(GoodputPolicy(), 29)
+    assert target == 29 and "grows in one step" in reason
+    # room for six: +24 %, made at once
+    assert plan(GoodputPolicy(), 24)[0] == 30

@@ -57,3 +57,21 @@ def test_no_policy_beats_the_bound_and_room_to_spare_comes_close(nodes: int) -> 
 
 def test_jobs_without_work_have_no_bound() -> None:
     assert mean_jct_lower_bound(load_scenario("case1")) is None
+
+
+def test_simulate_bound_reports_the_jct_bound(tmp_path) -> None:
+    import json
+
+    import yaml
+    from click.testing import CliRunner
+
+    from edl.cli.simulate import simulate_command
+
+    path = tmp_path / "work.yaml"
+    path.write_text(yaml.safe_dump(_scenario(8)))
+    result = CliRunner().invoke(simulate_command, [str(path), "--bound", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    expected = mean_jct_lower_bound(parse_scenario(_scenario(8), "jct-bound"))
+    assert data["jct_mean_bound_s"] == pytest.approx(expected, abs=1e-3)
+    assert data["jct_mean_s"] >= data["jct_mean_bound_s"]

@@ -10,7 +10,8 @@ leaving trainers) and where each job's trainers run (`JobView.trainers`). In ord
    first; those that fit nowhere leave the job *blocked*; a job that cannot hold
    its min-instance this way is *starving*.
 4. While CPU requests or GPU limits exceed max_load_desired of the total (pending
-   pods included, as in the original), the most fulfilled jobs above min shrink.
+   pods included, as in the original), the most fulfilled jobs above min shrink
+   (`_shed_cost`: the cheapest trainer first).
 5. Make room (`steps.make_room`, `preempt.py`): for each waiting pod and each
    missing trainer of a starving job, the node where the fewest, least costly
    trainers must go for it to fit — room already on its way first, victims from
@@ -60,7 +61,7 @@ class DefaultPolicy:
     """edl's policy (see the module doc for the steps and their guarantees).
 
     `goodput` (edl.policy.goodput) subclasses it and replaces `_begin`, `_shed_cost`,
-    `_fair_shares`, `_level` and `_reason`: keep them called through ``self``.
+    `_fair_shares`, `_grow`, `_level` and `_reason`: keep them called through ``self``.
     """
 
     name = "default"
@@ -86,12 +87,12 @@ class DefaultPolicy:
         self._begin(plans, budget)
         deficit = place_pending_pods(resources, room)
         place_unscheduled_trainers(plans, room)
-        shrink_over_max_load(plans, budget, room, max_load_desired)
+        shrink_over_max_load(plans, budget, room, max_load_desired, self._shed_cost)
         # one index of who runs where, built on first use and kept true by its users
         preemptor = Preemptor(room, plans)
         make_room(plans, budget, room, deficit, preemptor, self._shed_cost)
         self._fair_shares(plans, budget, room)
-        grow(plans, budget, room)
+        self._grow(plans, budget, room)
         rebalance(plans, budget, room, preemptor, self._level)
 
         by_key = {plan.key: plan for plan in plans}
@@ -142,6 +143,9 @@ class DefaultPolicy:
     def _level(plan: JobPlan, count: int) -> float:
         """How well served a job is at ``count`` trainers, for rebalancing: fulfillment."""
         return plan.fulfillment(count)
+
+    def _grow(self, plans: list[JobPlan], budget: Budget, room: Room) -> None:
+        grow(plans, budget, room)
 
     def _fair_shares(self, plans: list[JobPlan], budget: Budget, room: Room) -> None:
         assign_fair_shares(plans, budget, room)

@@ -61,6 +61,7 @@ class GoodputPolicy(DefaultPolicy):
         self._budget: tuple[int, int, int] = (1, 1, 1)
         self._caps: tuple[int, int, int] = (1, 1, 1)
         self._early: dict[tuple[str, str], Want] = {}
+        self._deferred: set[tuple[str, str]] = set()
 
     def plan_with_placement(
         self, jobs: Sequence[JobView], resources: ClusterResource, max_load_desired: float
@@ -93,7 +94,34 @@ class GoodputPolicy(DefaultPolicy):
 
     def _begin(self, plans: list[JobPlan], budget: Budget) -> None:
         self._caps = (budget.cpu_cap, budget.memory_cap, budget.gpu_cap)
+        self._deferred: set[tuple[str, str]] = set()
         self._early: dict[tuple[str, str], Want] = {}
+
+    def _grow(self, plans: list[JobPlan], budget: Budget, room: Room) -> None:
+        """`default`'s growth, then the deadband on what was really given: a growth cut
+        short by room (more is on its way, or will be made by rebalancing) that adds
+        under ``deadband`` of the job's throughput waits to be made in one step, unless
+        the job is below its floor. Each partial step is a resize of its own."""
+        before = {plan.key: plan.target for plan in plans}
+        super()._grow(plans, budget, room)
+        band = self.params.deadband
+        for plan in plans:
+            old, want = before[plan.key], self._wants.get(plan.key)
+            added = plan.target - old
+            if added <= 0 or want is None or plan.stopped != "room":
+                continue
+            if old < self._floors.get(plan.key, 0) or plan.target >= plan.share:
+                continue
+            now = want.curve.rate(old)
+            if now <= 0 or want.curve.rate(plan.target) - now >= band * now:
+                continue
+            view, shape = plan.view, plan.shape
+            for _ in range(added):
+                room.give(plan.planned_nodes.pop(), shape)
+            budget.add(view.cpu_request_milli, view.memory_request_mega, view.gpu_limit, -added)
+            plan.target = old
+            plan.grown = False
+            self._deferred.add(plan.key)
 
     def _shed_cost(self, plan: JobPlan, count: int) -> float:
         """Room for services and jobs below min comes from the trainers worth least:
@@ -174,4 +202,7 @@ class GoodputPolicy(DefaultPolicy):
     def _reason(self, plan: JobPlan) -> str:
         text = super()._reason(plan).replace("fair share", "goodput share")
         note = self._notes.get(plan.view.key)
+        if plan.view.key in self._deferred:
+            deferred = "the room free now would add under the deadband: it grows in one step"
+            note = f"{note}; {deferred}" if note else deferred
         return f"{text} | {note}" if note else text

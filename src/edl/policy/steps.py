@@ -72,21 +72,25 @@ def place_unscheduled_trainers(plans: Sequence[JobPlan], room: Room) -> None:
             plan.planned_nodes.append(node)
 
 
-def _most_fulfilled(plans: Sequence[JobPlan]) -> list[tuple[float, str, str, int]]:
+def _fulfillment_cost(plan: JobPlan, count: int) -> float:
+    return 1.0 - plan.fulfillment(count)
+
+
+def shrink_over_max_load(
+    plans: Sequence[JobPlan],
+    budget: Budget,
+    room: Room,
+    max_load: float,
+    shed_cost: LevelFn = _fulfillment_cost,
+) -> None:
+    """Shrink jobs while CPU requests or GPU limits exceed max load, the cheapest
+    trainer first (``shed_cost``; default: the most fulfilled job's)."""
     heap = [
-        (-plan.fulfillment(), *plan.key, index)
+        (shed_cost(plan, plan.target), *plan.key, index)
         for index, plan in enumerate(plans)
         if plan.target > plan.view.min_instance
     ]
     heapq.heapify(heap)
-    return heap
-
-
-def shrink_over_max_load(
-    plans: Sequence[JobPlan], budget: Budget, room: Room, max_load: float
-) -> None:
-    """Shrink the most fulfilled jobs while CPU requests or GPU limits exceed max load."""
-    heap = _most_fulfilled(plans)
     while heap and (budget.cpu > budget.cpu_cap or budget.gpu > budget.gpu_cap):
         _, _, _, index = heapq.heappop(heap)
         plan = plans[index]
@@ -98,7 +102,7 @@ def shrink_over_max_load(
         what = "CPU requests" if budget.cpu > budget.cpu_cap else "GPU limits"
         plan.shed(budget, room, f"{what} above {max_load:.0%} of the cluster")
         if plan.target > plan.view.min_instance:
-            heapq.heappush(heap, (-plan.fulfillment(), *plan.key, index))
+            heapq.heappush(heap, (shed_cost(plan, plan.target), *plan.key, index))
 
 
 def _settle(plan: JobPlan | None, room: Room, node: int, shape: Shape) -> None:
@@ -121,7 +125,7 @@ def make_room(
     room: Room,
     deficit: list[Shape],
     preemptor: Preemptor,
-    shed_cost: LevelFn | None = None,
+    shed_cost: LevelFn = _fulfillment_cost,
 ) -> list[Shape]:
     """Preempt trainers for pending pods and for jobs below min-instance.
 
@@ -153,9 +157,7 @@ def make_room(
         plan = plans[index]
         if index in starving or plan.target - extra <= plan.view.min_instance:
             return None
-        if shed_cost is not None:
-            return shed_cost(plan, plan.target - extra)
-        return 1.0 - plan.fulfillment(plan.target - extra)
+        return shed_cost(plan, plan.target - extra)
 
     return _rescue_all(plans, budget, room, waiters, cost, cause, preemptor)
 
