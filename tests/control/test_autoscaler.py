@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 
 import pytest
 
 from control.grown import grow_six_trainers, loops
+from edl.api.names import ANNOTATION_TRAINER_PLACEMENT
 from edl.cluster.inproc import InProcessCluster, SimulatedPodRunner, Uniform, VirtualClock
 from edl.cluster.port import ConflictError
 from edl.control.autoscaler import Autoscaler
@@ -117,7 +119,10 @@ def test_conflicting_writes_are_retried(clock, cluster_factory, manifests):
     assert attempts == [6, 6]  # the stale write was refused, the re-read one went through
     job = clock.run(cluster.get_trainer_job_by_name("default", "j-trainer"))
     assert job["spec"]["parallelism"] == 6
-    assert job["metadata"]["annotations"] == {"touched": "yes"}
+    annotations = job["metadata"]["annotations"]
+    assert annotations["touched"] == "yes"  # the other writer's change is kept
+    placed = json.loads(annotations[ANNOTATION_TRAINER_PLACEMENT])  # and the plan's nodes
+    assert placed["parallelism"] == 6 and len(placed["nodes"]) == 4
 
 
 def test_conflict_error_is_what_a_stale_write_raises(clock, cluster_factory, manifests):

@@ -3,8 +3,10 @@
 patching pod status).
 
 Checked: pods are created from the stored Job's template with an ownerReference to
-it; a crash is counted into the Job's status subresource and its replacement waits,
-while a scale-up beside it is created at once; drained pods are never counted.
+it; a growth's planned nodes (the Job's placement annotation, written in the scale
+patch) become the new pods' preferred node affinity; a crash is counted into the
+Job's status subresource and its replacement waits, while a scale-up beside it is
+created at once; drained pods are never counted.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import PatchType
 
+from edl.api.names import ANNOTATION_TRAINER_PLACEMENT
 from edl.cluster.port import ManagedTrainers
+from edl.control.placement import annotate
 from edl.control.trainer_controller import TrainerController
 from edl.kube.cluster import KubeCluster
 from edl.kube.trainer_index import rfc3339
@@ -81,5 +85,47 @@ async def test_managed_trainer_job_pods_crashes_and_scale_ups(
         drained = (await names(api))[0]
         await kubelet_exit(api, drained, 143)  # as a drained trainer, but not deleted: a crash
         await eventually(lambda: trainers.records[("default", "j")].failed == 2)
+    finally:
+        await cluster.stop()
+
+
+async def test_a_scale_up_with_planned_nodes_creates_trainers_preferring_them(
+    api: AsyncClient, emulator: Any
+) -> None:
+    await api.create(Node.from_dict({"metadata": {"name": "n1"}, "status": {
+        "allocatable": {"cpu": "64", "memory": "64Gi"}}}))
+    await api.create(Job.from_dict({
+        "metadata": {"name": "j-trainer", "namespace": "default", "labels": LABELS},
+        "spec": {"parallelism": 1, "managedBy": "edl.dev/trainer-controller",
+                 "template": {"metadata": {"labels": LABELS}, "spec": {"containers": [
+                     {"name": "trainer", "image": "edl"}], "restartPolicy": "Never"}}},
+    }), namespace="default")
+    cluster = KubeCluster(api)
+    await cluster.start(timeout=30)
+    trainers = TrainerController(cluster)
+    try:
+        trainers.track(("default", "j"))
+        await eventually(lambda: len(cluster.trainer_pod_manifests("default", "j")) == 1)
+        first = await names(api)
+        job = await cluster.get_trainer_job_by_name("default", "j-trainer")
+        job["spec"]["parallelism"] = 3
+        annotate(job, ["n1", "n2"], 3, 7.0)  # as the Autoscaler does on a planned growth
+        stored = await cluster.update_trainer_job(job)
+        assert ANNOTATION_TRAINER_PLACEMENT in stored["metadata"]["annotations"]
+        await eventually(lambda: len(cluster.trainer_pod_manifests("default", "j")) == 3)
+        preferred = []
+        for name in await names(api):
+            pod = await api.get(Pod, name, namespace="default")
+            affinity = pod.spec.affinity
+            if name in first:
+                assert affinity is None  # created before the plan: no preference
+                continue
+            (term,) = affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution
+            assert term.weight == 100 and affinity.nodeAffinity.\
+                requiredDuringSchedulingIgnoredDuringExecution is None
+            (expression,) = term.preference.matchExpressions
+            assert (expression.key, expression.operator) == ("kubernetes.io/hostname", "In")
+            preferred += expression.values
+        assert sorted(preferred) == ["n1", "n2"]
     finally:
         await cluster.stop()

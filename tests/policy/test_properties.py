@@ -75,6 +75,12 @@ def test_default_places_every_added_trainer_without_overcommit(c, load) -> None:
         kept = min(bound, view.parallelism, view.max_instance)
         if decision.target > view.parallelism:
             assert len(nodes) == decision.target - min(kept, decision.target)
+            # the new trainers' nodes (their preferred nodes): one each, planned last
+            grown = decision.target - view.parallelism
+            assert len(decision.placement) == grown
+            assert list(decision.placement) == nodes[len(nodes) - len(decision.placement):]
+        else:
+            assert decision.placement == ()
         assert len(nodes) <= max(0, decision.target - kept)
         for node in nodes:
             taken[node][0] += view.cpu_request_milli

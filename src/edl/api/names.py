@@ -15,6 +15,11 @@ LABEL_ROLE = "edl.dev/role"
 # TrainingJob annotations read by throughput-aware scaling (`edl.throughput.annotations`)
 ANNOTATION_THROUGHPUT_PRIOR = "edl.dev/throughput-prior"
 ANNOTATION_JOIN_COST = "edl.dev/join-cost-s"
+# on a trainer Job: the nodes the Autoscaler's plan gave the trainers of its last growth
+# (JSON, `edl.control.placement`); the trainer controller makes them preferred nodes
+ANNOTATION_TRAINER_PLACEMENT = "edl.dev/trainer-placement"
+# the node label kubelets set to the node's hostname (preferred-node affinity matches it)
+HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 ROLE_MASTER = "master"
 ROLE_PSERVER = "pserver"

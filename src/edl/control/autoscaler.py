@@ -11,7 +11,9 @@ PaddlePaddle EDL's Autoscaler, async and backend-free. One step is `tick()`:
    `ConflictError` (someone else wrote the Job meanwhile). On a shrink whose
    Decision names ``victim_nodes``, and on a cluster that offers
    `edl.cluster.port.VictimScaling`, the trainers on those nodes are named to
-   leave (``scale_trainer_job``) instead of the Job controller's own choice.
+   leave (``scale_trainer_job``) instead of the Job controller's own choice. On a
+   growth whose Decision names ``placement``, the same write carries those nodes
+   (`edl.control.placement`): the new trainers prefer them.
 
 `run()` ticks every ``interval`` seconds and, at once, when the Controller reports
 a job event (`on_add`/`on_update`/`on_del`) or the cluster reports pods that do
@@ -42,6 +44,7 @@ from edl.cluster.port import (
     TrainerPod,
     VictimScaling,
 )
+from edl.control.placement import annotate
 from edl.control.scaling import ScalingTracker
 from edl.jobparser.collective import job_allowed_counts
 from edl.policy import Decision, JobView, Policy, Trainer, get_policy
@@ -337,6 +340,10 @@ class Autoscaler:
                     namespace, trainer_job_name(name)
                 )
                 trainer["spec"]["parallelism"] = target
+                if target > decision.parallelism and decision.placement:
+                    # the plan's nodes for the new trainers: their preferred nodes
+                    annotate(trainer, decision.placement[-(target - decision.parallelism):],
+                             target, asyncio.get_running_loop().time())
                 if choose:
                     pods = await self.cluster.trainer_pods(job)  # type: ignore[attr-defined]
                     victims = pick_victims(

@@ -5,7 +5,9 @@ One reconcile per job at a time; events (a trainer pod changed, the Autoscaler
 changed parallelism) mark a job dirty and a task reconciles it on the next loop
 iteration, so a burst of events costs one pass, and a scale-up's pods are
 created in the same pass that sees the new parallelism. A crash replacement
-that must wait sets a timer for the end of its delay.
+that must wait sets a timer for the end of its delay. Trainers created for a
+growth the Autoscaler planned onto named nodes prefer those nodes
+(`edl.control.placement`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from edl.cluster.port import (
     NotFoundError,
     Unsubscribe,
 )
+from edl.control.placement import hint, prefer_node
 from edl.control.trainers import (
     CRASH_BACKOFF_BASE_S,
     CRASH_BACKOFF_MAX_S,
@@ -52,6 +55,7 @@ class TrainerController:
         self._timers: dict[JobKey, asyncio.TimerHandle] = {}
         self._unwatch: Unsubscribe | None = None
         self._reconciled: dict[JobKey, float] = {}  # loop time of each job's last reconcile
+        self._hinted: dict[JobKey, str] = {}  # the placement hint last used, per job
 
     def watch(self) -> Unsubscribe:
         """Follow the cluster's trainer events (done by the first `track`); returns the
@@ -76,6 +80,7 @@ class TrainerController:
         self.records.pop(key, None)
         self._reconciled.pop(key, None)
         self._created.pop(key, None)
+        self._hinted.pop(key, None)
         self._dirty.pop(key, None)
         timer = self._timers.pop(key, None)
         if timer is not None:
@@ -150,8 +155,11 @@ class TrainerController:
     async def _create(self, key: JobKey, job: Manifest, count: int) -> None:
         made = 0
         index = self._created.get(key, 0)
+        nodes = self._planned_nodes(key, job) if count else []
         while made < count:
             pod = trainer_pod(job, index)
+            if made < len(nodes):
+                pod = prefer_node(pod, nodes[made])
             index += 1
             try:
                 await self.cluster.create_trainer_pod(pod)
@@ -160,6 +168,14 @@ class TrainerController:
             finally:
                 self._created[key] = index
             made += 1
+
+    def _planned_nodes(self, key: JobKey, job: Manifest) -> list[str]:
+        """The nodes the Autoscaler planned for this growth, once per hint."""
+        planned = hint(job)
+        if planned is None or self._hinted.get(key) == planned.token:
+            return []
+        self._hinted[key] = planned.token
+        return list(planned.nodes)
 
     def _retry_at(self, key: JobKey, delay: float) -> None:
         old = self._timers.pop(key, None)

@@ -59,7 +59,7 @@ from edl.kube.client import FIELD_MANAGER
 from edl.kube.crd import GROUP, KIND, PLURAL, VERSION
 from edl.kube.events import EventRecorder, make_event
 from edl.kube.failures import last_trainer_failure
-from edl.kube.managed import KubeManagedTrainers
+from edl.kube.managed import KubeManagedTrainers, scale_metadata
 from edl.kube.reflector import Reflector
 from edl.kube.retry import http_status, is_conflict, is_not_found, retry_call
 from edl.kube.state import ClusterState, NodeStore, PodStore
@@ -275,12 +275,13 @@ class KubeCluster(KubeManagedTrainers):
         return await self._get(Job, "Job", namespace, name)
 
     async def update_trainer_job(self, job: Manifest) -> Manifest:
-        """Patch spec.parallelism, guarded by the caller's resourceVersion (409: ConflictError)."""
+        """Patch spec.parallelism (and the Autoscaler's placement hint, when the manifest
+        has one), guarded by the caller's resourceVersion (409: ConflictError)."""
         namespace, name = _key(job)
         patch: dict[str, Any] = {"spec": {"parallelism": int(job["spec"]["parallelism"])}}
-        version = _meta(job).get("resourceVersion")
-        if version:
-            patch["metadata"] = {"resourceVersion": version}
+        metadata = scale_metadata(_meta(job))
+        if metadata:
+            patch["metadata"] = metadata
         stored = await self._merge_patch_job(namespace, name, patch, "scale")
         self._trainer_job_changed(stored)  # the trainer controller reconciles at once
         return stored

@@ -19,6 +19,7 @@ from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
 
+from edl.api.names import ANNOTATION_TRAINER_PLACEMENT
 from edl.cluster.port import AlreadyExistsError, ClusterError, Manifest, Unsubscribe
 from edl.kube.retry import http_status
 from edl.kube.trainer_index import rfc3339
@@ -29,6 +30,18 @@ if TYPE_CHECKING:
     from edl.kube.state import ClusterState
 
 TIME_FIELDS = ("startTime", "completionTime")
+
+
+def scale_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """The metadata a scale patch of a trainer Job carries: the caller's resourceVersion
+    (the patch is then conditional) and the Autoscaler's placement hint, if present."""
+    out: dict[str, Any] = {}
+    if metadata.get("resourceVersion"):
+        out["resourceVersion"] = metadata["resourceVersion"]
+    placement = (metadata.get("annotations") or {}).get(ANNOTATION_TRAINER_PLACEMENT)
+    if placement is not None:
+        out["annotations"] = {ANNOTATION_TRAINER_PLACEMENT: placement}
+    return out
 
 
 class KubeManagedTrainers:

@@ -164,7 +164,8 @@ class Decision:
     where it can be used again instead of leaving holes too small for any pod.
     `victims`: on a shrink, the exact trainer pods to remove (a policy that knows
     placement picks them like the scheduler's preemption); `placement`: on a growth,
-    the node the plan gave each new trainer (a hint for a preferred-node affinity).
+    the node the plan gave each of the ``target - parallelism`` trainers the Job will
+    create (the Autoscaler makes them the trainers' preferred nodes, `edl.control.placement`).
     """
 
     namespace: str

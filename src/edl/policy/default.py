@@ -76,8 +76,9 @@ class DefaultPolicy:
     ) -> tuple[list[Decision], dict[tuple[str, str], list[str]]]:
         """The plan, and for each job the nodes its not-yet-scheduled trainers were given.
 
-        The placement is the policy's proof that the plan fits; the scheduler is free
-        to place the pods elsewhere unless the cluster honours `Decision.placement`.
+        The placement is the policy's proof that the plan fits; the new trainers' nodes
+        go out in `Decision.placement`, which edl's trainer controller makes their
+        preferred nodes (`edl.control.placement`; the scheduler may still go elsewhere).
         """
         room = Room(resources.nodes)
         # Every step walks the plans in one canonical order (by key), so the plan does
@@ -112,6 +113,9 @@ class DefaultPolicy:
                 continue
             shrinking = plan.target < view.parallelism
             nodes = [room.names[n] for n in plan.victim_nodes if n >= 0]
+            # the trainers the Job will create are the last ones the plan gave room to
+            # (growth comes after the room of trainers that exist but are unscheduled)
+            new = plan.target - view.parallelism
             decisions.append(
                 Decision(
                     view.namespace,
@@ -121,7 +125,7 @@ class DefaultPolicy:
                     self._reason(plan),
                     victim_nodes=tuple(dict.fromkeys(nodes)) if shrinking else (),
                     victims=tuple(plan.victims) if shrinking else (),
-                    placement=tuple(placement[plan.key]) if plan.grown else (),
+                    placement=tuple(placement[plan.key][-new:]) if new > 0 else (),
                 )
             )
         return decisions, placement

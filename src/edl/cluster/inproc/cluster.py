@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from edl.accounting import ClusterResource, NodeCapacity, ResourceLedger, pod_request
-from edl.api.names import job_key, object_key, trainer_job_name
+from edl.api.names import HOSTNAME_LABEL, job_key, object_key, trainer_job_name
 from edl.api.quantity import cpu_milli, gpu_count, memory_mega
 from edl.cluster.inproc.controllers import TRAINING_JOB, WorkloadControllers
 from edl.cluster.inproc.kubelet import PodLifecycle, PodListener
@@ -133,7 +133,7 @@ class InProcessCluster(ManagedTrainerPods):
         )
         node = Node(
             name, len(self.nodes.nodes), capacity.cpu_milli, capacity.memory_mega, capacity.gpu,
-            dict(labels or {}),
+            {HOSTNAME_LABEL: name, **(labels or {})},  # as a kubelet labels its node
         )
         self.nodes.add(node)
         self.ledger.set_node(name, capacity)

@@ -22,6 +22,7 @@ from typing import Any
 
 from edl.accounting import PodResources, ResourceLedger
 from edl.api.names import ROLE_TRAINER
+from edl.cluster.inproc.affinity import AffinityError, preferred_terms
 from edl.cluster.inproc.pods import (
     FAILED,
     PENDING,
@@ -32,7 +33,7 @@ from edl.cluster.inproc.pods import (
     PodRecord,
 )
 from edl.cluster.inproc.scheduler import Node, NodeIndex, Scheduler
-from edl.cluster.port import Clock, Manifest, PodRunner, TerminationMessages
+from edl.cluster.port import Clock, ClusterError, Manifest, PodRunner, TerminationMessages
 
 DEFAULT_GRACE_PERIOD_S = 30.0
 
@@ -82,14 +83,20 @@ class PodLifecycle:
         self, manifest: Manifest, resources: PodResources, owner: OwnerKey | None
     ) -> PodRecord:
         """Admit a pod: queue it for scheduling, or bind it at once if ``spec.nodeName``
-        names a node."""
+        names a node. A node affinity the API server would reject raises `ClusterError`
+        (422) naming every wrong field, and nothing is created."""
         metadata = manifest["metadata"]
+        try:
+            preferred = preferred_terms(manifest.get("spec"))
+        except AffinityError as error:
+            raise ClusterError("Pod", metadata.get("namespace", ""), metadata.get("name", ""),
+                               str(error), status=422) from error
         seq = next(self._seq)
         now = self.clock.now()
         metadata["uid"] = f"pod-{seq}"
         metadata["creationTimestamp"] = now
         manifest["status"] = {"phase": PENDING}
-        pod = PodRecord(manifest, resources, owner, seq, now)
+        pod = PodRecord(manifest, resources, owner, seq, now, preferred)
         self.pods[pod.uid] = pod
         self.by_key[pod.key] = pod
         if owner is not None:

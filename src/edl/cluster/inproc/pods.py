@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from edl.accounting import PodResources
 from edl.api.names import LABEL_JOB, LABEL_ROLE
+from edl.cluster.inproc.affinity import PreferredTerm
 from edl.cluster.port import Manifest
 
 OwnerKey = tuple[str, str, str]  # (kind, namespace, name)
@@ -41,6 +42,7 @@ class PodRecord:
         "node",
         "owner",
         "phase",
+        "preferred",
         "resources",
         "role",
         "running_at",
@@ -57,6 +59,7 @@ class PodRecord:
         owner: OwnerKey | None,
         seq: int,
         now: float,
+        preferred: tuple[PreferredTerm, ...] = (),
     ) -> None:
         metadata = manifest["metadata"]
         labels = metadata.get("labels") or {}
@@ -68,6 +71,7 @@ class PodRecord:
         self.job: str = labels.get(LABEL_JOB, "")
         self.owner = owner
         self.resources = resources
+        self.preferred = preferred  # preferred node-affinity terms (`affinity.py`), parsed once
         self.seq = seq  # creation order: newer pods have larger seq
         self.created_at = now
         self.running_at: float | None = None

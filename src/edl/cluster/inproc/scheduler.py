@@ -7,7 +7,7 @@ pods bound there, terminating ones included). Pods that fit nowhere stay Pending
 and are retried when room frees.
 
 Score, as the default profile (`pkg/scheduler/framework/plugins/noderesources`),
-CPU and memory with weight 1 each, every plugin weight 1, the requests counted
+CPU and memory with weight 1 each, both plugins weight 1, the requests counted
 including the pod being placed:
 
 * ``spread`` — ``NodeResourcesFit`` with the ``LeastAllocated`` strategy
@@ -17,7 +17,10 @@ including the pod being placed:
 * ``binpack`` — the same profile with ``scoringStrategy: MostAllocated``
   (``requested * 100 / allocatable``), BalancedAllocation still on.
 
-The highest total wins; ties are broken at random (seeded), as ``selectHost``.
+plus, for a pod with preferred node affinity, ``NodeAffinity`` (weight 2): the
+weights of the terms a node matches, normalised to 0..100 over the feasible nodes
+(`affinity.py`). The highest total wins; ties are broken at random (seeded), as
+``selectHost``.
 Simplifications: all feasible nodes are scored (upstream scores every node below
 100 nodes, a sample above); a pod without requests is scored as requesting
 nothing (upstream's non-zero defaults are 100m CPU / 200 MB).
@@ -36,6 +39,12 @@ from typing import Any, Literal
 
 import numpy as np
 
+from edl.cluster.inproc.affinity import (
+    NODE_AFFINITY_WEIGHT,
+    LabelIndex,
+    PreferredTerm,
+    normalize,
+)
 from edl.cluster.inproc.pods import PodRecord
 
 Placement = Literal["spread", "binpack"]
@@ -150,6 +159,7 @@ class NodeIndex:
         self.placement = placement
         self.nodes: list[Node] = []
         self.by_name: dict[str, Node] = {}
+        self.labels = LabelIndex()
         self._rng = random.Random(seed)
         # rows: allocatable cpu, allocatable memory, free cpu, free memory, free gpu
         self._room = np.zeros((5, 16), dtype=np.int64)
@@ -162,13 +172,18 @@ class NodeIndex:
                             node.free_memory_mega, node.free_gpu)
         self.nodes.append(node)
         self.by_name[node.name] = node
+        self.labels.add(node.name, node.labels)
 
     def max_free_cpu_milli(self) -> int:
         n = len(self.nodes)
         return int(self._room[2, :n].max()) if n else 0
 
-    def find(self, cpu_milli: int, memory_mega: int, gpu: int) -> Node | None:
-        """The node the scheduler binds a pod with these requests to, or None if none fits."""
+    def find(
+        self, cpu_milli: int, memory_mega: int, gpu: int,
+        preferred: tuple[PreferredTerm, ...] = (),
+    ) -> Node | None:
+        """The node the scheduler binds a pod with these requests (and these preferred
+        node-affinity terms) to, or None if none fits."""
         n = len(self.nodes)
         room = self._room[:, :n]
         feasible = np.flatnonzero(
@@ -183,6 +198,9 @@ class NodeIndex:
             alloc_mem - room[3, feasible] + memory_mega,
             self.placement,
         )
+        if preferred:
+            raw = self.labels.raw_scores(preferred)[feasible]
+            scores = scores + NODE_AFFINITY_WEIGHT * normalize(raw)
         best = np.flatnonzero(scores == scores.max())
         pick = best[0] if best.size == 1 else best[self._rng.randrange(best.size)]
         return self.nodes[int(feasible[pick])]
@@ -259,7 +277,7 @@ class Scheduler:
         for pod in candidates:
             res = pod.resources
             shape = (res.cpu_request_milli, res.memory_request_mega, res.gpu_request)
-            node = None if shape in failed else nodes.find(*shape)
+            node = None if shape in failed else nodes.find(*shape, pod.preferred)
             if node is None:
                 if shape not in reasons:  # once per shape and pass: O(nodes)
                     reasons[shape] = unschedulable_reason(nodes.nodes, *shape)
