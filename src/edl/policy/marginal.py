@@ -6,8 +6,8 @@ Pure arithmetic over `Want`s (one per elastic job) and a resource budget, used b
 * **floor** — ``max(min, floor(fairness x fair share))``: no job drops below min, and
   every job keeps a tunable part of its fair (water-filled) share whatever its curve;
 * **cooldown** — a job grown within ``cooldown_s`` keeps what it holds (its floor
-  rises to it); a job shrunk within ``cooldown_s`` is not grown back (its ceiling
-  drops to what it holds). A service or a job below min still gets room: the
+  rises to it); a job shrunk within ``cooldown_s`` keeps exactly what it holds (not
+  grown back, nor shrunk again by the allocation). A service or a job below min still gets room: the
   policy's earlier steps shrink for those, not this allocation;
 * then, one trainer at a time, the unit with the highest **normalised marginal gain
   per unit of resource** is given while the budget holds it: gain = U(s(n+1)) − U(s(n))
@@ -159,8 +159,10 @@ def _dominant(unit: Vector, budget: Vector) -> float:
 def bounds(want: Want, params: GoodputParams) -> tuple[int, int]:
     """(floor, ceiling) of a job's allocation: fairness floor and cooldowns.
 
-    A cooldown after a shrink caps the job at what it holds even against its fairness
-    floor (a resize is not undone within the cooldown); after a grow, it keeps it.
+    A cooldown after a shrink holds the job at what it holds, even against its fairness
+    floor (a resize is not undone within the cooldown, nor made again: a job shrunk in
+    several small steps over consecutive ticks pays a resize for each); after a grow,
+    it keeps what it holds.
     """
     low, high = want.min_instance, want.max_instance
     held = max(low, min(high, want.held))
@@ -169,7 +171,7 @@ def bounds(want: Want, params: GoodputParams) -> tuple[int, int]:
     if params.explore > 0:
         known = max(held, want.measured_max or low)
         ceiling = min(ceiling, max(held, int(params.explore * known)))
-    if want.grown_recently:
+    if want.grown_recently or want.shrunk_recently:
         floor = max(floor, held)
     return min(floor, ceiling), ceiling
 
