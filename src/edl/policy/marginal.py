@@ -7,8 +7,8 @@ Pure arithmetic over `Want`s (one per elastic job) and a resource budget, used b
   every job keeps a tunable part of its fair (water-filled) share whatever its curve;
 * **cooldown** — a job grown within ``cooldown_s`` keeps what it holds (its floor
   rises to it); a job shrunk within ``cooldown_s`` keeps exactly what it holds (not
-  grown back, nor shrunk again by the allocation). A service or a job below min still gets room: the
-  policy's earlier steps shrink for those, not this allocation;
+  grown back, nor shrunk again by the allocation). A service or a job below min
+  still gets room: the policy's earlier steps shrink for those, not this allocation;
 * then, one trainer at a time, the unit with the highest **normalised marginal gain
   per unit of resource** is given while the budget holds it: gain = U(s(n+1)) − U(s(n))
   with s(n) = X(n) / X(min) the job's speed-up over its own minimum and U Pollux's
