@@ -10,7 +10,7 @@ kube-apiserver, kube-controller-manager, kube-scheduler and kwok (`ControlPlane`
 * kwok's stages play the scenario's latencies: bind -> Running uniform in
   `pod_start_latency_s`, deletion -> removal after `termination_s` of the pod's role;
 * the submitted objects are the simulator's own (`training_job_manifest`,
-  `deployment_manifest`, `background_pod_manifest`), at the scenario's times;
+  `deployment_manifest`, `background_pod_manifests`), at the scenario's times;
 * the controller runs the scenario's policy interval and max load;
 * every `sample_interval_s` the cluster is listed and recorded by the simulator's
   `Recorder` into a `Timeline`, so every metric and plot of `edl.sim` applies.
@@ -35,7 +35,7 @@ from edl.api.names import LABEL_JOB, LABEL_ROLE, ROLE_TRAINER
 from edl.api.quantity import cpu_milli
 from edl.cluster.inproc.sampling import ClusterSample, ReplicaCounts, TrainerCounts
 from edl.sim.jobs import training_job_manifest
-from edl.sim.runner import Recorder, background_pod_manifest, deployment_manifest
+from edl.sim.runner import Recorder, background_pod_manifests, deployment_manifest
 from edl.sim.scenario import JobPlan, Scenario, Workload, expand_jobs
 from edl.sim.timeline import Timeline
 from polling import wait_until
@@ -198,13 +198,9 @@ class RealRun:
     def _background(self) -> None:
         nodes = sorted(n["metadata"]["name"] for n in self.rest.list("Node"))
         names = []
-        for group in self.scenario.cluster.background_pods:
-            requirements = group.resources.to_requirements()
-            count = len(nodes) if group.per_node else group.count or 0
-            for index in range(count):
-                node = nodes[index] if group.per_node else None
-                self.rest.create(background_pod_manifest(group, index, requirements, node))
-                names.append((group.namespace, f"{group.name}-{index}"))
+        for pod in background_pod_manifests(self.scenario, nodes):
+            self.rest.create(pod)
+            names.append((pod["metadata"]["namespace"], pod["metadata"]["name"]))
 
         def all_running() -> bool:
             phases = {(p["metadata"]["namespace"], p["metadata"]["name"]):

@@ -45,19 +45,26 @@ async def kubelet_exit(api: AsyncClient, name: str, code: int) -> None:
         patch_type=PatchType.MERGE)
 
 
-async def test_managed_trainer_job_pods_crashes_and_scale_ups(
-    api: AsyncClient, emulator: Any
-) -> None:
+async def _managed_job(api: AsyncClient, parallelism: int) -> KubeCluster:
+    """One node and a trainer Job managed by edl; a started KubeCluster over them."""
     await api.create(Node.from_dict({"metadata": {"name": "n1"}, "status": {
         "allocatable": {"cpu": "64", "memory": "64Gi"}}}))
     await api.create(Job.from_dict({
         "metadata": {"name": "j-trainer", "namespace": "default", "labels": LABELS},
-        "spec": {"parallelism": 3, "backoffLimit": 6, "managedBy": "edl.dev/trainer-controller",
+        "spec": {"parallelism": parallelism, "backoffLimit": 6,
+                 "managedBy": "edl.dev/trainer-controller",
                  "template": {"metadata": {"labels": LABELS}, "spec": {"containers": [
                      {"name": "trainer", "image": "edl"}], "restartPolicy": "Never"}}},
     }), namespace="default")
     cluster = KubeCluster(api)
     await cluster.start(timeout=30)
+    return cluster
+
+
+async def test_managed_trainer_job_pods_crashes_and_scale_ups(
+    api: AsyncClient, emulator: Any
+) -> None:
+    cluster = await _managed_job(api, 3)
     trainers = TrainerController(cluster)
     try:
         assert isinstance(cluster, ManagedTrainers)
@@ -92,16 +99,7 @@ async def test_managed_trainer_job_pods_crashes_and_scale_ups(
 async def test_a_scale_up_with_planned_nodes_creates_trainers_preferring_them(
     api: AsyncClient, emulator: Any
 ) -> None:
-    await api.create(Node.from_dict({"metadata": {"name": "n1"}, "status": {
-        "allocatable": {"cpu": "64", "memory": "64Gi"}}}))
-    await api.create(Job.from_dict({
-        "metadata": {"name": "j-trainer", "namespace": "default", "labels": LABELS},
-        "spec": {"parallelism": 1, "managedBy": "edl.dev/trainer-controller",
-                 "template": {"metadata": {"labels": LABELS}, "spec": {"containers": [
-                     {"name": "trainer", "image": "edl"}], "restartPolicy": "Never"}}},
-    }), namespace="default")
-    cluster = KubeCluster(api)
-    await cluster.start(timeout=30)
+    cluster = await _managed_job(api, 1)
     trainers = TrainerController(cluster)
     try:
         trainers.track(("default", "j"))

@@ -87,6 +87,20 @@ def background_pod_manifest(
     return pod
 
 
+def background_pod_manifests(
+    scenario: Scenario, nodes: list[str]
+) -> list[dict[str, Any]]:
+    """Every background pod of the scenario; a per-node group's pod i bound to nodes[i]."""
+    pods = []
+    for group in scenario.cluster.background_pods:
+        requirements = group.resources.to_requirements()
+        count = len(nodes) if group.per_node else group.count or 0
+        for index in range(count):
+            node = nodes[index] if group.per_node else None
+            pods.append(background_pod_manifest(group, index, requirements, node))
+    return pods
+
+
 class Recorder:
     """Appends `ClusterSample`s to a `Timeline`, aligning series that appear or vanish
     (also fed from a real cluster by tests/e2e/fidelity.py: both sides sampled alike)."""
@@ -182,13 +196,8 @@ class _Run:
 
     # -- schedule ---------------------------------------------------------------------
     def _background(self) -> None:
-        names = self.cluster.node_names()
-        for group in self.scenario.cluster.background_pods:
-            requirements = group.resources.to_requirements()
-            count = len(names) if group.per_node else group.count or 0
-            for index in range(count):
-                node = names[index] if group.per_node else None
-                self.cluster.create_pod(background_pod_manifest(group, index, requirements, node))
+        for pod in background_pod_manifests(self.scenario, self.cluster.node_names()):
+            self.cluster.create_pod(pod)
 
     def _submit(self, plan: JobPlan) -> None:
         image = self.scenario.training.image
