@@ -82,7 +82,6 @@ class ScalingTracker:
             return None
         source = entry.fit.method
         latest = entry.fit.latest()
-        points = entry.fit.points()
         return Scaling(
             curve=curve,
             source=source,
@@ -91,5 +90,4 @@ class ScalingTracker:
             since_shrink_s=None if entry.shrunk_at is None else now - entry.shrunk_at,
             remaining_samples=latest.remaining_samples if latest is not None else None,
             measured_samples_per_s=latest.samples_per_s if latest is not None else None,
-            measured_max=max(n for n, _ in points) if points else None,
         )

@@ -36,8 +36,6 @@ class Scaling:
     N counts"). `join_cost_s`: seconds before a new trainer contributes.
     `since_grow_s` / `since_shrink_s`: seconds since the autoscaler last grew / shrank
     the job (None: never). `remaining_samples`: work left, when the job reports it.
-    `measured_max`: the largest trainer count measured (None: none yet); beyond about
-    twice that the curve is an extrapolation.
     """
 
     curve: Curve
@@ -47,7 +45,6 @@ class Scaling:
     since_shrink_s: float | None = None
     remaining_samples: float | None = None
     measured_samples_per_s: float | None = None
-    measured_max: int | None = None
 
 
 class Trainer(NamedTuple):

@@ -170,7 +170,6 @@ class GoodputPolicy(DefaultPolicy):
             shrunk_recently=scaling is not None
             and scaling.since_shrink_s is not None
             and scaling.since_shrink_s < cooldown,
-            measured_max=scaling.measured_max if scaling is not None else None,
         )
 
     @staticmethod

@@ -22,9 +22,6 @@ Pure arithmetic over `Want`s (one per elastic job) and a resource budget, used b
   the job's remaining time at its current rate) and the join time valued at the
   job's own per-trainer rate. A nearly flat job (ΔX small) or one about to finish
   (T small) is not grown;
-* **exploration** — a job is not given more than ``explore`` times the largest
-  count its curve was measured at (or held): beyond that the curve is a guess
-  (Pollux caps growth at twice the largest allocation so far for the same reason);
 * **deadband** — a resize that would change the job's throughput by less than
   ``deadband`` (10 %) is not made.
 
@@ -56,9 +53,7 @@ class GoodputParams:
     generalised-mean exponent p of the objective (1: sum of speed-ups, 0: sum of their
     logs — proportional fairness, -1: favours slow jobs more); ``baseline``: what a
     speed-up is relative to ("min": min-instance, "fair": the fair share) — at p = 0
-    it cancels out; ``urgency``: weight jobs by (horizon / time left) ** urgency;
-    ``explore``: growth beyond this multiple of the largest measured count waits
-    for a measurement there (0: no cap).
+    it cancels out; ``urgency``: weight jobs by (horizon / time left) ** urgency.
 
     Defaults chosen on generated scenarios (bench/goodput.py, seeds 2000-2003), not on
     the ones reported."""
@@ -71,7 +66,6 @@ class GoodputParams:
     baseline: str = "min"
     power: float = 0.0
     deadband: float = 0.1
-    explore: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +84,6 @@ class Want:
     remaining_samples: float | None = None
     grown_recently: bool = False
     shrunk_recently: bool = False
-    measured_max: int | None = None  # largest trainer count the curve was measured at
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,9 +161,6 @@ def bounds(want: Want, params: GoodputParams) -> tuple[int, int]:
     held = max(low, min(high, want.held))
     floor = max(low, min(high, int(params.fairness * want.fair + 1e-9)))
     ceiling = held if want.shrunk_recently else high
-    if params.explore > 0:
-        known = max(held, want.measured_max or low)
-        ceiling = min(ceiling, max(held, int(params.explore * known)))
     if want.grown_recently or want.shrunk_recently:
         floor = max(floor, held)
     return min(floor, ceiling), ceiling
