@@ -99,7 +99,12 @@ def test_every_bad_agent_variable_is_named() -> None:
 @given(st.text(alphabet="ab$()_X ", max_size=20))
 def test_expansion_leaves_unknown_names_and_never_fails(text: str) -> None:
     assert expand(text, {}) == text.replace("$$", "$") or "$$" in text
-    assert "$(X)" not in expand(text, {"X": "v"})
+    if "$$" not in text:  # "$$(X)" is the escape for a literal "$(X)", as in Kubernetes
+        assert "$(X)" not in expand(text, {"X": "v"})
+
+
+def test_a_doubled_dollar_escapes_a_reference() -> None:
+    assert expand("$$(X) $(X) $$$(X)", {"X": "v"}) == "$(X) v $v"
 
 
 def test_metric_lines_are_name_value_pairs_only() -> None:
