@@ -12,7 +12,7 @@ from edl.policy.base import Scaling
 from edl.policy.goodput import GoodputPolicy
 from edl.throughput.curve import PointsCurve, UslCurve
 from policy.cluster import Cluster, Job
-from policy.test_properties import clusters, loads
+from policy.test_properties import assert_no_node_overcommitted, clusters, loads
 
 CURVES = [
     UslCurve(100.0),
@@ -45,21 +45,13 @@ def scaled_views(draw):
 def test_goodput_places_every_added_trainer_without_overcommit(state, load) -> None:
     views, resources = state
     decisions, placement = GoodputPolicy().plan_with_placement(views, resources, load)
-    taken = {name: [0, 0, 0] for name in resources.nodes.cpu_idle_milli}
     for view, decision in zip(views, decisions, strict=True):
         assert view.min_instance <= decision.target <= view.max_instance
         assert decision.reason
         kept = min(view.total - view.unbound, view.parallelism, view.max_instance)
         if decision.target > view.parallelism:
             assert len(placement[view.key]) == decision.target - min(kept, decision.target)
-        for node in placement[view.key]:
-            taken[node][0] += view.cpu_request_milli
-            taken[node][1] += view.memory_request_mega
-            taken[node][2] += view.gpu_request
-    for name, (cpu, memory, gpu) in taken.items():
-        assert cpu <= max(0, resources.nodes.cpu_idle_milli[name])
-        assert memory <= max(0, resources.nodes.memory_free_mega[name])
-        assert gpu <= max(0, resources.nodes.gpu_free[name])
+    assert_no_node_overcommitted(views, placement, resources)
 
 
 @settings(max_examples=200, deadline=None)

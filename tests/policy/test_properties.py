@@ -67,7 +67,6 @@ def test_same_input_same_plan_in_any_job_order(c, load, name) -> None:
 def test_default_places_every_added_trainer_without_overcommit(c, load) -> None:
     views, resources = c.views(), c.resources()
     decisions, placement = get_policy("default").plan_with_placement(views, resources, load)
-    taken = {name: [0, 0, 0] for name in resources.nodes.cpu_idle_milli}
     for view, decision in zip(views, decisions, strict=True):
         nodes = placement[view.key]
         # bound pods beyond parallelism are terminating, named victims leave: neither stays
@@ -82,7 +81,14 @@ def test_default_places_every_added_trainer_without_overcommit(c, load) -> None:
         else:
             assert decision.placement == ()
         assert len(nodes) <= max(0, decision.target - kept)
-        for node in nodes:
+    assert_no_node_overcommitted(views, placement, resources)
+
+
+def assert_no_node_overcommitted(views, placement, resources) -> None:
+    """The trainers a plan placed fit each node's idle room (also used by goodput's tests)."""
+    taken = {name: [0, 0, 0] for name in resources.nodes.cpu_idle_milli}
+    for view in views:
+        for node in placement[view.key]:
             taken[node][0] += view.cpu_request_milli
             taken[node][1] += view.memory_request_mega
             taken[node][2] += view.gpu_request
