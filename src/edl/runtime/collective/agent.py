@@ -24,6 +24,7 @@ from typing import IO
 
 from edl.procs import die_with_parent
 from edl.runtime.collective import gateway, keys
+from edl.runtime.collective.failures import Restart, ScriptErrors
 from edl.runtime.collective.launch import AgentConfig, LaunchError, config_from_env, torchrun_args
 from edl.runtime.collective.metrics import parse_metrics
 
@@ -74,21 +75,60 @@ def find_endpoint(env: Mapping[str, str], config: AgentConfig, wait_s: float) ->
 class _Metrics:
     """Publishes metric lines to etcd (merged: the last value of each name wins)."""
 
-    def __init__(self, env: Mapping[str, str], config: AgentConfig) -> None:
+    def __init__(self, env: Mapping[str, str], config: AgentConfig, errors: ScriptErrors) -> None:
         self.endpoints = env.get("EDL_ETCD_ENDPOINTS") or ""
         self.key = keys.metrics_key(config.namespace, config.job)
         self.values: dict[str, float] = {}
+        self.errors = errors
 
     def feed(self, line: str) -> None:
         found = parse_metrics(line)
         if not found:
             return
+        self.errors.progress()
         self.values.update(found)
         if self.endpoints:
             try:
                 gateway.put(self.endpoints, self.key, json.dumps(self.values))
             except OSError as error:
                 print(f"edl agent: metrics not published: {error}", file=sys.stderr, flush=True)
+
+
+class _Failures:
+    """Follows torchrun's stderr: the script's errors, and each restart torch counts.
+
+    A restart is said on stderr and published to etcd (`keys.failure_key`), so a
+    script that fails at once is seen failing, with its line, while torch retries it.
+    """
+
+    def __init__(self, env: Mapping[str, str], config: AgentConfig) -> None:
+        self.endpoints = env.get("EDL_ETCD_ENDPOINTS") or ""
+        self.key = keys.failure_key(config.namespace, config.job, env.get("EDL_POD_NAME") or "")
+        self.errors = ScriptErrors()
+        self.tail: collections.deque[str] = collections.deque(maxlen=20)
+
+    def feed(self, line: str) -> None:
+        if line.strip():
+            self.tail.append(line.rstrip())
+        restart = self.errors.feed(line)
+        if restart is not None:
+            self._restarted(restart)
+
+    def _restarted(self, restart: Restart) -> None:
+        error = restart.error or "no error line"
+        print(
+            f"edl agent: the workers failed ({error}); torch restarts them "
+            f"({restart.left} of {restart.limit} restarts left, spec.collective.max-restarts)",
+            file=sys.stderr, flush=True,
+        )
+        if not self.endpoints:
+            return
+        record = {"error": restart.error, "restarts_left": restart.left,
+                  "max_restarts": restart.limit, "failures": self.errors.failures}
+        try:
+            gateway.put(self.endpoints, self.key, json.dumps(record))
+        except OSError as failure:
+            print(f"edl agent: failure not published: {failure}", file=sys.stderr, flush=True)
 
 
 def _pump(source: IO[bytes], sink: IO[str], on_line: Callable[[str], None]) -> None:
@@ -117,17 +157,12 @@ def run_agent(env: Mapping[str, str], endpoint_wait_s: float = ENDPOINT_WAIT_S) 
         argv, cwd=workspace, env=child_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         preexec_fn=die_with_parent,
     )
-    metrics = _Metrics(env, config)
-    tail: collections.deque[str] = collections.deque(maxlen=20)
-
-    def remember(line: str) -> None:
-        if line.strip():
-            tail.append(line.rstrip())
-
+    failures = _Failures(env, config)
+    metrics = _Metrics(env, config, failures.errors)
     assert child.stdout is not None and child.stderr is not None
     pumps = [
         threading.Thread(target=_pump, args=(child.stdout, sys.stdout, metrics.feed), daemon=True),
-        threading.Thread(target=_pump, args=(child.stderr, sys.stderr, remember), daemon=True),
+        threading.Thread(target=_pump, args=(child.stderr, sys.stderr, failures.feed), daemon=True),
     ]
     for pump in pumps:
         pump.start()
@@ -147,7 +182,7 @@ def run_agent(env: Mapping[str, str], endpoint_wait_s: float = ENDPOINT_WAIT_S) 
         return 0
     if drained.is_set():
         return SIGTERM_EXIT
-    reason = _reason(list(tail))
+    reason = failures.errors.reason(_reason(list(failures.tail)))
     print(
         f"edl agent: entrypoint {config.entrypoint!r} failed under torchrun (status {code}): "
         f"{reason}",

@@ -2,7 +2,8 @@
 
 - ``collective/rendezvous``: ``host:port`` of the c10d store (written by `edl rendezvous`);
 - ``collective/agents/<pod>``: JSON of an agent's last rendezvous (round, rank, nodes);
-- ``collective/metrics``: JSON of the last ``name=value`` line the script printed.
+- ``collective/metrics``: JSON of the last ``name=value`` line the script printed;
+- ``collective/failures/<pod>``: JSON of an agent's last worker failure (`failures`).
 """
 
 from __future__ import annotations
@@ -27,3 +28,12 @@ def agent_key(namespace: str, job: str, pod: str) -> str:
 def metrics_key(namespace: str, job: str) -> str:
     return job_prefix(namespace, job) + "metrics"
 
+
+
+def failures_prefix(namespace: str, job: str) -> str:
+    return job_prefix(namespace, job) + "failures/"
+
+
+def failure_key(namespace: str, job: str, pod: str) -> str:
+    """JSON of an agent's last worker failure: the script's error, torch's restarts left."""
+    return failures_prefix(namespace, job) + pod

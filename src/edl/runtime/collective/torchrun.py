@@ -17,10 +17,24 @@ from torch.distributed.elastic.multiprocessing.api import SignalException
 
 from edl.runtime.collective import handler
 
+# torch's agent logs "Worker group FAILED. 3/100 attempts left; will restart worker
+# group" at INFO; `edl agent` reads it to say why the workers restart (failures.py)
+AGENT_LOGGER = "torch.distributed.elastic.agent.server.api"
+
+
+class _RestartsOnly(logging.Filter):
+    """Of torch's agent's INFO records, only the restart lines (the rest stays quiet)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING or "will restart worker group" in str(record.msg)
+
 
 def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(format="%(asctime)s agent %(levelname)s %(name)s: %(message)s")
     logging.getLogger("edl").setLevel(logging.INFO)
+    agent_log = logging.getLogger(AGENT_LOGGER)
+    agent_log.setLevel(min(agent_log.getEffectiveLevel(), logging.INFO))
+    agent_log.addFilter(_RestartsOnly())
     handler.register()
     try:
         run.main(sys.argv[1:] if argv is None else argv)
