@@ -99,7 +99,7 @@ async def test_sigkilled_worker_re_rendezvouses_and_the_job_succeeds(tmp_path: P
         await run.close(result)
     assert_finished_well(run, result)
     assert run.snapshot.world_size == 2
-    assert run.snapshot.epoch == 13
+    assert run.snapshot.epoch == 14
     logs = "".join(p.read_text() for p in run.run_dir.glob("ddp-kill-trainer-*.log"))
     resumed = [int(line.split()[3]) for line in logs.splitlines() if line.startswith("resumed")]
     assert resumed and min(resumed) >= (killed_at_epoch or 0) - 1, resumed  # from a checkpoint
@@ -139,7 +139,7 @@ async def test_reservation_shrinks_the_world_and_release_grows_it_back(tmp_path:
     worlds = [w for _, w, _ in run.snapshot.world_history]
     assert worlds[worlds.index(1) - 1] == 2 and 2 in worlds[worlds.index(1):], worlds
     assert run.snapshot.restarts >= 2
-    assert run.snapshot.epoch == 39
+    assert run.snapshot.epoch == 40
 
 
 def test_the_ddp_example_runs_with_edl_run_and_prints_its_accuracy(tmp_path: Path) -> None:
@@ -154,7 +154,7 @@ def test_the_ddp_example_runs_with_edl_run_and_prints_its_accuracy(tmp_path: Pat
     assert run_dir is not None
     snapshot = read_snapshot(run_dir)
     assert snapshot.mode == "collective" and snapshot.world_size in (1, 2, 4)
-    assert snapshot.epoch == 19
+    assert snapshot.epoch == 20
     logs = sorted(p.name for p in run_dir.glob("*.log"))
     assert not [n for n in logs if "pserver" in n], "a collective job has no pservers"
     assert (run_dir / "checkpoints" / "digits-ddp.pt").exists(), "checkpoints go to the run"
@@ -183,4 +183,4 @@ async def test_a_sigkilled_trainer_pod_is_replaced_and_rejoins(tmp_path: Path) -
         await run.close(result)
     assert_finished_well(run, result)
     assert len(list(run.run_dir.glob("ddp-pod-trainer-*.log"))) >= 3, "the pod was replaced"
-    assert run.snapshot.epoch == 15
+    assert run.snapshot.epoch == 16

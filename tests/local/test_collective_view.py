@@ -2,8 +2,20 @@
 
 from __future__ import annotations
 
-from edl.local.collective import CollectiveView, apply_collective, fold
+from dataclasses import replace
+
+from edl.local.collective import (
+    CollectiveMonitor,
+    CollectiveReader,
+    CollectiveView,
+    CrashStreak,
+    WorkerFailure,
+    apply_collective,
+    fold,
+    new_failures,
+)
 from edl.local.display import render, summary_line
+from edl.local.snapshot import eta_s, overall
 from edl.local.status import RunSnapshot
 
 
@@ -43,3 +55,65 @@ def test_display_shows_world_size_restarts_and_sizes_over_time() -> None:
     text = console.export_text()
     assert "2 at 0:05 → 1 at 1:05 → 2 at 1:30" in text
     assert "samples/s" not in text and "tasks" not in text
+
+
+def failure(count: int, error: str = "ValueError: bad lr", left: int = 97) -> dict[str, object]:
+    return {"error": error, "restarts_left": left, "max_restarts": 100, "failures": count}
+
+
+def test_each_worker_failure_is_one_line_with_the_scripts_error_and_the_restarts_left() -> None:
+    key = "/edl/default/ddp/collective/failures/"
+    first = fold(CollectiveView(), {}, None, {key + "ddp-trainer-00000": failure(1, left=99)})
+    lines = [f.event() for f in new_failures(CollectiveView(), first)]
+    assert lines == ["trainer ddp-trainer-00000: the script failed: ValueError: bad lr; torch "
+                     "restarts them (99 of 100 restarts left, spec.collective.max-restarts)"]
+    again = fold(first, {}, None, {key + "ddp-trainer-00000": failure(1, left=99)})
+    assert new_failures(first, again) == []  # the same record read again is no news
+    killed = fold(again, {}, None, {key + "ddp-trainer-00000": failure(3, error="")})
+    (news,) = new_failures(again, killed)
+    assert news.times == 2 and news.event().startswith("trainer ddp-trainer-00000: its workers")
+    garbage = fold(killed, {}, None, {key + "x": "nope", key + "y": {"failures": "2"}})
+    assert new_failures(killed, garbage) == []
+
+
+def test_the_same_error_in_a_row_with_no_epoch_between_is_a_crash_loop() -> None:
+    streak = CrashStreak()
+    bad = WorkerFailure("p", "ValueError: bad lr", 99, 100)
+    assert streak.add(bad, None) == 1 and streak.add(bad, None) == 2
+    assert streak.add(WorkerFailure("p", "", None, None), None) == 2  # a kill: not counted
+    assert streak.add(bad, 3) == 1  # an epoch finished in between: it made progress
+    assert streak.add(WorkerFailure("q", "KeyError: 'x'", 98, 100), 3) == 1  # another error
+    assert streak.add(WorkerFailure("q", "KeyError: 'x'", 96, 100, times=2), 3) == 3
+
+
+def test_a_failed_runs_reason_puts_the_scripts_error_first() -> None:
+    monitor = CollectiveMonitor(CollectiveReader("http://127.0.0.1:1", "default", "ddp"), 3)
+    assert monitor.reason("the trainer Job failed") == "the trainer Job failed"
+    monitor.script_error = "ValueError: bad lr"
+    assert monitor.reason("the trainer Job failed: BackoffLimitExceeded") == (
+        "the script failed: ValueError: bad lr; the trainer Job failed: BackoffLimitExceeded")
+    said = "last failed trainer t (exit 1): edl agent: …: ValueError: bad lr"
+    assert monitor.reason(said) == said
+
+
+def test_epochs_count_from_the_scripts_figures_with_progress_and_an_eta() -> None:
+    s = RunSnapshot(job="ddp", mode="collective", passes=1)
+    view = fold(CollectiveView(), {"a": record(0, 2)}, {"epoch": 5, "epochs": 20, "loss": 0.4})
+    s = apply_collective(s, view, 10.0)
+    assert (s.epoch, s.epochs) == (5, 20) and s.training_started_at is not None
+    assert s.training_started_at is not None
+    s = replace(s, state="Running", training_started_at=s.updated_at - 50.0)
+    assert overall(s) == (5, 20)
+    eta = eta_s(s)
+    assert eta is not None and abs(eta - 150.0) < 1e-6  # 10 s an epoch, 15 to go
+    line = summary_line(s)
+    assert "epoch 5/20" in line and "25% overall (ETA 2:30)" in line
+    from rich.console import Console
+
+    console = Console(width=120, record=True)
+    console.print(render(s))
+    assert "5 / 20 epochs  ETA 2:30" in console.export_text()
+    # without a total, no progress is invented
+    plain = apply_collective(RunSnapshot(job="ddp", mode="collective"),
+                             fold(CollectiveView(), {}, {"epoch": 5}), 1.0)
+    assert overall(plain) is None and "epoch 5," in summary_line(plain, "Running")

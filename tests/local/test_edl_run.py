@@ -36,6 +36,8 @@ def test_digits_example_runs_to_completion_with_accuracy(tmp_path: Path) -> None
     match = re.search(r"digits Succeeded, accuracy ([0-9.]+)", final)
     assert match, final
     assert float(match.group(1)) >= 0.95
+    # issue 24: trainers that exited 0 are no alarm ("no trainer running …, replacements")
+    assert "no trainer running" not in out and "replacements starting" not in out, out
     run_dir = run_dir_of(tmp_path)
     assert run_dir is not None
     snapshot = read_snapshot(run_dir)

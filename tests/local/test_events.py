@@ -76,6 +76,14 @@ def test_state_line_agrees_with_the_counts() -> None:
     assert line.endswith("— " + message)
 
 
+def test_trainers_that_finished_are_no_alarm() -> None:
+    """Issue 24: '100% overall (ETA 0:00) — no trainer running (3 desired), replacements
+    starting' at the end of a successful run: the trainers had exited 0."""
+    assert run_state(True, 0, 3, "", finished=1) == ("Running", "trainers finished")
+    assert run_state(True, 2, 3, "", finished=1) == ("Running", "")
+    assert run_state(True, 0, 3, "", finished=0)[1].endswith("replacements starting")
+
+
 def test_shortfall_names_what_the_job_lacks() -> None:
     one = PodResources(cpu_request_milli=100, memory_request_mega=134)
     footprint = {"master": (1, one), "pserver": (2, one), "trainer": (1, one)}

@@ -3,8 +3,11 @@
 The agents write one record per rendezvous they join to the job's etcd
 (`edl.runtime.collective.keys`): round, rank, nodes, world size. A new round
 means every worker restarted (a resize, or a worker that died). The script's
-``name=value`` lines (epoch, loss, accuracy) arrive as one metrics record. The
-fold into a `RunSnapshot` is pure; reading is one HTTP range per refresh
+``name=value`` lines (epoch, loss, accuracy) arrive as one metrics record. Each
+agent also records its workers' last failure (the script's exception line and the
+restarts torch has left), which becomes one event line per failure and, when the
+same error repeats with no progress, a crash loop that ends the run. The fold into
+a `RunSnapshot` is pure; reading is one HTTP range per refresh
 (etcd's JSON gateway, no gRPC in the forking parent).
 """
 
@@ -13,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -29,12 +33,78 @@ class CollectiveView:
 
     rounds: dict[int, int] = field(default_factory=dict)  # round -> world size
     metrics: dict[str, float] = field(default_factory=dict)
+    # pod -> its agent's last worker failure: error, restarts_left, max_restarts, failures
+    failures: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class WorkerFailure:
+    """One new failure of a pod's workers, as its agent recorded it."""
+
+    pod: str
+    error: str  # the script's exception line ('' when none was printed: a kill)
+    restarts_left: int | None
+    max_restarts: int | None
+    times: int = 1  # failures since the last read (reads may miss some records)
+
+    def event(self) -> str:
+        """The line `edl run` prints: what failed, and that (and how often) torch retries."""
+        what = f"the script failed: {self.error}" if self.error else "its workers failed"
+        retry = "torch restarts them"
+        if self.restarts_left is not None and self.max_restarts is not None:
+            retry += (f" ({self.restarts_left} of {self.max_restarts} restarts left, "
+                      "spec.collective.max-restarts)")
+        return f"trainer {self.pod}: {what}; {retry}"
+
+
+def new_failures(before: CollectiveView, after: CollectiveView) -> list[WorkerFailure]:
+    """Failures recorded since ``before`` (pure): a pod's count went up."""
+    found = []
+    for pod, record in sorted(after.failures.items()):
+        count = _count(record.get("failures"))
+        previous = _count(before.failures.get(pod, {}).get("failures")) or 0
+        if count is None or count <= previous:
+            continue
+        error = record.get("error")
+        found.append(WorkerFailure(
+            pod.rsplit("/", 1)[-1], error if isinstance(error, str) else "",
+            _count(record.get("restarts_left")), _count(record.get("max_restarts")),
+            count - previous))
+    return found
+
+
+@dataclass
+class CrashStreak:
+    """Worker failures in a row with the same script error and no epoch in between.
+
+    A script that raises at once is restarted by torch up to max-restarts times in
+    every pod (100 by default), and a failed pod is replaced until the trainer Job's
+    backoffLimit: many minutes of restarts. `edl run` ends such a run after
+    ``--max-error-exits`` of them, with the line.
+    """
+
+    error: str = ""
+    epoch: int | None = None
+    count: int = 0
+
+    def add(self, failure: WorkerFailure, epoch: int | None) -> int:
+        if not failure.error:  # a kill, not the script's error
+            return self.count
+        same = failure.error == self.error and epoch == self.epoch
+        self.count = (self.count if same else 0) + failure.times
+        self.error, self.epoch = failure.error, epoch
+        return self.count
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def fold(
-    view: CollectiveView, agents: Mapping[str, Any], metrics: Mapping[str, Any] | None
+    view: CollectiveView, agents: Mapping[str, Any], metrics: Mapping[str, Any] | None,
+    failures: Mapping[str, Any] | None = None,
 ) -> CollectiveView:
-    """The view after one read of the agents' records and the metrics (pure)."""
+    """The view after one read of the agents' records, the metrics and failures (pure)."""
     rounds = dict(view.rounds)
     for record in agents.values():
         if not isinstance(record, Mapping):
@@ -46,7 +116,11 @@ def fold(
     for name, value in (metrics or {}).items():
         if isinstance(value, int | float):
             values[name] = float(value)
-    return CollectiveView(rounds, values)
+    failed = dict(view.failures)
+    for pod, record in (failures or {}).items():
+        if isinstance(record, Mapping):
+            failed[pod] = dict(record)
+    return CollectiveView(rounds, values, failed)
 
 
 def apply_collective(s: RunSnapshot, view: CollectiveView, elapsed_s: float) -> RunSnapshot:
@@ -59,13 +133,18 @@ def apply_collective(s: RunSnapshot, view: CollectiveView, elapsed_s: float) -> 
         if not history or history[-1][2] != latest:
             history.append([round(elapsed_s, 2), world, latest])
     metrics = view.metrics
-    epoch = metrics.get("epoch")
+    epoch, epochs = metrics.get("epoch"), metrics.get("epochs")
+    started = s.training_started_at
+    if started is None and history:  # the first round formed: the workers start training
+        started = time.time()
     return replace(
         s,
         world_size=world,
         restarts=max(0, len(view.rounds) - 1),
         world_history=history,
+        training_started_at=started,
         epoch=int(epoch) if epoch is not None else s.epoch,
+        epochs=int(epochs) if epochs is not None and epochs >= 1 else s.epochs,
         loss=metrics.get("loss", s.loss),
         accuracy=metrics.get("accuracy", s.accuracy),
     )
@@ -79,6 +158,7 @@ class CollectiveReader:
         self.prefix = keys.job_prefix(namespace, job)
         self.agents_prefix = keys.agents_prefix(namespace, job)
         self.metrics_key = keys.metrics_key(namespace, job)
+        self.failures_prefix = keys.failures_prefix(namespace, job)
         self.view = CollectiveView()
 
     async def read(self) -> CollectiveView:
@@ -92,7 +172,9 @@ class CollectiveReader:
             return self.view
         agents = {k: _json(v) for k, v in raw.items() if k.startswith(self.agents_prefix)}
         metrics = _json(raw.get(self.metrics_key, ""))
-        self.view = fold(self.view, agents, metrics if isinstance(metrics, dict) else None)
+        failures = {k: _json(v) for k, v in raw.items() if k.startswith(self.failures_prefix)}
+        self.view = fold(self.view, agents, metrics if isinstance(metrics, dict) else None,
+                         failures)
         return self.view
 
 
@@ -101,3 +183,38 @@ def _json(text: str) -> Any:
         return json.loads(text)
     except ValueError:
         return None
+
+
+class CollectiveMonitor:
+    """What `edl run` keeps of a collective job between refreshes: the reader, the
+    crash streak, and the script's last error (put first in a failed run's reason)."""
+
+    def __init__(self, reader: CollectiveReader, max_error_exits: int) -> None:
+        self.reader = reader
+        self.max_error_exits = max_error_exits
+        self.crashes = CrashStreak()
+        self.script_error = ""
+
+    async def refresh(
+        self, s: RunSnapshot, elapsed_s: float
+    ) -> tuple[RunSnapshot, list[str], str]:
+        """(the snapshot with the job's view, new event lines, a crash loop's reason or '')."""
+        before = self.reader.view
+        view = await self.reader.read()
+        s = apply_collective(s, view, elapsed_s)
+        lines, fatal = [], ""
+        for failure in new_failures(before, view):
+            lines.append(failure.event())
+            self.script_error = failure.error or self.script_error
+            streak = self.crashes.add(failure, s.epoch)
+            if streak >= self.max_error_exits and not fatal:
+                fatal = (f"trainer crash loop: the script failed {streak} times in a row with "
+                         f"the same error and no epoch finished: {failure.error}")
+        return s, lines, fatal
+
+    def reason(self, message: str) -> str:
+        """A failed run's reason with the script's own error first (unless it is in it)."""
+        if self.script_error and self.script_error not in message:
+            return f"the script failed: {self.script_error}; {message}"
+        return message
+

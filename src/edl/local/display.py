@@ -92,6 +92,8 @@ def render(s: RunSnapshot, state: str | None = None) -> RenderableType:
         if s.world_history:
             changes = " → ".join(f"{int(w)} at {fmt_duration(t)}" for t, w, *_ in s.world_history)
             figures.add_row("world sizes", changes)
+        if overall(s) is not None:
+            figures.add_row("all epochs", _overall_bar(s, "epochs"))
     else:
         figures.add_row(
             "tasks",
@@ -102,17 +104,8 @@ def render(s: RunSnapshot, state: str | None = None) -> RenderableType:
             if total
             else Text("–"),
         )
-        whole = overall(s)
-        if whole is not None:
-            eta = eta_s(s)
-            figures.add_row(
-                "all passes",
-                Group(
-                    Text(f"{whole[0]} / {whole[1]} tasks"
-                         + (f"  ETA {fmt_duration(eta)}" if eta is not None else "")),
-                    ProgressBar(total=max(whole[1], 1), completed=whole[0], width=30),
-                ),
-            )
+        if overall(s) is not None:
+            figures.add_row("all passes", _overall_bar(s, "tasks"))
     figures.add_row(
         "trainers",
         f"{s.trainers_running} running / {s.trainers_desired} desired"
@@ -137,6 +130,17 @@ def render(s: RunSnapshot, state: str | None = None) -> RenderableType:
     if s.run_dir:
         parts.append(Text(f"logs: {s.run_dir}", style="dim"))
     return Panel(Group(*parts), title=title, title_align="left", expand=False)
+
+
+def _overall_bar(s: RunSnapshot, unit: str) -> RenderableType:
+    """Done / total of the whole run (tasks of all passes, or epochs) with the ETA."""
+    done, total = overall(s) or (0, 0)
+    eta = eta_s(s)
+    left = f"  ETA {fmt_duration(eta)}" if eta is not None else ""
+    return Group(
+        Text(f"{done} / {total} {unit}{left}"),
+        ProgressBar(total=max(total, 1), completed=done, width=30),
+    )
 
 
 def scaling_line(s: RunSnapshot) -> str:
@@ -232,5 +236,5 @@ def _collective_parts(s: RunSnapshot) -> list[str]:
         parts.append(f"world {s.world_size}")
     parts.append(f"restarts {s.restarts}")
     if s.epoch is not None:
-        parts.append(f"epoch {s.epoch}")
+        parts.append(f"epoch {s.epoch}" + (f"/{s.epochs}" if s.epochs else ""))
     return parts

@@ -40,7 +40,7 @@ from edl.control.loops import ControlLoops
 from edl.coord.embedded import EmbeddedEtcd
 from edl.jobparser import JobParser
 from edl.local import snapshot as snap
-from edl.local.collective import CollectiveReader, apply_collective
+from edl.local.collective import CollectiveMonitor, CollectiveReader, apply_collective
 from edl.local.etcdwatch import keep_etcd_alive
 from edl.local.events import (
     EXIT_CONFIG,
@@ -104,7 +104,7 @@ class LocalRun:
         self._progress: ProgressReader | None = None
         # the master's throughput, copied from its progress for the Autoscaler to fit
         self.throughput = ThroughputFeed(self.namespace, self.name)
-        self._collective: CollectiveReader | None = None  # collective jobs only
+        self._collective: CollectiveMonitor | None = None  # collective jobs only
         self._stop = asyncio.Event()
         self._stop_reason = ""
         self._failures: dict[str, RoleFailures] = {}
@@ -145,12 +145,14 @@ class LocalRun:
         await self.etcd.astart()
         endpoints = self.etcd.endpoints
         node = local_node(self.options.cpu, self.options.memory)
+        checkpoints = self.run_dir / "checkpoints"
+        checkpoints.mkdir(parents=True, exist_ok=True)  # a promised directory exists
         context = default_context(
             endpoints,
             node["metadata"]["name"],
             os.environ,
             default_env={
-                "EDL_CHECKPOINT_DIR": str(self.run_dir / "checkpoints"),
+                "EDL_CHECKPOINT_DIR": str(checkpoints),
                 "EDL_CHECKPOINT_INTERVAL": str(self.options.checkpoint_interval_s),
             },
             workspace_base=str(self.options.job_dir.resolve()),
@@ -182,7 +184,9 @@ class LocalRun:
         )
         self._progress = ProgressReader(endpoints, self.namespace, self.name)
         if self.job.collective():
-            self._collective = CollectiveReader(endpoints, self.namespace, self.name)
+            self._collective = CollectiveMonitor(
+                CollectiveReader(endpoints, self.namespace, self.name), self.options.max_error_exits
+            )
         self.snapshot = replace(self.snapshot, etcd_endpoints=endpoints)
         self.cluster.create_training_job(self.job.to_dict())
         self._publish(snap.touch(self.snapshot, "Starting", "job submitted"))
@@ -292,13 +296,18 @@ class LocalRun:
         s = snap.apply_progress(s, progress)
         s = self.throughput.fold(s, progress, self.loops.autoscaler if self.loops else None)
         if self._collective is not None:
-            view = await self._collective.read()
-            s = apply_collective(s, view, time.monotonic() - self._started)
+            s, lines, crash_loop = await self._collective.refresh(
+                s, time.monotonic() - self._started)
+            for line in lines:
+                self._event(line)
+            if crash_loop:
+                self._fail_now(crash_loop)
         self._ever_running = self._ever_running or counts.running > 0
         waiting = self._check_pending()
         self._check_new_pservers()
+        finished = sum(p.role == "trainer" and p.phase == SUCCEEDED for p in self._pods.values())
         state, message = snap.run_state(
-            self._ever_running, counts.running, counts.desired, waiting
+            self._ever_running, counts.running, counts.desired, waiting, finished
         )
         self.snapshot = replace(s, desired_history=[list(x) for x in self._desired_history])
         self._refresh_pods()
@@ -343,7 +352,7 @@ class LocalRun:
         """After success, give the master a moment to publish the last figures (accuracy)."""
         assert self._progress is not None
         if self._collective is not None:  # the agents published the script's last line
-            view = await self._collective.read()
+            view = await self._collective.reader.read()
             elapsed = time.monotonic() - self._started
             self.snapshot = apply_collective(self.snapshot, view, elapsed)
             return
@@ -387,7 +396,10 @@ class LocalRun:
         if status.get("state") == SUCCEEDED:
             return SUCCEEDED, status.get("message") or "trainers finished"
         if status.get("state") == FAILED:
-            return FAILED, failure_detail(status.get("message") or "the job failed", self._failures)
+            message = failure_detail(status.get("message") or "the job failed", self._failures)
+            if self._collective is not None:  # the user's own error first
+                message = self._collective.reason(message)
+            return FAILED, message
         return "", ""
 
     def _on_pod_event(self, event: str, pod: Any) -> None:

@@ -75,14 +75,20 @@ def apply_trainers(
     )
 
 
-def run_state(ever_running: bool, running: int, desired: int, waiting: str) -> tuple[str, str]:
+def run_state(
+    ever_running: bool, running: int, desired: int, waiting: str, finished: int = 0
+) -> tuple[str, str]:
     """(state, message) of a live run, consistent with the trainer counts shown beside it.
 
     A job that has trained stays Running while its trainers are replaced (the message
     says none runs); `waiting` is the first pod the scheduler cannot place, with why.
+    ``finished``: trainers that exited 0 — once one has, no replacement comes (the
+    trainer Job completes when the rest finish), so none running is no alarm.
     """
     if running:
         return "Running", f"waiting: {waiting}" if waiting else ""
+    if finished:
+        return "Running", "trainers finished"
     if ever_running:
         detail = f": {waiting}" if waiting else ", replacements starting"
         return "Running", f"no trainer running ({desired} desired){detail}"
@@ -114,7 +120,13 @@ def _float(value: Any, default: float | None = None) -> float | None:
 
 
 def overall(s: RunSnapshot) -> tuple[int, int] | None:
-    """(tasks done, tasks in all passes), or None before the dataset is known."""
+    """(tasks done, tasks in all passes), or None before the dataset is known.
+
+    A collective job counts epochs instead: (epochs finished, total), once the
+    script reports both (``epoch=N epochs=M``).
+    """
+    if s.mode == "collective":
+        return (min(s.epoch or 0, s.epochs), s.epochs) if s.epochs else None
     if not s.passes or not s.tasks_total:
         return None
     done = (s.pass_index or 0) * s.tasks_total + (s.tasks_done or 0)

@@ -76,7 +76,8 @@ class RunSnapshot:
     mode: str = "parameter-server"
     world_size: int | None = None  # workers of the last completed rendezvous
     restarts: int = 0  # rendezvous rounds after the first: every worker restarted
-    epoch: int | None = None  # from the script's `epoch=N ...` metric lines
+    epoch: int | None = None  # from the script's `epoch=N ...` metric lines: epochs finished
+    epochs: int | None = None  # the script's `epochs=M`: the total, for progress and the ETA
     # [seconds since start, world size, round] at every new rendezvous round
     world_history: list[list[float]] = field(default_factory=list)
     # faults and decisions, one line each: [seconds since start, text]; the last few only,
