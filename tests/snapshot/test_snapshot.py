@@ -225,3 +225,18 @@ def test_a_list_whose_items_are_not_a_list_says_so(text: str, message: str) -> N
     with pytest.raises(SnapshotError) as caught:
         parse_snapshot(text)
     assert message in str(caught.value) and "metadata.name" not in str(caught.value)
+
+
+def test_a_snapshot_with_nodes_only_says_there_is_nothing_to_plan(tmp_path: Path) -> None:
+    """Issue 24: `TypeError: 'int' object is not iterable` from the table printer."""
+    state = tmp_path / "nodes.json"
+    state.write_text(_list(_node("n1"), _node("n2", cpu="4")))
+    result = subprocess.run([sys.executable, "-m", "edl.cli.main", "plan", str(state)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    assert result.stdout.strip() == (
+        f"policy default: no TrainingJob in {state} (2 nodes, 12000m CPU allocatable): "
+        "nothing to plan")
+    as_json = CliRunner().invoke(cli, ["plan", "-o", "json", str(state)])
+    assert as_json.exit_code == 0 and json.loads(as_json.output)["jobs"] == []

@@ -68,6 +68,11 @@ def plan(policy_name: str, max_load: float, output: str, state: str) -> None:
     rows.sort(key=lambda row: (row["namespace"], row["name"]))
     if output == "json":
         click.echo(json.dumps({"policy": policy_name, "jobs": rows}, indent=2))
+    elif not rows:  # an empty cluster, or nodes only: say so rather than print no table
+        nodes = inputs.resources.node_count
+        click.echo(f"policy {policy_name}: no TrainingJob in {state} ({nodes} "
+                   f"node{'s' if nodes != 1 else ''}, {inputs.resources.cpu_total_milli}m CPU "
+                   "allocatable): nothing to plan")
     else:
         _table(rows, policy_name)
 
@@ -75,7 +80,7 @@ def plan(policy_name: str, max_load: float, output: str, state: str) -> None:
 def _table(rows: list[dict], policy_name: str) -> None:
     headers = ("namespace", "name", "parallelism", "target", "reason")
     cells = [[("-" if row[h] is None else str(row[h])) for h in headers] for row in rows]
-    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
+    widths = [max([len(h), *(len(c[i]) for c in cells)]) for i, h in enumerate(headers)]
     click.echo(f"policy {policy_name}: {len(rows)} job{'s' if len(rows) != 1 else ''}")
     for line in [[h.upper() for h in headers], *cells]:
         click.echo("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip())

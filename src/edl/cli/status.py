@@ -47,7 +47,7 @@ def _list(runs: list[Path], output: str) -> None:
     headers = list(rows[0])
     table = [[("" if r[h] is None else f"{r[h]:.3f}" if h == "accuracy" else str(r[h]))
               for h in headers] for r in rows]
-    widths = [max(len(h), *(len(row[i]) for row in table)) for i, h in enumerate(headers)]
+    widths = [max([len(h), *(len(row[i]) for row in table)]) for i, h in enumerate(headers)]
     for row in [[h.upper() for h in headers], *table]:
         click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
 
