@@ -106,3 +106,22 @@ def test_bad_option_values_are_usage_errors(tmp_path: Path, args: list[str], opt
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and option in lines[0] and "Traceback" not in done.stderr, done.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_every_wrong_option_is_named_in_one_line(tmp_path: Path) -> None:
+    """Issue 24: `--cpu -1 --memory x --timeout -5` named only --timeout."""
+    result = CliRunner().invoke(run, [
+        str(DIGITS / "job.yaml"), "--runs-dir", str(tmp_path / "runs"),
+        "--cpu", "-1", "--memory", "x", "--timeout", "-5", "--max-load", "much",
+        "--max-error-exits", "0.5", "--checkpoint-interval", "0", "--reserve", "1.2",
+    ])
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("edl run: "), result.output
+    named = [p.split(":")[0].strip() for p in lines[0].removeprefix("edl run: ").split("; ")]
+    assert sorted(named) == sorted([
+        "--cpu", "--memory", "--timeout", "--max-load", "--max-error-exits",
+        "--checkpoint-interval", "--reserve[0]"])
+    assert "--timeout: must be > 0, got '-5'" in lines[0]
+    assert "--max-error-exits: must be an integer, got '0.5'" in lines[0]
+    assert not (tmp_path / "runs").exists()

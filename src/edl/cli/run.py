@@ -47,16 +47,58 @@ def parse_reservation(text: str) -> Reservation:
     return reservation
 
 
+@dataclass(frozen=True)
+class NumberRule:
+    """What a numeric option accepts: its type and bounds (``low`` excluded if ``open_low``)."""
+
+    kind: type[int] | type[float]
+    low: float
+    open_low: bool = False
+    high: float | None = None
+
+    def problem(self, option: str, text: str) -> str:
+        """'' when ``text`` is acceptable, else one phrase naming the option."""
+        noun = "an integer" if self.kind is int else "a number"
+        try:
+            value = self.kind(text)
+        except ValueError:
+            return f"{option}: must be {noun}, got {text!r}"
+        too_low = value <= self.low if self.open_low else value < self.low
+        if too_low or (self.high is not None and value > self.high):
+            bound = f"> {self.low:g}" if self.open_low else f">= {self.low:g}"
+            if self.high is not None:
+                bound += f" and <= {self.high:g}"
+            return f"{option}: must be {bound}, got {text!r}"
+        return ""
+
+
+NUMBER_RULES = {
+    "--max-load": NumberRule(float, 0.05, high=1.0),
+    "--timeout": NumberRule(float, 0, open_low=True),
+    "--max-error-exits": NumberRule(int, 1),
+    "--checkpoint-interval": NumberRule(float, 0, open_low=True),
+}
+
+
 def option_problems(
-    cpu: str | None, memory: str | None, policy: str, reserve: list[Reservation]
+    cpu: str | None, memory: str | None, policy: str, reserve: list[Reservation | str],
+    numbers: dict[str, str | None] | None = None,
 ) -> list[str]:
-    """Every bad option value, named, before anything starts."""
+    """Every bad option value, named, before anything starts (one phrase each)."""
     from edl.api.quantity import QuantityError, cpu_milli, memory_mega
     from edl.policy import get_policy
 
     problems = []
+    for option, text in (numbers or {}).items():
+        problem = NUMBER_RULES[option].problem(option, text) if text is not None else ""
+        if problem:
+            problems.append(problem)
+    for i, item in enumerate(reserve):
+        if isinstance(item, str):
+            problems.append(f"--reserve[{i}]: {item}")
     checks = [(cpu, "--cpu", cpu_milli), (memory, "--memory", memory_mega)]
-    checks += [(r.cpu, f"--reserve[{i}]", cpu_milli) for i, r in enumerate(reserve)]
+    checks += [(r.cpu, f"--reserve[{i}]", cpu_milli) for i, r in enumerate(reserve)
+               if isinstance(r, Reservation)]
     for value, option, parse in checks:
         if value is None:
             continue
@@ -82,19 +124,18 @@ def option_problems(
 )
 @click.option("--policy", default="default", show_default=True, help="Autoscaler policy.")
 @click.option(
-    "--max-load", type=click.FloatRange(0.05, 1.0), default=0.97, show_default=True,
-    help="Fraction of the machine the Autoscaler may fill.",
+    "--max-load", default="0.97", show_default=True,
+    help="Fraction of the machine the Autoscaler may fill (0.05-1).",
 )
 @click.option(
     "--reserve", "reservations", multiple=True, metavar="CPU@START[-END]",
     help="Hold CPU for another tenant from START to END s (shows elasticity). Repeatable.",
 )
-@click.option("--timeout", type=click.FloatRange(0, min_open=True),
-              help="Fail the run after this many seconds (> 0).")
-@click.option("--max-error-exits", type=click.IntRange(1), default=3, show_default=True,
+@click.option("--timeout", help="Fail the run after this many seconds (> 0).")
+@click.option("--max-error-exits", default="3", show_default=True,
               help="Fail when this many master or pserver pods exit with an error (crash "
                    "loop); crashing trainers fail their Job by its backoffLimit.")
-@click.option("--checkpoint-interval", type=click.FloatRange(0, min_open=True), default=10.0,
+@click.option("--checkpoint-interval", default="10",
               show_default=True, help="Seconds between pserver checkpoints (a killed pserver "
                                       "restores the last one).")
 @click.option("--plain", is_flag=True, help="Summary lines instead of the live panel.")
@@ -104,11 +145,11 @@ def run(
     memory: str | None,
     runs_dir: Path,
     policy: str,
-    max_load: float,
+    max_load: str,
     reservations: tuple[str, ...],
-    timeout: float | None,
-    max_error_exits: int,
-    checkpoint_interval: float,
+    timeout: str | None,
+    max_error_exits: str,
+    checkpoint_interval: str,
     plain: bool,
 ) -> None:
     """Run JOB_FILE locally: embedded etcd, Controller, Autoscaler, pods as processes."""
@@ -117,8 +158,15 @@ def run(
     from edl.coord.embedded import EtcdBinaryNotFound, find_etcd_binary
     from edl.local.run import RunOptions
 
-    reserve = [parse_reservation(r) for r in reservations]
-    problems = option_problems(cpu, memory, policy, reserve)
+    reserve: list[Reservation | str] = []
+    for text in reservations:
+        try:
+            reserve.append(parse_reservation(text))
+        except click.BadParameter as error:
+            reserve.append(error.message)
+    numbers = {"--max-load": max_load, "--timeout": timeout,
+               "--max-error-exits": max_error_exits, "--checkpoint-interval": checkpoint_interval}
+    problems = option_problems(cpu, memory, policy, reserve, numbers)
     if problems:
         click.echo(f"edl run: {'; '.join(problems)}", err=True)
         sys.exit(EXIT_USAGE)
@@ -127,11 +175,14 @@ def run(
         find_etcd_binary()  # before a run directory or a display exists
         options = RunOptions(
             runs_root=runs_dir, cpu=cpu, memory=memory, policy=policy,
-            max_load_desired=max_load, timeout_s=timeout, max_error_exits=max_error_exits,
-            checkpoint_interval_s=checkpoint_interval,
+            max_load_desired=float(max_load),
+            timeout_s=float(timeout) if timeout is not None else None,
+            max_error_exits=int(max_error_exits),
+            checkpoint_interval_s=float(checkpoint_interval),
             job_dir=job_file.resolve().parent,
         )
-        code = asyncio.run(_run(job, options, reserve, plain))
+        placed = [r for r in reserve if isinstance(r, Reservation)]
+        code = asyncio.run(_run(job, options, placed, plain))
     except JobLoadError as error:
         click.echo(f"edl run: {job_file}: {error}", err=True)
         sys.exit(EXIT_BAD_JOB)
