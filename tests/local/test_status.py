@@ -187,3 +187,22 @@ def test_edl_status_of_a_run_whose_edl_run_died_is_stale(tmp_path: Path) -> None
     result = CliRunner().invoke(status, ["--runs-dir", str(tmp_path), "--watch", "--plain"])
     assert result.exit_code == 1
     assert result.output.startswith("digits: Stale")
+
+
+def test_edl_status_piped_prints_plain_lines_not_the_panel(tmp_path: Path) -> None:
+    """Issue 24: `edl status | cat` printed the rich panel's box drawing."""
+    import subprocess
+    import sys
+
+    run = new_run_dir(tmp_path, "digits")
+    write_snapshot(run, snapshot(pid=os.getpid(), events=[[3.0, "trainer t-1 was killed"]],
+                                 events_total=1))
+    done = subprocess.run(
+        [sys.executable, "-m", "edl.cli.main", "status", "--runs-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=60,
+    )  # stdout is a pipe, as in `edl status | cat`
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("digits: Running, pass 2/3, tasks 7/20"), done.stdout
+    assert "  [0:03] trainer t-1 was killed" in lines
+    assert not set("╭╮╰╯│─") & set(done.stdout), done.stdout

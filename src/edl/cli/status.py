@@ -91,12 +91,13 @@ def status(
         click.echo(f"edl status: {error}", err=True)
         sys.exit(1)
     console = Console()
+    plain = plain or not console.is_terminal  # a pipe or a file gets text, not a panel
     if output == "json":
         click.echo(json.dumps({**snapshot.to_dict(), "state": effective_state(snapshot)},
                               indent=2))
     elif not watch:
         if plain:
-            click.echo(summary_line(snapshot, effective_state(snapshot)))
+            _print_plain(snapshot)
         else:
             console.print(render(snapshot, effective_state(snapshot)))
     elif plain:
@@ -109,6 +110,22 @@ def status(
                 live.update(render(snapshot, effective_state(snapshot)))
     state = effective_state(snapshot)
     sys.exit(1 if state in ("Failed", "Stale") else 0)
+
+
+def _print_plain(snapshot: RunSnapshot) -> None:
+    """The summary line, then the pods and the last events, one plain line each."""
+    from edl.local.display import fmt_duration, summary_line
+
+    click.echo(summary_line(snapshot, effective_state(snapshot)))
+    for pod in snapshot.pods:
+        where = f"pid {pod.pid}" if pod.pid else (
+            f"exit {pod.exit_code}" if pod.exit_code is not None else "")
+        detail = f" {pod.message}" if pod.message else ""
+        click.echo(f"  pod {pod.name} {pod.role} {pod.phase} {where}{detail}".rstrip())
+    for at, text in snapshot.events[-6:]:
+        click.echo(f"  [{fmt_duration(at)}] {text}")
+    if snapshot.run_dir:
+        click.echo(f"  logs: {snapshot.run_dir}")
 
 
 def _reread(run_dir: Path, previous: RunSnapshot) -> RunSnapshot:
