@@ -143,3 +143,19 @@ def test_malformed_grpc_is_rejected_and_servers_survive(job) -> None:
         progress = json.loads(stub.GetProgress(pb.ProgressRequest(), timeout=10).json)
         assert progress["tasks_total"] == 0
     assert job.procs["master-0"].poll() is None and job.procs["pserver-0"].poll() is None
+
+
+def test_a_trainer_script_run_outside_edl_ends_with_one_line_saying_how_to_run_it(
+    tmp_path: object,
+) -> None:
+    """Issue 24: `python train.py` ended in a ConnectionError traceback."""
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "examples" / "digits" / "train.py"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EDL_")}
+    done = subprocess.run([sys.executable, str(script)], env=env, cwd=str(tmp_path),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "run it with `edl run JOB.yaml`" in lines[0]

@@ -74,7 +74,7 @@ def status(
     from rich.console import Console
     from rich.live import Live
 
-    from edl.local.display import render, summary_line
+    from edl.local.display import render
 
     runs = find_runs(runs_dir, job)
     if list_all:

@@ -300,6 +300,18 @@ class Job:
         os._exit(SIGTERM_EXIT)
 
 
+OUTSIDE_EDL = (
+    "edl: this script is a trainer of an edl job and finds its job through the EDL_* "
+    "environment, which is not set: run it with `edl run JOB.yaml` (the TrainingJob whose "
+    "trainer entrypoint it is), or on Kubernetes as a TrainingJob"
+)
+
+
+def _under_edl(env: Any) -> bool:
+    """Whether edl started this process (it always sets the job and etcd variables)."""
+    return bool(env.get("EDL_JOB_NAME") or env.get("EDL_ETCD_ENDPOINTS"))
+
+
 def _collate(dataset: Any, indices: np.ndarray) -> Any:
     """Index a TensorDataset (or a tuple of tensors) at once; else stack items."""
     idx = torch.from_numpy(indices)
@@ -321,7 +333,13 @@ def connect(
     pipeline: bool = True,
     **optimizer_options: float,
 ) -> Job:
-    """Join the job described by the EDL_* environment with this model."""
+    """Join the job described by the EDL_* environment with this model.
+
+    Run outside edl (no ``EDL_*`` environment: ``python train.py``), the script ends
+    with one line saying how to run it, not a connection error's traceback.
+    """
+    if config is None and resolver is None and not _under_edl(os.environ):
+        raise SystemExit(OUTSIDE_EDL)
     config = config or from_env()
     if isinstance(optimizer, str):
         optimizer = OptimizerConfig(name=optimizer, lr=lr, **optimizer_options)
