@@ -91,6 +91,21 @@ def test_every_bad_field_is_named() -> None:
         "placement",
     }
     assert "8 cores" in found["cluster.node_groups[0].allocatable.cpu"]
+    # in plain words, not pydantic's ("Input should be", "Extra inputs are not permitted")
+    assert found["training.jobs[0].pserver.colour"] == "unknown field"
+    assert found["training.jobs[0].trainer.max"] == "must be greater than or equal to 1 (got 0)"
+    assert found["duration_s"] == "must be a valid number (got '60')"
+    wording = " ".join(found.values())
+    for raw in ("Input should", "Extra inputs", "Field required", "Value error"):
+        assert raw not in wording, found
+
+
+def test_a_misspelt_field_gets_a_hint_and_a_missing_one_is_required() -> None:
+    data = copy.deepcopy(MINIMAL)
+    data["duraton_s"] = data.pop("duration_s")
+    found = problems_of(data)
+    assert found == {"duration_s": "required",
+                     "duraton_s": "unknown field (did you mean 'duration_s'?)"}
 
 
 def test_cross_field_rules() -> None:

@@ -7,10 +7,11 @@ whether the problem was found by the schema (pydantic) or by the job parser.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["JobValidationError", "Problem", "format_problem", "join_path"]
+__all__ = ["JobValidationError", "Problem", "format_problem", "join_path", "plain_message"]
 
 Problem = tuple[str, str]
 
@@ -51,3 +52,21 @@ def describe_input(value: Any) -> str:
         return "a list"
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def plain_message(error: Mapping[str, Any]) -> str:
+    """One pydantic error in plain words: 'required', 'unknown field', 'must be …
+    (got …)' instead of 'Field required', 'Extra inputs are not permitted', 'Input
+    should be …'. Used for TrainingJobs and simulator scenarios alike."""
+    kind = error["type"]
+    if kind == "missing":
+        return "required"
+    if kind == "extra_forbidden":
+        return "unknown field"
+    message = str(error["msg"])
+    if kind in ("value_error", "assertion_error"):
+        return message.removeprefix("Value error, ").removeprefix("Assertion failed, ")
+    message = message.replace("Input should be", "must be")
+    message = re.sub(r"a valid dictionary( or instance of \w+)?", "a mapping", message)
+    return f"{message} (got {describe_input(error.get('input'))})"
+

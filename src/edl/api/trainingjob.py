@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import difflib
 import os
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -31,7 +30,13 @@ from pydantic import (
     ValidationError,
 )
 
-from edl.api.errors import JobValidationError, Problem, describe_input, join_path
+from edl.api.errors import (
+    JobValidationError,
+    Problem,
+    describe_input,
+    join_path,
+    plain_message,
+)
 from edl.api.quantity import QuantityError, parse_quantity
 from edl.api.resources import gpu_of
 from edl.api.yamlload import safe_load_all
@@ -344,17 +349,7 @@ def user_parts(loc: tuple[str | int, ...], data: Any) -> list[str | int]:
 
 
 def _message(error: Mapping[str, Any]) -> str:
-    kind = error["type"]
-    if kind == "missing":
-        return "required"
-    if kind == "extra_forbidden":
-        return "unknown field"
-    message = str(error["msg"])
-    if kind == "value_error":
-        return message.removeprefix("Value error, ")
-    message = message.replace("Input should be", "must be")
-    message = re.sub(r"a valid dictionary( or instance of \w+)?", "a mapping", message)
-    return f"{message} (got {describe_input(error.get('input'))})"
+    return plain_message(error)
 
 
 def schema_errors(error: ValidationError, data: Any) -> list[tuple[list[str | int], str]]:

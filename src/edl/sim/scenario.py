@@ -8,10 +8,11 @@ the runner never reads the YAML itself.
 
 from __future__ import annotations
 
+import difflib
 import importlib.resources
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -41,6 +42,7 @@ __all__ = [
     "shipped_scenarios",
 ]
 
+from edl.api.errors import plain_message
 from edl.api.yamlload import safe_load
 
 SHIPPED_PACKAGE = "edl.scenarios"
@@ -159,6 +161,29 @@ def _path(location: tuple[int | str, ...]) -> str:
     return out or "(top level)"
 
 
+def _field_names() -> list[str]:
+    """Every field name a scenario section has (for 'did you mean')."""
+    names: set[str] = set()
+    pending: list[type[BaseModel]] = [Scenario]
+    seen: set[type[BaseModel]] = set()
+    while pending:
+        model = pending.pop()
+        if model in seen:
+            continue
+        seen.add(model)
+        for name, info in model.model_fields.items():
+            names.add(info.alias or name)
+            pending += [t for t in _models_in(info.annotation)]
+    return sorted(names)
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models inside a field's annotation (lists, unions, Annotated)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in get_args(annotation) for m in _models_in(arg)]
+
+
 def parse_scenario(data: Any, source: str = "scenario") -> Scenario:
     """Validate plain data; every problem is reported with its field path."""
     if not isinstance(data, dict):
@@ -167,8 +192,13 @@ def parse_scenario(data: Any, source: str = "scenario") -> Scenario:
         scenario = Scenario.model_validate(data)
     except ValidationError as error:
         problems: list[tuple[str, str]] = []
-        for item in error.errors():
-            entry = (_path(item["loc"]), item["msg"].removeprefix("Value error, "))
+        for item in error.errors(include_url=False):
+            message = plain_message(item)
+            loc = item["loc"]
+            if item["type"] == "extra_forbidden" and loc and isinstance(loc[-1], str):
+                close = difflib.get_close_matches(loc[-1], _field_names(), n=1, cutoff=0.75)
+                message += f" (did you mean {close[0]!r}?)" if close else ""
+            entry = (_path(loc), message)
             if entry not in problems:
                 problems.append(entry)
         raise ScenarioError(problems, source) from None
