@@ -8,6 +8,7 @@ import pytest
 
 from edl.sim.metrics import (
     METRIC_KEYS,
+    Metrics,
     compute_metrics,
     jain_index,
     job_pending_time,
@@ -130,3 +131,20 @@ def test_no_workloads_and_no_jobs_give_nulls() -> None:
     assert loaded["service_targets_reached"] is None
     assert loaded["service_shortfall_replica_s"] is None
     assert loaded["utilization_pct"] == 0.0
+
+
+def test_the_table_labels_the_scenarios_own_windows_and_what_the_bound_bounds() -> None:
+    """Issue 24: every table said 'first 550 s'; the bound read 'possible at best'
+    although static (which ignores max-load) beats it."""
+    empty = Timeline(times=[0.0, 1.0], cpu_running_milli=[0, 0], cpu_allocatable_milli=[10, 10])
+
+    def run(until: float, start: float, end: float) -> Metrics:
+        return compute_metrics(empty, policy="static", scenario="s", utilization_until_s=until,
+                               steady_start_s=start, steady_end_s=end)
+
+    header = markdown_table([run(120, 30, 90)]).splitlines()[0]
+    assert "CPU in use, first 120 s (%)" in header and "550" not in header
+    assert "steady state 30–90 s" in header
+    assert "steady CPU use at best within max-load (%)" in header
+    mixed = markdown_table([run(120, 30, 90), run(550, 100, 500)]).splitlines()[0]
+    assert "up to measure.utilization_until_s" in mixed and "first 120 s" not in mixed

@@ -49,8 +49,10 @@ def _fail(message: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
 @click.option(
     "--bound", "with_bound", is_flag=True,
-    help="Also compute the steady window's packing bound (steady_utilization_bound_pct) "
-    "and, for jobs with work, the mean JCT no policy can beat (jct_mean_bound_s).",
+    help="Also compute the steady window's packing bound (steady_utilization_bound_pct: "
+    "the most CPU a policy keeping requests within max-load can use; static, which "
+    "ignores max-load, may exceed it) and, for jobs with work, the mean JCT no policy "
+    "can beat (jct_mean_bound_s).",
 )
 def simulate_command(
     scenario: str, policy_values: tuple[str, ...], seed: int | None, out_dir: Path | None,

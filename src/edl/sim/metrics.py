@@ -255,6 +255,9 @@ class Metrics:
     service_shortfall_replica_s: float | None = None
     steady_utilization_bound_pct: float | None = None  # `edl.sim.bound`, when asked for
     jct_mean_bound_s: float | None = None  # `edl.sim.jct_bound`, when asked for
+    # the scenario's measuring windows, for labels (not in metrics.json)
+    utilization_until_s: float | None = None
+    steady_window_s: tuple[float, float] | None = None
 
     def as_json(self, digits: int = 3) -> dict[str, object]:
         """The metrics.json object: fixed keys, floats rounded so runs compare byte for byte."""
@@ -327,5 +330,7 @@ def compute_metrics(
         pending_by_job=pending,
         lags_by_workload=lags,
         service_shortfall_replica_s=service_shortfall(timeline),
+        utilization_until_s=utilization_until_s,
+        steady_window_s=(steady_start_s, steady_end_s),
         **work,  # type: ignore[arg-type]
     )
