@@ -107,8 +107,9 @@ def simulate_command(
                 {plan.name: plan.namespace for plan in expand_jobs(loaded)},
                 {w.name: w.namespace for w in loaded.workloads},
             )
+            window = loaded.measure.steady_state
             written = write_plots({run.policy: run.timeline for run in runs}, out_dir,
-                                  loaded.name)
+                                  loaded.name, (window.start, window.end))
         except OSError as error:
             _fail(f"cannot write {out_dir}: {error}")
         # to stderr: stdout stays the table or the JSON a script reads

@@ -2,8 +2,11 @@
 
 When several policies ran, the single-line plots overlay them (autoscaling ON vs
 OFF), each policy with its own line style so overlapping lines stay apart, and the
-trainers-per-job plot gets one panel per policy with a legend naming the jobs.
-Counts (trainers, jobs, replicas) get integer ticks.
+trainers-per-job plot gets one panel per policy with a legend naming the jobs, each
+job its own colour and dash (a 20-colour map, then dashes, so 16 jobs stay apart).
+The scenario's steady window (where the steady-state metrics are measured) is
+shaded. Counts (trainers, jobs, replicas) get integer ticks. A scenario with no
+other workloads gets no services plot (an empty panel says nothing).
 """
 
 from __future__ import annotations
@@ -22,11 +25,28 @@ PLOT_FILES = ("utilization.png", "trainers.png", "pending_jobs.png", "services.p
 _SIZE = (7.0, 3.4)
 _DPI = 80
 _STYLES = ("-", "--", ":", "-.")  # one per policy: overlapping lines stay distinguishable
-_MAX_LEGEND_JOBS = 12
+_MAX_LEGEND_JOBS = 60  # beyond, one legend entry per job is no longer readable
+_JOB_COLOURS = 20  # matplotlib's tab20
+_JOB_DASHES = ("-", "--", ":", "-.")
+Window = tuple[float, float]
 
 
 def _style(index: int) -> str:
     return _STYLES[index % len(_STYLES)]
+
+
+def _job_style(index: int) -> dict[str, object]:
+    """Colour and dash of the index-th job: every pair distinct for 80 jobs."""
+    colour = plt.get_cmap("tab20")(index % _JOB_COLOURS)
+    dash = _JOB_DASHES[(index // _JOB_COLOURS) % len(_JOB_DASHES)]
+    return {"color": colour, "linestyle": dash}
+
+
+def _shade(axes: plt.Axes, steady: Window | None) -> None:
+    """Shade the steady window the steady-state metrics are measured in."""
+    if steady is not None:
+        axes.axvspan(steady[0], steady[1], color="tab:gray", alpha=0.15, linewidth=0,
+                     label="steady window")
 
 
 def _integer_ticks(axes: plt.Axes) -> None:
@@ -41,8 +61,11 @@ def _save(figure: plt.Figure, path: Path) -> Path:
     return path
 
 
-def plot_utilization(runs: dict[str, Timeline], path: Path, title: str) -> Path:
+def plot_utilization(
+    runs: dict[str, Timeline], path: Path, title: str, steady: Window | None = None
+) -> Path:
     figure, axes = plt.subplots(figsize=_SIZE)
+    _shade(axes, steady)
     for index, (policy, timeline) in enumerate(runs.items()):
         axes.plot(timeline.times, timeline.utilization_pct(), label=policy, linewidth=1.4,
                   linestyle=_style(index))
@@ -53,20 +76,27 @@ def plot_utilization(runs: dict[str, Timeline], path: Path, title: str) -> Path:
     return _save(figure, path)
 
 
-def plot_trainers(runs: dict[str, Timeline], path: Path, title: str) -> Path:
+def plot_trainers(
+    runs: dict[str, Timeline], path: Path, title: str, steady: Window | None = None
+) -> Path:
+    jobs = max((len(t.jobs) for t in runs.values()), default=0)
+    columns = max(1, -(-jobs // 20)) if jobs <= _MAX_LEGEND_JOBS else 1  # 20 rows a column
     figure, panels = plt.subplots(
-        len(runs), 1, figsize=(_SIZE[0], 2.4 * len(runs) + 0.6), sharex=True, squeeze=False
+        len(runs), 1, figsize=(_SIZE[0] + 1.3 * columns, 2.4 * len(runs) + 0.6), sharex=True,
+        squeeze=False,
     )
     for (policy, timeline), axes in zip(runs.items(), panels[:, 0], strict=True):
-        for name, series in timeline.jobs.items():
-            axes.plot(timeline.times, series.trainers_running, linewidth=0.9, label=name)
+        _shade(axes, steady)
+        for index, (name, series) in enumerate(timeline.jobs.items()):
+            axes.plot(timeline.times, series.trainers_running, linewidth=0.9, label=name,
+                      **_job_style(index))  # type: ignore[arg-type]
         axes.set(ylabel="trainers")
         axes.set_title(f"{title}: running trainers per job ({policy})", fontsize="medium")
         axes.grid(alpha=0.3)
         _integer_ticks(axes)
         if 0 < len(timeline.jobs) <= _MAX_LEGEND_JOBS:
             axes.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize="x-small",
-                        title="job", title_fontsize="x-small")
+                        title="job", title_fontsize="x-small", ncols=columns)
         elif timeline.jobs:
             axes.text(1.01, 0.5, f"{len(timeline.jobs)} jobs,\none line each",
                       transform=axes.transAxes, fontsize="x-small", va="center")
@@ -112,12 +142,19 @@ def plot_services(runs: dict[str, Timeline], path: Path, title: str) -> Path:
     return _save(figure, path)
 
 
-def write_plots(runs: dict[str, Timeline], directory: Path, title: str) -> list[Path]:
-    """Write the four PNGs into ``directory``; returns their paths."""
+def write_plots(
+    runs: dict[str, Timeline], directory: Path, title: str, steady: Window | None = None
+) -> list[Path]:
+    """Write the PNGs into ``directory`` (services.png only if there are other
+    workloads); ``steady``: the scenario's steady window, shaded. Returns their paths."""
     directory.mkdir(parents=True, exist_ok=True)
-    return [
-        plot_utilization(runs, directory / PLOT_FILES[0], title),
-        plot_trainers(runs, directory / PLOT_FILES[1], title),
+    written = [
+        plot_utilization(runs, directory / PLOT_FILES[0], title, steady),
+        plot_trainers(runs, directory / PLOT_FILES[1], title, steady),
         plot_pending_jobs(runs, directory / PLOT_FILES[2], title),
-        plot_services(runs, directory / PLOT_FILES[3], title),
     ]
+    if any(timeline.workloads for timeline in runs.values()):
+        written.append(plot_services(runs, directory / PLOT_FILES[3], title))
+    else:
+        (directory / PLOT_FILES[3]).unlink(missing_ok=True)  # not a previous run's
+    return written
