@@ -154,7 +154,13 @@ def test_the_ddp_example_runs_with_edl_run_and_prints_its_accuracy(tmp_path: Pat
     assert run_dir is not None
     snapshot = read_snapshot(run_dir)
     assert snapshot.mode == "collective" and snapshot.world_size in (1, 2, 4)
-    assert snapshot.epoch == 20
+    assert snapshot.epoch == 20 and snapshot.epochs == 20  # epochs finished, from 1
+    assert "epoch 20/20" in out
+    # issue 24: no alarm after success, and the rendezvous store stopped on its SIGTERM
+    # (it was SIGKILLed after the grace period in one run of four: exit 137)
+    assert "no trainer running" not in out, out
+    masters = [p for p in snapshot.pods if p.role == "master"]
+    assert masters and all(p.exit_code == 0 for p in masters), masters
     logs = sorted(p.name for p in run_dir.glob("*.log"))
     assert not [n for n in logs if "pserver" in n], "a collective job has no pservers"
     assert (run_dir / "checkpoints" / "digits-ddp.pt").exists(), "checkpoints go to the run"

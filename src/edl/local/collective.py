@@ -17,7 +17,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -185,6 +185,10 @@ def _json(text: str) -> Any:
         return None
 
 
+def _ignore(text: str) -> None:
+    """The default event/fatal sink: nothing."""
+
+
 class CollectiveMonitor:
     """What `edl run` keeps of a collective job between refreshes: the reader, the
     crash streak, and the script's last error (put first in a failed run's reason)."""
@@ -196,21 +200,21 @@ class CollectiveMonitor:
         self.script_error = ""
 
     async def refresh(
-        self, s: RunSnapshot, elapsed_s: float
-    ) -> tuple[RunSnapshot, list[str], str]:
-        """(the snapshot with the job's view, new event lines, a crash loop's reason or '')."""
+        self, s: RunSnapshot, elapsed_s: float,
+        on_event: Callable[[str], None] = _ignore, on_fatal: Callable[[str], None] = _ignore,
+    ) -> RunSnapshot:
+        """The snapshot with the job's view; each new failure is an event, a crash loop fatal."""
         before = self.reader.view
         view = await self.reader.read()
         s = apply_collective(s, view, elapsed_s)
-        lines, fatal = [], ""
         for failure in new_failures(before, view):
-            lines.append(failure.event())
+            on_event(failure.event())
             self.script_error = failure.error or self.script_error
             streak = self.crashes.add(failure, s.epoch)
-            if streak >= self.max_error_exits and not fatal:
-                fatal = (f"trainer crash loop: the script failed {streak} times in a row with "
+            if streak >= self.max_error_exits:
+                on_fatal(f"trainer crash loop: the script failed {streak} times in a row with "
                          f"the same error and no epoch finished: {failure.error}")
-        return s, lines, fatal
+        return s
 
     def reason(self, message: str) -> str:
         """A failed run's reason with the script's own error first (unless it is in it)."""

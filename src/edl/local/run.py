@@ -40,7 +40,7 @@ from edl.control.loops import ControlLoops
 from edl.coord.embedded import EmbeddedEtcd
 from edl.jobparser import JobParser
 from edl.local import snapshot as snap
-from edl.local.collective import CollectiveMonitor, CollectiveReader, apply_collective
+from edl.local.collective import CollectiveMonitor, CollectiveReader
 from edl.local.etcdwatch import keep_etcd_alive
 from edl.local.events import (
     EXIT_CONFIG,
@@ -64,6 +64,7 @@ from edl.local.runtypes import (
     RoleFailures,
     RunOptions,
     RunResult,
+    crash_loop_reason,
     failure_detail,
     last_line,
     reservation_pod,
@@ -184,9 +185,8 @@ class LocalRun:
         )
         self._progress = ProgressReader(endpoints, self.namespace, self.name)
         if self.job.collective():
-            self._collective = CollectiveMonitor(
-                CollectiveReader(endpoints, self.namespace, self.name), self.options.max_error_exits
-            )
+            reader = CollectiveReader(endpoints, self.namespace, self.name)
+            self._collective = CollectiveMonitor(reader, self.options.max_error_exits)
         self.snapshot = replace(self.snapshot, etcd_endpoints=endpoints)
         self.cluster.create_training_job(self.job.to_dict())
         self._publish(snap.touch(self.snapshot, "Starting", "job submitted"))
@@ -296,12 +296,8 @@ class LocalRun:
         s = snap.apply_progress(s, progress)
         s = self.throughput.fold(s, progress, self.loops.autoscaler if self.loops else None)
         if self._collective is not None:
-            s, lines, crash_loop = await self._collective.refresh(
-                s, time.monotonic() - self._started)
-            for line in lines:
-                self._event(line)
-            if crash_loop:
-                self._fail_now(crash_loop)
+            s = await self._collective.refresh(
+                s, time.monotonic() - self._started, self._event, self._fail_now)
         self._ever_running = self._ever_running or counts.running > 0
         waiting = self._check_pending()
         self._check_new_pservers()
@@ -352,9 +348,8 @@ class LocalRun:
         """After success, give the master a moment to publish the last figures (accuracy)."""
         assert self._progress is not None
         if self._collective is not None:  # the agents published the script's last line
-            view = await self._collective.reader.read()
-            elapsed = time.monotonic() - self._started
-            self.snapshot = apply_collective(self.snapshot, view, elapsed)
+            self.snapshot = await self._collective.refresh(
+                self.snapshot, time.monotonic() - self._started)
             return
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
@@ -384,14 +379,9 @@ class LocalRun:
         watch = self._etcd_watch
         if watch is not None and watch.done() and not watch.cancelled() and watch.exception():
             return FAILED, f"the etcd watch stopped: {watch.exception()!r}"
-        for role, failures in self._failures.items():
-            if failures.count >= self.options.max_error_exits:
-                detail = failures.last_message.strip().splitlines()
-                reason = detail[-1] if detail else f"exit code {failures.last_code}"
-                return FAILED, (
-                    f"{role} crash loop: {failures.count} {role} pods exited with an error; "
-                    f"last {failures.last_pod} (exit {failures.last_code}): {reason}"
-                )
+        crash_loop = crash_loop_reason(self._failures, self.options.max_error_exits)
+        if crash_loop:
+            return FAILED, crash_loop
         status = self._job_status()
         if status.get("state") == SUCCEEDED:
             return SUCCEEDED, status.get("message") or "trainers finished"

@@ -80,6 +80,17 @@ def last_line(text: str) -> str:
     return lines[-1] if lines else ""
 
 
+def crash_loop_reason(failures: dict[str, RoleFailures], max_error_exits: int) -> str:
+    """Why the run ends when a role's pods keep exiting with an error ('' while none does)."""
+    for role, failed in failures.items():
+        if failed.count >= max_error_exits:
+            detail = failed.last_message.strip().splitlines()
+            reason = detail[-1] if detail else f"exit code {failed.last_code}"
+            return (f"{role} crash loop: {failed.count} {role} pods exited with an error; "
+                    f"last {failed.last_pod} (exit {failed.last_code}): {reason}")
+    return ""
+
+
 def failure_detail(message: str, failures: dict[str, RoleFailures]) -> str:
     """A Failed status; if it names no failed pod, plus the last master/pserver error seen.
 
