@@ -146,3 +146,18 @@ def test_layout_load_copies_blocks_and_rejects_a_wrong_size() -> None:
     short.params[0].CopyFrom(tensors.encode(short.params[0].id, np.zeros(1, np.float32)))
     with pytest.raises(ValueError, match="values"):
         layout.load(0, short)
+
+
+def test_the_trainer_api_page_names_every_optimizer_and_setting() -> None:
+    """docs/trainer-api.md stays true: each optimizer and each of its settings is named."""
+    from dataclasses import fields
+    from pathlib import Path
+
+    from edl.runtime.pserver.optim import OPTIMIZERS, OptimizerConfig
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "trainer-api.md").read_text()
+    for name in OPTIMIZERS:
+        assert f'`"{name}"`' in page, name
+    for setting in fields(OptimizerConfig):
+        if setting.name != "name":
+            assert f"`{setting.name}`" in page, setting.name
