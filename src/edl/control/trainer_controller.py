@@ -21,6 +21,7 @@ from edl.api.names import trainer_job_name
 from edl.cluster.port import (
     AlreadyExistsError,
     ClusterError,
+    CrashBackoff,
     ManagedTrainers,
     Manifest,
     NotFoundError,
@@ -135,8 +136,8 @@ class TrainerController:
             record.succeeded = int(status.get("succeeded") or 0)
         now = self.cluster.trainer_clock()
         pods = [pod_state(p) for p in self.cluster.trainer_pod_manifests(namespace, name)]
-        base_s, max_s = getattr(self.cluster, "crash_backoff_s", (CRASH_BACKOFF_BASE_S,
-                                                                   CRASH_BACKOFF_MAX_S))
+        base_s, max_s = (self.cluster.crash_backoff_s if isinstance(self.cluster, CrashBackoff)
+                         else (CRASH_BACKOFF_BASE_S, CRASH_BACKOFF_MAX_S))
         plan = plan_trainers(job["spec"], pods, record, now, base_s, max_s)
         for pod in (*plan.collect, *plan.delete):
             with contextlib.suppress(NotFoundError):

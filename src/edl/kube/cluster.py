@@ -55,6 +55,7 @@ from edl.cluster.port import (
     TrainingJobHandler,
     Unsubscribe,
 )
+from edl.control.trainers import CRASH_BACKOFF_BASE_S, CRASH_BACKOFF_MAX_S
 from edl.kube.client import FIELD_MANAGER
 from edl.kube.crd import GROUP, KIND, PLURAL, VERSION
 from edl.kube.events import EventRecorder, make_event
@@ -96,8 +97,12 @@ class KubeCluster(KubeManagedTrainers):
     def __init__(self, client: AsyncClient, *, namespace: str | None = None,
                  events: EventRecorder | None = None,
                  watch_client: AsyncClient | None = None, delete_victims: bool = True,
-                 fence: Callable[[], bool] | None = None) -> None:
+                 fence: Callable[[], bool] | None = None,
+                 crash_backoff_s: tuple[float, float] = (CRASH_BACKOFF_BASE_S,
+                                                         CRASH_BACKOFF_MAX_S)) -> None:
         self.client = client
+        # `CrashBackoff`: first delay and cap between a crashed trainer and its replacement
+        self.crash_backoff_s = crash_backoff_s
         # every write first asks fence() (the leader still holds its Lease), each attempt
         self.fence = fence
         # Watch streams get their own connection pool: cancelling a stream must never
