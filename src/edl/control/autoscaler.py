@@ -22,7 +22,7 @@ one pod start, not one interval. Bursts of events coalesce into one tick, and
 event-driven ticks are at least ``min_event_gap`` seconds apart.
 
 Nothing here knows whether time is real: waiting is `asyncio.sleep` /
-`asyncio.wait_for` on the running loop, which is virtual under the simulator.
+`asyncio.wait` on the running loop, which is virtual under the simulator.
 """
 
 from __future__ import annotations
@@ -184,6 +184,21 @@ class Autoscaler:
             self._kicked = True  # remembered until run() starts
 
     # -- the loop ---------------------------------------------------------------------------------
+    @staticmethod
+    async def _woken_within(wake: asyncio.Event, interval: float) -> bool:
+        """Whether `wake` was set within `interval` seconds.
+
+        Not `asyncio.wait_for`: on Python 3.11 it returns, swallowing the cancellation,
+        when the event is set in the same loop iteration as the task is cancelled, so a
+        kick at the moment of `stop()` kept this loop ticking for ever.
+        """
+        waiter = asyncio.ensure_future(wake.wait())
+        try:
+            done, _ = await asyncio.wait({waiter}, timeout=interval)
+        finally:
+            waiter.cancel()
+        return bool(done)
+
     async def run(self) -> None:
         """Tick every ``interval`` seconds and on every kick, forever."""
         self._wake = asyncio.Event()
@@ -195,11 +210,7 @@ class Autoscaler:
         last_event_tick = float("-inf")
         try:
             while True:
-                try:
-                    await asyncio.wait_for(self._wake.wait(), timeout=self.interval)
-                    woken = True
-                except TimeoutError:
-                    woken = False
+                woken = await self._woken_within(self._wake, self.interval)
                 if woken:
                     gap = last_event_tick + self.min_event_gap - loop.time()
                     if gap > 0:

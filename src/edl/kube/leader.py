@@ -184,7 +184,10 @@ class LeaderElector:
         while True:
             await asyncio.sleep(self.retry_period)
             try:
-                ok = await asyncio.wait_for(self.try_acquire_or_renew(), self.renew_deadline)
+                # not wait_for: on Python 3.11 it swallows a cancel that arrives as the
+                # renewal completes, and this loop would renew on after its leader stopped
+                async with asyncio.timeout(self.renew_deadline):
+                    ok = await self.try_acquire_or_renew()
             except Exception as exc:
                 log.warning("lease renew failed: %s", exc)
                 ok = False
