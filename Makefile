@@ -14,7 +14,7 @@ XDIST := -n $(WORKERS) --dist load --maxschedchunk 2
 # processes (markers set by place in tests/conftest.py).
 CHECK_TESTS := -m "not e2e and not processes"
 
-.PHONY: venv test check run lint bench clean k8s
+.PHONY: venv test check types run lint bench clean k8s
 
 $(STAMP): pyproject.toml Makefile
 	@echo "setting up $(VENV): first time about 3 GB of downloads (torch's CPU wheel is most of it),"
@@ -41,16 +41,21 @@ k8s:
 	@if [ "$${EDL_E2E:-1}" = 0 ]; then echo "EDL_E2E=0: Kubernetes e2e suite off"; \
 	else bash tools/k8s/ensure.sh >/dev/null; fi
 
-# Everything: lint and the whole suite (docs/testing.md says where its time goes).
+# Everything: lint, types and the whole suite (docs/testing.md says where its time goes).
 test: $(STAMP) k8s
 	$(BIN)/ruff check src tests bench
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q $(XDIST)
 
-# The inner loop, under 3 minutes: lint and every test that needs neither the
+# The inner loop, under 3 minutes: lint, types and every test that needs neither the
 # Kubernetes binaries nor edl/torch processes.
 check: $(STAMP)
 	$(BIN)/ruff check src tests bench
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -n 2 $(CHECK_TESTS)
+
+types: $(STAMP)
+	$(BIN)/mypy
 
 run: $(STAMP)
 	$(BIN)/edl run examples/digits/job.yaml

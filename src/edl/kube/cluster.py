@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -329,12 +330,12 @@ class KubeCluster(KubeManagedTrainers):
                 try:
                     await self._call(
                         f"delete trainer Pod {namespace}/{pod}",
-                        lambda pod=pod: self.client.delete(Pod, pod, namespace=namespace),
+                        functools.partial(self.client.delete, Pod, pod, namespace=namespace),
                         "Pod", namespace, pod)
                 except NotFoundError:
                     continue  # already gone: its room is free either way
                 except ClusterError as error:
-                    if http_status(error.__cause__) != 403:
+                    if error.__cause__ is None or http_status(error.__cause__) != 403:
                         raise
                     log.warning("cannot delete trainer pods (%s): the Job controller "
                                 "will choose which trainers leave", error)
@@ -350,7 +351,7 @@ class KubeCluster(KubeManagedTrainers):
     async def last_trainer_failure(self, job: TrainingJob) -> str:
         """The trainer that failed last and its error (one pod list, asked once per failure)."""
         namespace, name = job_key(job)
-        labels = {LABEL_JOB: name, LABEL_ROLE: ROLE_TRAINER}
+        labels: dict[str, Any] = {LABEL_JOB: name, LABEL_ROLE: ROLE_TRAINER}
 
         async def pods() -> list[dict[str, Any]]:
             listed = self.client.list(Pod, namespace=namespace, labels=labels)

@@ -18,7 +18,7 @@ import contextlib
 import datetime as dt
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,7 +136,9 @@ class LeaderElector:
             },
         })
         try:
-            created = await self.client.create(body, namespace=self.namespace)
+            # lightkube's create() overloads do not match its own generated resources
+            created = await self.client.create(  # type: ignore[call-overload]
+                body, namespace=self.namespace)
         except Exception as exc:
             if is_conflict(exc):
                 return False
@@ -230,7 +232,7 @@ class LeaderElector:
         await self.client.patch(Lease, self.name, patch, namespace=self.namespace,
                                 patch_type=PatchType.MERGE)
 
-    async def run_as_leader(self, body: Callable[[], Awaitable[None]]) -> None:
+    async def run_as_leader(self, body: Callable[[], Coroutine[Any, Any, None]]) -> None:
         """Acquire, then run `body` while renewing; if renewal fails, cancel body and raise."""
         await self.acquire()
         renew = asyncio.create_task(self.keep_renewing(), name="lease-renew")

@@ -13,7 +13,7 @@ import contextlib
 import json
 import logging
 from collections.abc import Awaitable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
 
@@ -108,7 +108,8 @@ async def serve(config: RuntimeConfig, stop: asyncio.Event | None = None) -> Non
         await client.shutdown()
 
 
-async def lead(config: RuntimeConfig, election: Election, gate, stop: asyncio.Event) -> None:
+async def lead(config: RuntimeConfig, election: Election, gate: Any,
+               stop: asyncio.Event) -> None:
     store = EtcdMasterStore(election.store)
     meta, records = await store.load()
     loop = asyncio.get_running_loop()
