@@ -339,12 +339,10 @@ class Autoscaler:
         the cluster allow it), re-reading on conflicts."""
         namespace, name, target = decision.namespace, decision.name, decision.target
         job = self._jobs.get((namespace, name))
-        choose = (
-            target < decision.parallelism
-            and bool(decision.victim_nodes or decision.victims)
-            and job is not None
-            and isinstance(self.cluster, VictimScaling)
-        )
+        # the cluster that names the leaving trainers, when this shrink has victims to name
+        naming = (self.cluster if isinstance(self.cluster, VictimScaling)
+                  and target < decision.parallelism
+                  and bool(decision.victim_nodes or decision.victims) else None)
         for _ in range(CONFLICT_RETRIES):
             try:
                 trainer = await self.cluster.get_trainer_job_by_name(
@@ -355,15 +353,13 @@ class Autoscaler:
                     # the plan's nodes for the new trainers: their preferred nodes
                     annotate(trainer, decision.placement[-(target - decision.parallelism):],
                              target, asyncio.get_running_loop().time())
-                if choose:
-                    pods = await self.cluster.trainer_pods(job)  # type: ignore[attr-defined]
+                if naming is not None and job is not None:
+                    pods = await naming.trainer_pods(job)
                     victims = pick_victims(
                         pods, target, decision.victim_nodes, decision.victims
                     )
                     if victims:
-                        await self.cluster.scale_trainer_job(  # type: ignore[attr-defined]
-                            trainer, victims
-                        )
+                        await naming.scale_trainer_job(trainer, victims)
                         return
                 await self.cluster.update_trainer_job(trainer)
                 return

@@ -99,6 +99,7 @@ def from_env(env: Mapping[str, str] | None = None) -> RuntimeConfig:
                 values[name] = raw
         except ValueError:
             problems.append(f"{var}: not a valid {kind}: {raw!r}")
+    # values: each field converted to its declared kind above (int, float, bool or str)
     config = RuntimeConfig(**values)  # type: ignore[arg-type]
     problems.extend(validate(config))
     if problems:

@@ -327,5 +327,5 @@ def compute_metrics(
         pending_by_job=pending,
         lags_by_workload=lags,
         service_shortfall_replica_s=service_shortfall(timeline),
-        **work,  # type: ignore[arg-type]
+        **work,  # type: ignore[arg-type]  # work_metrics' fields, typed there
     )

@@ -75,7 +75,8 @@ def new_queue(
         "trainer_ttl": config.trainer_ttl,
     }
     if meta is None or not records:
-        return TaskQueue(passes=config.passes, **kwargs)  # type: ignore[arg-type]
+        return TaskQueue(passes=config.passes, timeout=TimeoutPolicy(
+            floor=config.task_timeout_floor), trainer_ttl=config.trainer_ttl)
     return TaskQueue.restore(meta, records, now, **kwargs)
 
 
