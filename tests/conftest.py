@@ -1,9 +1,22 @@
 """Shared helpers for the in-process control plane and loop tests (tests/cluster, tests/loops):
-a virtual clock, a small cluster factory and manifest builders, handed out as fixtures."""
+a virtual clock, a small cluster factory and manifest builders, handed out as fixtures.
+
+Also the suite's two collection hooks (docs/testing.md):
+
+* markers by place, so a new test falls into the right set without a hand list:
+  `e2e` for everything under tests/e2e (needs the Kubernetes binaries), `processes` for
+  tests/local and tests/runtime (they start `edl run`, trainers and torch processes).
+  `make check` runs `-m "not e2e and not processes"`; `make test` runs everything.
+* the order: tests that announce themselves as long (a `timeout` marker above the
+  default, then the e2e suite, then `slow`) come first, so that pytest-xdist
+  (`make test` runs `-n 4 --maxschedchunk 2`) starts the long, mostly idle ones side by
+  side instead of leaving one of them for the end. Within a rank the order is pytest's.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -43,6 +56,41 @@ def batch_job(name: str, parallelism: int, cpu: str, role: str = "trainer") -> d
         "metadata": {"name": name},
         "spec": {"parallelism": parallelism, "template": pod_template(cpu, "1Gi", labels)},
     }
+
+
+TESTS = Path(__file__).resolve().parent
+# Top-level test directories whose tests start real edl/torch processes (`processes`).
+PROCESS_DIRS = frozenset({"local", "runtime"})
+E2E_DIR = "e2e"
+
+
+def _directory(item: pytest.Item) -> str:
+    """The item's top-level directory under tests/ ("" for a module directly in tests/)."""
+    try:
+        parts = item.path.resolve().relative_to(TESTS).parts
+    except ValueError:
+        return ""
+    return parts[0] if len(parts) > 1 else ""
+
+
+def _expected_length_rank(item: pytest.Item, default_timeout: float) -> tuple[float, int, int]:
+    """Smaller runs earlier: an explicit long timeout, then e2e, then `slow`."""
+    marker = item.get_closest_marker("timeout")
+    timeout = float(marker.args[0]) if marker and marker.args else 0.0
+    long_timeout = timeout if timeout > default_timeout else 0.0
+    return (-long_timeout, 0 if _directory(item) == E2E_DIR else 1,
+            0 if item.get_closest_marker("slow") else 1)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        directory = _directory(item)
+        if directory == E2E_DIR:
+            item.add_marker(pytest.mark.e2e)
+        elif directory in PROCESS_DIRS:
+            item.add_marker(pytest.mark.processes)
+    default_timeout = float(config.getini("timeout") or 0)
+    items.sort(key=lambda item: _expected_length_rank(item, default_timeout))
 
 
 @pytest.fixture

@@ -26,7 +26,9 @@ def test_edl_crd_prints_the_generated_crd_as_yaml_and_json() -> None:
 
 def test_edl_controller_rejects_bad_options_in_one_line() -> None:
     for args in (["--listen", "nowhere"], ["--policy", "nope"],
-                 ["--retry-period", "5", "--renew-deadline", "2"]):
+                 ["--retry-period", "5", "--renew-deadline", "2"],
+                 ["--crash-backoff", "20", "--crash-backoff-max", "5"],
+                 ["--crash-backoff", "-1"]):
         result = subprocess.run([EDL, "controller", *args], capture_output=True, text=True,
                                 timeout=120)
         assert result.returncode == 2, result

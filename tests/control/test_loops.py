@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from edl.control.autoscaler import Autoscaler
 from edl.control.loops import ControlLoops, LoopEndedError
 
 
@@ -89,3 +90,26 @@ def test_a_loop_that_returns_counts_as_failed(clock, cluster_factory):
         await loops.stop()
 
     clock.run(scenario())
+
+
+def test_a_kick_at_the_moment_of_the_cancel_still_stops_the_autoscaler(clock, cluster_factory):
+    """The flake of tests/kube/test_controller_kmock.py::test_broken_watches_resume (its
+    teardown timed out after 120 s): Python 3.11's `asyncio.wait_for` returns the result,
+    swallowing the cancellation, when its awaitable completed in the same loop iteration
+    as the cancel arrived. The Autoscaler waited for a kick that way, so a kick (a pod
+    event) just as `ControlLoops.stop` cancelled it kept it ticking, and the stop waited
+    for it for ever."""
+    autoscaler = Autoscaler(cluster_factory(), interval=5.0)
+
+    async def scenario() -> bool:
+        task = asyncio.create_task(autoscaler.run())
+        await asyncio.sleep(1)  # waiting for a kick or the next interval
+        autoscaler.kick()
+        task.cancel()
+        await asyncio.wait({task}, timeout=60)
+        stopped = task.cancelled()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return stopped
+
+    assert clock.run(scenario())

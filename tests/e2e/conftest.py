@@ -1,11 +1,15 @@
 """End-to-end fixtures: one real control plane per session, `edl controller` as a process.
 
 The control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok) is
-started once for the session; `deploy/namespace.yaml`, `deploy/crd.yaml` and
-`deploy/rbac.yaml` are applied as a cluster admin would. The controller runs outside the
-cluster with a token of the `edl-controller` ServiceAccount, so the API server's RBAC
-authorizer decides every call it makes exactly as `deploy/rbac.yaml` says; a `403` in
-its log fails the test.
+started once for the session; under pytest-xdist (`make test` runs `-n 4`) a session is
+one worker, so every worker that runs an e2e test has a plane of its own and runs its e2e
+tests one after another on it, as a plain `pytest` run does. A test may therefore count
+the whole cluster (nodes, pods, the Lease): nothing of another test is on its plane, and
+a test is written the ordinary way, with no grouping. `deploy/namespace.yaml`,
+`deploy/crd.yaml` and `deploy/rbac.yaml` are applied as a cluster admin would. The
+controller runs outside the cluster with a token of the `edl-controller` ServiceAccount,
+so the API server's RBAC authorizer decides every call it makes exactly as
+`deploy/rbac.yaml` says; a `403` in its log fails the test.
 
 EDL_E2E=0 turns this suite off (for a machine that cannot build the Kubernetes binaries);
 otherwise a missing Go toolchain or a failed build is an error, never a skip.
@@ -41,7 +45,8 @@ if os.environ.get("EDL_E2E", "1") == "0":
 @pytest.fixture(scope="session")
 def plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
     """The running control plane, with edl's namespace, CRD and RBAC applied."""
-    work = Path(tempfile.mkdtemp(prefix="edl-e2e-"))
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    work = Path(tempfile.mkdtemp(prefix=f"edl-e2e-{worker}-"))
     cp = ControlPlane(bin_dir=k8s_binaries(), work_dir=work, config=PlaneConfig())
     try:
         cp.start()

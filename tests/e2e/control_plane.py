@@ -31,7 +31,9 @@ from edl.coord.embedded import EmbeddedEtcd
 from edl.procs import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-BUILD_SCRIPT = ROOT / "tools" / "k8s" / "build.sh"
+# build.sh is the recipe; ensure.sh runs it one at a time (workers may ask at once), with
+# progress and a failure that names the missing piece.
+BUILD_SCRIPT = ROOT / "tools" / "k8s" / "ensure.sh"
 # The upstream controllers edl relies on, plus the ServiceAccount controller: without the
 # "default" ServiceAccount in a namespace the API server's admission refuses every pod.
 CONTROLLERS = ("job-controller", "replicaset-controller", "deployment-controller",
@@ -67,7 +69,7 @@ def k8s_binaries() -> Path:
     done = subprocess.run(["bash", str(BUILD_SCRIPT)], capture_output=True, text=True,
                           check=False)
     if done.returncode != 0:
-        raise RuntimeError(f"tools/k8s/build.sh failed ({done.returncode}):\n{done.stderr}")
+        raise RuntimeError(f"tools/k8s/ensure.sh failed ({done.returncode}):\n{done.stderr}")
     return Path(done.stdout.strip().splitlines()[-1])
 
 
@@ -143,12 +145,7 @@ class ControlPlane:
         self.logs.mkdir(parents=True, exist_ok=True)
         self.pki = make_pki(self.work_dir / "pki")
         self.etcd = EmbeddedEtcd(data_dir=self.work_dir / "etcd", name="e2e").start()
-        self.port = free_port()
-        self.write_kubeconfig(self.admin_kubeconfig, user={
-            "client-certificate": str(self.pki.admin_cert),
-            "client-key": str(self.pki.admin_key)})
-        self._add("kube-apiserver", self._apiserver_args())
-        self.wait_ready()
+        self._start_apiserver()
         kubeconfig = str(self.admin_kubeconfig)
         self._add("kube-controller-manager", [
             f"--kubeconfig={kubeconfig}", "--leader-elect=false",
@@ -171,6 +168,24 @@ class ControlPlane:
             "--tls-cert-file=", "--tls-private-key-file="])
         self.add_nodes(self.config.nodes)
         return self
+
+    def _start_apiserver(self, attempts: int = 3) -> None:
+        """kube-apiserver on a free port; another port if that one was taken meanwhile
+        (test workers start their planes side by side, each picking ports with bind(0))."""
+        assert self.pki is not None
+        for attempt in range(attempts):
+            self.port = free_port()
+            self.write_kubeconfig(self.admin_kubeconfig, user={
+                "client-certificate": str(self.pki.admin_cert),
+                "client-key": str(self.pki.admin_key)})
+            apiserver = self._add("kube-apiserver", self._apiserver_args())
+            try:
+                self.wait_ready()
+                return
+            except RuntimeError:
+                apiserver.stop()
+                if attempt + 1 == attempts or "address already in use" not in apiserver.tail():
+                    raise
 
     def _apiserver_args(self) -> list[str]:
         assert self.pki is not None and self.etcd is not None

@@ -3,6 +3,9 @@
 The Lease is the upstream coordination.k8s.io/v1 object, guarded by the real API
 server's resourceVersion preconditions; the replicas' rights on it are exactly
 deploy/rbac.yaml's Role (create, and get/patch of the one named edl-controller).
+The replicas run with edl controller's production Lease timing (15 s, renew deadline
+10 s, retry 2 s): this is the test that keeps it (it used 6 s before the suite ran side
+by side, when a loaded machine could starve a renewal past a 4 s deadline).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from e2e.helpers import SYSTEM_NAMESPACE, filler, parallelism, trainingjob, wait
 from e2e.rest import Rest
 from polling import wait_until
 
-LEASE_DURATION = 6.0  # conftest.CONTROLLER_ARGS
+LEASE_DURATION = 15.0  # edl controller's default, which helpers.CONTROLLER_ARGS keeps
 
 
 def lease(rest: Rest) -> dict:

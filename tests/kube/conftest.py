@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -32,6 +33,23 @@ async def api(emulator: EdlEmulator) -> AsyncIterator[AsyncClient]:
         await client.close()
 
 
+async def stopped_or_explained(task: asyncio.Task[None], timeout: float) -> None:
+    """Await a stopping controller; if it does not stop within `timeout`, fail with the
+    stack of every task still running (what it waits for), not a bare TimeoutError."""
+    done, _ = await asyncio.wait({task}, timeout=timeout)
+    if task in done:
+        task.result()
+        return
+    stacks = io.StringIO()
+    for other in asyncio.all_tasks():
+        if other is not asyncio.current_task():
+            print(f"--- task {other.get_name()}:", file=stacks)
+            other.print_stack(file=stacks)
+    task.cancel()
+    raise AssertionError(f"the controller did not stop within {timeout:g} s; its tasks:\n"
+                         f"{stacks.getvalue()}")
+
+
 @pytest_asyncio.fixture
 async def running_controller(emulator: EdlEmulator) -> Callable[[], Any]:
     """`async with running_controller() as process:` an in-process `edl controller` against
@@ -52,6 +70,6 @@ async def running_controller(emulator: EdlEmulator) -> Callable[[], Any]:
             yield process
         finally:
             process.stop.set()
-            await asyncio.wait_for(task, 120)
+            await stopped_or_explained(task, 120)
 
     return run

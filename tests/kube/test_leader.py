@@ -121,3 +121,32 @@ async def test_leader_that_cannot_renew_steps_down(api: AsyncClient, emulator: A
         raise AssertionError("run_as_leader returned without losing leadership")
     assert emulator_fault.hits > 0
     assert not a.is_leader
+
+
+async def test_a_renewal_completing_as_the_leader_stops_does_not_keep_it_renewing(
+    api: AsyncClient, monkeypatch: Any
+) -> None:
+    """The flake of tests/kube/test_controller_kmock.py::test_broken_watches_resume (its
+    teardown timed out after 120 s, the Lease renewal task stuck "cancelling" in its
+    loop): Python 3.11's `asyncio.wait_for` returns the result, swallowing the cancel,
+    when its awaitable completes in the same loop iteration as the cancel arrives. The
+    renewal loop waited that way, so it renewed on and the leader's stop waited for ever.
+    """
+    leader = elector(api, "a", retry_period=0.01)
+    renewing = asyncio.Event()
+    answer: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+
+    async def renewal_we_control() -> bool:
+        renewing.set()
+        return await answer
+
+    monkeypatch.setattr(leader, "try_acquire_or_renew", renewal_we_control)
+    task = asyncio.create_task(leader.keep_renewing())
+    await asyncio.wait_for(renewing.wait(), 10)
+    answer.set_result(True)  # the renewal completes ...
+    task.cancel()  # ... as the leader is stopped
+    await asyncio.wait({task}, timeout=10)
+    stopped = task.cancelled()
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert stopped

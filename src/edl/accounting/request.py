@@ -96,9 +96,9 @@ def _container(container: Any, path: str) -> tuple[Vector, Vector, tuple[bool, b
     requests, requested = _vector(resources.get("requests"), f"{path}.resources.requests")
     limits, limited = _vector(resources.get("limits"), f"{path}.resources.limits")
     if limited != (False, False, False):
-        requests = tuple(  # type: ignore[assignment]
-            limits[i] if limited[i] and not requested[i] else requests[i] for i in range(3)
-        )
+        chosen = [limits[i] if limited[i] and not requested[i] else requests[i]
+                  for i in range(3)]
+        requests = (chosen[0], chosen[1], chosen[2])
     return requests, limits, limited
 
 
@@ -144,9 +144,8 @@ def pod_request(pod: Mapping[str, Any]) -> PodResources:
 
     overhead, _ = _vector(spec.get("overhead"), "spec.overhead")
     requests = _add(requests, overhead)
-    limits = tuple(  # type: ignore[assignment]
-        limits[i] + overhead[i] if limited[i] else limits[i] for i in range(3)
-    )
+    padded = [limits[i] + overhead[i] if limited[i] else limits[i] for i in range(3)]
+    limits = (padded[0], padded[1], padded[2])
     return PodResources(
         cpu_request_milli=_ceil(requests[0] * 1000),
         cpu_limit_milli=_ceil(limits[0] * 1000),

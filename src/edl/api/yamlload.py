@@ -41,10 +41,12 @@ def safe_load_all(text: str) -> list[Any]:
     try:
         while loader.check_node():
             node = loader.get_node()
+            if node is None:  # check_node() said there is one
+                break
             check_unique_keys(node)
             documents.append(loader.construct_document(node))
     finally:
-        loader.dispose()  # type: ignore[no-untyped-call]
+        loader.dispose()
     return documents
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import NoReturn
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 import click
 
@@ -37,7 +38,7 @@ def load_config(role: str, **overrides: object) -> RuntimeConfig:
     return config
 
 
-def common_options(f):
+def common_options(f: Callable[..., Any]) -> Callable[..., Any]:
     f = click.option("--etcd", "etcd_endpoints", help="etcd URLs (EDL_ETCD_ENDPOINTS)")(f)
     f = click.option("--job", "job_name", help="job name (EDL_JOB_NAME)")(f)
     f = click.option("--port", type=int, help="gRPC port, 0 = any free (EDL_PORT)")(f)

@@ -42,6 +42,11 @@ def _listen(value: str) -> tuple[str, int]:
               help="Seconds the leader keeps trying to renew before it steps down.")
 @click.option("--retry-period", type=click.FloatRange(0.1), default=2.0, show_default=True,
               help="Seconds between attempts to acquire or renew the Lease.")
+@click.option("--crash-backoff", type=click.FloatRange(0.0), default=10.0, show_default=True,
+              help="Seconds between a crashed trainer and its replacement; doubles per crash "
+                   "in a row (managed trainer Jobs; the Job controller's 10 s).")
+@click.option("--crash-backoff-max", type=click.FloatRange(0.0), default=600.0,
+              show_default=True, help="Cap of that delay, in seconds.")
 @click.option("--delete-victims", is_flag=True,
               help="On a shrink, delete the trainer pods the policy chose (needs `delete` on "
                    "pods, which deploy/rbac.yaml does not grant); default: the Job "
@@ -50,7 +55,8 @@ def _listen(value: str) -> tuple[str, int]:
 def controller(server: str | None, namespace: str | None, policy: str, max_load_desired: float,
                interval: float, status_interval: float, listen: str, lease_namespace: str,
                lease_name: str, identity: str, lease_duration: float, renew_deadline: float,
-               retry_period: float, delete_victims: bool, verbose: bool) -> None:
+               retry_period: float, crash_backoff: float, crash_backoff_max: float,
+               delete_victims: bool, verbose: bool) -> None:
     """Watch TrainingJobs, create their children, and scale trainers to fit the cluster."""
     from edl.kube.leader import LeaseLost
     from edl.kube.runner import ControllerOptions, ControllerProcess
@@ -59,6 +65,8 @@ def controller(server: str | None, namespace: str | None, policy: str, max_load_
     host, port = _listen(listen)
     if not retry_period < renew_deadline < lease_duration:
         raise click.UsageError("need --retry-period < --renew-deadline < --lease-duration")
+    if crash_backoff > crash_backoff_max:
+        raise click.UsageError("need --crash-backoff <= --crash-backoff-max")
     try:
         get_policy(policy)
     except ValueError as error:
@@ -70,7 +78,8 @@ def controller(server: str | None, namespace: str | None, policy: str, max_load_
         interval=interval, status_interval=status_interval, host=host, port=port,
         lease_namespace=lease_namespace, lease_name=lease_name, identity=identity,
         lease_duration=lease_duration, renew_deadline=renew_deadline, retry_period=retry_period,
-        delete_victims=delete_victims,
+        delete_victims=delete_victims, crash_backoff=crash_backoff,
+        crash_backoff_max=crash_backoff_max,
     )
     async def main() -> None:
         process = ControllerProcess(options)

@@ -275,8 +275,8 @@ class ManagedTrainers(Protocol):
     by the cluster's Job controller; the Controller (`edl.control.trainer_controller`)
     creates, deletes and counts its pods through these calls, so a scale-up is never
     held back by the built-in controller's failure back-off (docs/architecture.md).
-    A cluster may set ``crash_backoff_s = (first delay, cap)`` for the delay between
-    crash replacements (default 10 s doubling to 10 min; local runs shorten it).
+    A cluster may also be `CrashBackoff`: its own delay between crash replacements
+    (default 10 s doubling to 10 min; local runs shorten it).
     Pod manifests come with their times (``creationTimestamp``, ``startTime``,
     ``deletionTimestamp``, a terminated state's ``finishedAt``) as seconds on
     ``trainer_clock()``.
@@ -379,6 +379,15 @@ class PodRunner(Protocol):
     ) -> None: ...
 
     def stop(self, pod: Manifest, grace_period_s: float) -> None: ...
+
+
+@runtime_checkable
+class CrashBackoff(Protocol):
+    """Optional `ManagedTrainers` setting: ``(first delay, cap)`` in seconds between a
+    crashed trainer and its replacement (doubling per crash in a row). Local runs and
+    `edl controller --crash-backoff` shorten it; without it, 10 s to 10 min."""
+
+    crash_backoff_s: tuple[float, float]
 
 
 @runtime_checkable

@@ -22,7 +22,7 @@ one pod start, not one interval. Bursts of events coalesce into one tick, and
 event-driven ticks are at least ``min_event_gap`` seconds apart.
 
 Nothing here knows whether time is real: waiting is `asyncio.sleep` /
-`asyncio.wait_for` on the running loop, which is virtual under the simulator.
+`asyncio.wait` on the running loop, which is virtual under the simulator.
 """
 
 from __future__ import annotations
@@ -184,6 +184,21 @@ class Autoscaler:
             self._kicked = True  # remembered until run() starts
 
     # -- the loop ---------------------------------------------------------------------------------
+    @staticmethod
+    async def _woken_within(wake: asyncio.Event, interval: float) -> bool:
+        """Whether `wake` was set within `interval` seconds.
+
+        Not `asyncio.wait_for`: on Python 3.11 it returns, swallowing the cancellation,
+        when the event is set in the same loop iteration as the task is cancelled, so a
+        kick at the moment of `stop()` kept this loop ticking for ever.
+        """
+        waiter = asyncio.ensure_future(wake.wait())
+        try:
+            done, _ = await asyncio.wait({waiter}, timeout=interval)
+        finally:
+            waiter.cancel()
+        return bool(done)
+
     async def run(self) -> None:
         """Tick every ``interval`` seconds and on every kick, forever."""
         self._wake = asyncio.Event()
@@ -195,11 +210,7 @@ class Autoscaler:
         last_event_tick = float("-inf")
         try:
             while True:
-                try:
-                    await asyncio.wait_for(self._wake.wait(), timeout=self.interval)
-                    woken = True
-                except TimeoutError:
-                    woken = False
+                woken = await self._woken_within(self._wake, self.interval)
                 if woken:
                     gap = last_event_tick + self.min_event_gap - loop.time()
                     if gap > 0:
@@ -328,12 +339,10 @@ class Autoscaler:
         the cluster allow it), re-reading on conflicts."""
         namespace, name, target = decision.namespace, decision.name, decision.target
         job = self._jobs.get((namespace, name))
-        choose = (
-            target < decision.parallelism
-            and bool(decision.victim_nodes or decision.victims)
-            and job is not None
-            and isinstance(self.cluster, VictimScaling)
-        )
+        # the cluster that names the leaving trainers, when this shrink has victims to name
+        naming = (self.cluster if isinstance(self.cluster, VictimScaling)
+                  and target < decision.parallelism
+                  and bool(decision.victim_nodes or decision.victims) else None)
         for _ in range(CONFLICT_RETRIES):
             try:
                 trainer = await self.cluster.get_trainer_job_by_name(
@@ -344,15 +353,13 @@ class Autoscaler:
                     # the plan's nodes for the new trainers: their preferred nodes
                     annotate(trainer, decision.placement[-(target - decision.parallelism):],
                              target, asyncio.get_running_loop().time())
-                if choose:
-                    pods = await self.cluster.trainer_pods(job)  # type: ignore[attr-defined]
+                if naming is not None and job is not None:
+                    pods = await naming.trainer_pods(job)
                     victims = pick_victims(
                         pods, target, decision.victim_nodes, decision.victims
                     )
                     if victims:
-                        await self.cluster.scale_trainer_job(  # type: ignore[attr-defined]
-                            trainer, victims
-                        )
+                        await naming.scale_trainer_job(trainer, victims)
                         return
                 await self.cluster.update_trainer_job(trainer)
                 return

@@ -15,12 +15,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
+from typing import Any, Protocol
 
 from edl.api.names import trainer_job_name
 from edl.cluster.port import (
     AlreadyExistsError,
+    Cluster,
     ClusterError,
+    CrashBackoff,
     ManagedTrainers,
     Manifest,
     NotFoundError,
@@ -43,10 +45,14 @@ JobKey = tuple[str, str]
 RESYNC_S = 30.0  # a job is reconciled at least this often, events or not
 
 
+class ManagedTrainerCluster(Cluster, ManagedTrainers, Protocol):
+    """A `Cluster` with the `ManagedTrainers` capability: what this controller drives."""
+
+
 class TrainerController:
     """Keeps each tracked job's managed trainer Job at its parallelism."""
 
-    def __init__(self, cluster: ManagedTrainers) -> None:
+    def __init__(self, cluster: ManagedTrainerCluster) -> None:
         self.cluster = cluster
         self.records: dict[JobKey, CrashRecord] = {}
         self._created: dict[JobKey, int] = {}  # pods created so far (names the next one)
@@ -123,8 +129,7 @@ class TrainerController:
         self._reconciled[key] = asyncio.get_running_loop().time()
         namespace, name = key
         try:
-            job = await self.cluster.get_trainer_job_by_name(  # type: ignore[attr-defined]
-                namespace, trainer_job_name(name))
+            job = await self.cluster.get_trainer_job_by_name(namespace, trainer_job_name(name))
         except NotFoundError:
             return
         if not is_managed(job):
@@ -135,8 +140,8 @@ class TrainerController:
             record.succeeded = int(status.get("succeeded") or 0)
         now = self.cluster.trainer_clock()
         pods = [pod_state(p) for p in self.cluster.trainer_pod_manifests(namespace, name)]
-        base_s, max_s = getattr(self.cluster, "crash_backoff_s", (CRASH_BACKOFF_BASE_S,
-                                                                   CRASH_BACKOFF_MAX_S))
+        base_s, max_s = (self.cluster.crash_backoff_s if isinstance(self.cluster, CrashBackoff)
+                         else (CRASH_BACKOFF_BASE_S, CRASH_BACKOFF_MAX_S))
         plan = plan_trainers(job["spec"], pods, record, now, base_s, max_s)
         for pod in (*plan.collect, *plan.delete):
             with contextlib.suppress(NotFoundError):

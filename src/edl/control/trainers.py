@@ -151,7 +151,8 @@ def plan_trainers(
     active = [p for p in live if not p.deleting]
     terminating = len(live) - len(active)
     running = sum(p.phase == "Running" for p in active)
-    counts = {"active": len(active), "running": running, "terminating": terminating}
+    counts: dict[str, Any] = {"active": len(active), "running": running,
+                              "terminating": terminating}
     limit = int(spec.get("backoffLimit", DEFAULT_BACKOFF_LIMIT))
     fatal = next((p for p in pods if p.crashed and fails_job(spec, p.exit_code)), None)
     if fatal is not None:  # the Job's FailJob rule (exit 78: a configuration no retry fixes)

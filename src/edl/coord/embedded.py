@@ -140,7 +140,8 @@ class EmbeddedEtcd:
         self._own_dir = data_dir is None
         # a temporary dir names its owner, so a later start sweeps it if we die by SIGKILL
         self._base_dir = make_owned_dir() if data_dir is None else None
-        self.data_dir = Path(data_dir) if data_dir else self._base_dir / "data"  # type: ignore[operator]
+        self.data_dir = (self._base_dir / "data" if self._base_dir is not None
+                         else Path(str(data_dir)))
         self._fixed_ports = client_port is not None
         self.client_port = client_port or free_port()
         self.peer_port = peer_port or free_port()

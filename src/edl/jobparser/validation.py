@@ -123,7 +123,7 @@ def _parse_salvaging(data: Mapping[str, Any]) -> tuple[TrainingJob, list[Problem
                 problems.append(problem)
             _drop(work, parts)
     # Unreachable in practice; fall back to an empty job so the caller still reports.
-    return TrainingJob(apiVersion=API_VERSIONS[0], kind="TrainingJob"), problems
+    return TrainingJob(apiVersion="edl.dev/v1", kind="TrainingJob"), problems
 
 
 def _drop(work: dict[str, Any], parts: list[str | int]) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -55,6 +56,7 @@ from edl.cluster.port import (
     TrainingJobHandler,
     Unsubscribe,
 )
+from edl.control.trainers import CRASH_BACKOFF_BASE_S, CRASH_BACKOFF_MAX_S
 from edl.kube.client import FIELD_MANAGER
 from edl.kube.crd import GROUP, KIND, PLURAL, VERSION
 from edl.kube.events import EventRecorder, make_event
@@ -96,8 +98,12 @@ class KubeCluster(KubeManagedTrainers):
     def __init__(self, client: AsyncClient, *, namespace: str | None = None,
                  events: EventRecorder | None = None,
                  watch_client: AsyncClient | None = None, delete_victims: bool = True,
-                 fence: Callable[[], bool] | None = None) -> None:
+                 fence: Callable[[], bool] | None = None,
+                 crash_backoff_s: tuple[float, float] = (CRASH_BACKOFF_BASE_S,
+                                                         CRASH_BACKOFF_MAX_S)) -> None:
         self.client = client
+        # `CrashBackoff`: first delay and cap between a crashed trainer and its replacement
+        self.crash_backoff_s = crash_backoff_s
         # every write first asks fence() (the leader still holds its Lease), each attempt
         self.fence = fence
         # Watch streams get their own connection pool: cancelling a stream must never
@@ -324,12 +330,12 @@ class KubeCluster(KubeManagedTrainers):
                 try:
                     await self._call(
                         f"delete trainer Pod {namespace}/{pod}",
-                        lambda pod=pod: self.client.delete(Pod, pod, namespace=namespace),
+                        functools.partial(self.client.delete, Pod, pod, namespace=namespace),
                         "Pod", namespace, pod)
                 except NotFoundError:
                     continue  # already gone: its room is free either way
                 except ClusterError as error:
-                    if http_status(error.__cause__) != 403:
+                    if error.__cause__ is None or http_status(error.__cause__) != 403:
                         raise
                     log.warning("cannot delete trainer pods (%s): the Job controller "
                                 "will choose which trainers leave", error)
@@ -345,7 +351,7 @@ class KubeCluster(KubeManagedTrainers):
     async def last_trainer_failure(self, job: TrainingJob) -> str:
         """The trainer that failed last and its error (one pod list, asked once per failure)."""
         namespace, name = job_key(job)
-        labels = {LABEL_JOB: name, LABEL_ROLE: ROLE_TRAINER}
+        labels: dict[str, Any] = {LABEL_JOB: name, LABEL_ROLE: ROLE_TRAINER}
 
         async def pods() -> list[dict[str, Any]]:
             listed = self.client.list(Pod, namespace=namespace, labels=labels)

@@ -106,7 +106,9 @@ class EventRecorder:
         obj = Event.from_dict(dict(event))
         namespace = event["metadata"]["namespace"]
         try:
-            await retry_call(lambda: self.client.create(obj, namespace=namespace),
+            # lightkube's create() overloads do not match its own generated resources
+            await retry_call(lambda: self.client.create(  # type: ignore[call-overload]
+                obj, namespace=namespace),
                              what="post event", attempts=3, retry_conflicts=False)
             self.posted += 1
         except Exception as exc:

@@ -18,7 +18,7 @@ import contextlib
 import datetime as dt
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,7 +136,9 @@ class LeaderElector:
             },
         })
         try:
-            created = await self.client.create(body, namespace=self.namespace)
+            # lightkube's create() overloads do not match its own generated resources
+            created = await self.client.create(  # type: ignore[call-overload]
+                body, namespace=self.namespace)
         except Exception as exc:
             if is_conflict(exc):
                 return False
@@ -184,7 +186,10 @@ class LeaderElector:
         while True:
             await asyncio.sleep(self.retry_period)
             try:
-                ok = await asyncio.wait_for(self.try_acquire_or_renew(), self.renew_deadline)
+                # not wait_for: on Python 3.11 it swallows a cancel that arrives as the
+                # renewal completes, and this loop would renew on after its leader stopped
+                async with asyncio.timeout(self.renew_deadline):
+                    ok = await self.try_acquire_or_renew()
             except Exception as exc:
                 log.warning("lease renew failed: %s", exc)
                 ok = False
@@ -227,7 +232,7 @@ class LeaderElector:
         await self.client.patch(Lease, self.name, patch, namespace=self.namespace,
                                 patch_type=PatchType.MERGE)
 
-    async def run_as_leader(self, body: Callable[[], Awaitable[None]]) -> None:
+    async def run_as_leader(self, body: Callable[[], Coroutine[Any, Any, None]]) -> None:
         """Acquire, then run `body` while renewing; if renewal fails, cancel body and raise."""
         await self.acquire()
         renew = asyncio.create_task(self.keep_renewing(), name="lease-renew")

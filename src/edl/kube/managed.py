@@ -64,11 +64,13 @@ class KubeManagedTrainers:
         meta = pod["metadata"]
         namespace, name = meta.get("namespace") or "default", meta["name"]
         try:
+            # lightkube's create() overloads do not match its own generated resources
             await self._call(f"create trainer Pod {namespace}/{name}",
-                             lambda: self.client.create(Pod.from_dict(pod), namespace=namespace),
+                             lambda: self.client.create(  # type: ignore[call-overload]
+                                 Pod.from_dict(pod), namespace=namespace),
                              "Pod", namespace, name)
         except ClusterError as error:
-            if http_status(error.__cause__) == 409:
+            if error.__cause__ is not None and http_status(error.__cause__) == 409:
                 raise AlreadyExistsError("Pod", namespace, name, "already exists") from error
             raise
 

@@ -130,6 +130,7 @@ class OperatorThread:
         main_loop = asyncio.get_running_loop()
         self._done = main_loop.create_future()
         bridge = _Bridge(self.cluster, main_loop)
+        # _Bridge has KubeCluster's dispatch_* methods, all the handlers call
         registry = build_registry(bridge, self.server)  # type: ignore[arg-type]
 
         def run() -> None:

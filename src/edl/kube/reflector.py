@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterable, Callable
 from typing import Any, Protocol
 
 from lightkube import AsyncClient
@@ -95,7 +95,8 @@ class Reflector:
 
     async def list_once(self) -> None:
         """Replace the store with a fresh list and remember its resourceVersion."""
-        listing = self.client.list(self.resource, chunk_size=self.chunk_size, **self._scope())
+        listing: Any = self.client.list(self.resource, chunk_size=self.chunk_size,
+                                        **self._scope())
         count = 0
         self.store.begin_replace()
         async for obj in listing:  # page by page; each object is folded in and dropped
@@ -118,7 +119,7 @@ class Reflector:
             return 0.0
         return max((self.clock() if now is None else now) - self.failing_since, 0.0)
 
-    def _open_watch(self) -> AsyncIterator[tuple[str, Any]]:
+    def _open_watch(self) -> AsyncIterable[tuple[str, Any]]:
         """The watch stream, with bookmarks requested.
 
         lightkube's ``watch()`` has no bookmark parameter, so the request is prepared
@@ -132,7 +133,8 @@ class Reflector:
                                      server_timeout=self.server_timeout, **self._scope())
         request = inner.prepare_request("list", res=self.resource, watch=True, params=params,
                                         **self._scope())
-        return inner.watch(request)
+        stream: AsyncIterable[tuple[str, Any]] = inner.watch(request)
+        return stream
 
     async def watch_once(self) -> None:
         """Follow the watch stream until it raises (`WatchIdle` after ``idle_timeout``).

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from edl.control.controller import Controller
 from edl.control.loops import ControlLoops
+from edl.control.trainers import CRASH_BACKOFF_BASE_S, CRASH_BACKOFF_MAX_S
 from edl.kube.autoscaling import KubeAutoscaler
 from edl.kube.client import make_client
 from edl.kube.cluster import KubeCluster
@@ -55,6 +56,9 @@ class ControllerOptions:
     # Off by default: deploy/rbac.yaml grants no `delete` on pods, and a controller that
     # tried anyway would be refused (403) on its first shrink.
     delete_victims: bool = False
+    # First delay and cap between a crashed trainer and its replacement (managed trainers).
+    crash_backoff: float = CRASH_BACKOFF_BASE_S
+    crash_backoff_max: float = CRASH_BACKOFF_MAX_S
 
 
 class ControllerProcess:
@@ -139,7 +143,9 @@ class ControllerProcess:
         cluster = KubeCluster(self.client, namespace=options.namespace, events=self.events,
                               watch_client=self.watch_client,
                               delete_victims=options.delete_victims,
-                              fence=self.elector.holds_lease)
+                              fence=self.elector.holds_lease,
+                              crash_backoff_s=(options.crash_backoff,
+                                               options.crash_backoff_max))
         self.cluster = cluster
         await cluster.start()
         self.health.synced = True

@@ -58,8 +58,8 @@ def kube_status(
     # `previous` is what the API server stored, which a user (or an old version) may have
     # written in any shape: read only the conditions that look like conditions.
     stored = previous.get("conditions") if isinstance(previous, Mapping) else None
-    old_conditions = {
-        c.get("type"): c for c in (stored if isinstance(stored, list) else ())
+    old_conditions: dict[str, Mapping[str, Any]] = {
+        str(c.get("type")): c for c in (stored if isinstance(stored, list) else ())
         if isinstance(c, Mapping)
     }
     failed = state == "Failed"

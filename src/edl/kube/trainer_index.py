@@ -10,6 +10,7 @@ per trainer pod, with Kubernetes' RFC 3339 times turned into epoch seconds (the
 
 from __future__ import annotations
 
+import builtins
 import datetime as dt
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -119,7 +120,7 @@ class TrainerPodIndex:
             self._pods.pop(job, None)
         self._notify(job)
 
-    def keys(self) -> set[PodKey]:
+    def keys(self) -> builtins.set[PodKey]:  # `set` here is the method above
         return set(self._job_of)
 
     def pods(self, namespace: str, job: str) -> list[dict[str, Any]]:

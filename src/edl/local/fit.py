@@ -23,7 +23,8 @@ def job_footprint(job: TrainingJob) -> dict[str, tuple[int, PodResources]]:
     """role -> (pods at least, one pod's requests), as the scheduler counts them."""
     parser = JobParser()
     footprint = {}
-    children = [("master", parser.parse_to_master(job), 1)]
+    children: list[tuple[str, dict[str, Any], int | None]] = [
+        ("master", parser.parse_to_master(job), 1)]
     if not job.collective():  # a collective job has no pservers
         children.append(("pserver", parser.parse_to_pserver(job), None))
     children.append(("trainer", parser.parse_to_trainer(job), None))

@@ -225,8 +225,9 @@ class LocalRun:
                 state, message = FAILED, f"did not finish within {self.options.timeout_s:.0f} s"
             if state:
                 break
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), self.options.refresh_s)
+            with contextlib.suppress(TimeoutError):  # (not wait_for: see Autoscaler.run)
+                async with asyncio.timeout(self.options.refresh_s):
+                    await self._stop.wait()
         if state == SUCCEEDED:
             await self._final_progress()
         self._publish(snap.touch(self.snapshot, "Stopping", message))

@@ -134,13 +134,11 @@ class DefaultPolicy:
     def _begin(self, plans: list[JobPlan], budget: Budget) -> None:
         """Called once the plans are built, before any step."""
 
-    @staticmethod
-    def _shed_cost(plan: JobPlan, count: int) -> float:
+    def _shed_cost(self, plan: JobPlan, count: int) -> float:
         """What losing its ``count``-th trainer costs a job when room must be made."""
         return 1.0 - plan.fulfillment(count)
 
-    @staticmethod
-    def _level(plan: JobPlan, count: int) -> float:
+    def _level(self, plan: JobPlan, count: int) -> float:
         """How well served a job is at ``count`` trainers, for rebalancing: fulfillment."""
         return plan.fulfillment(count)
 

@@ -94,8 +94,8 @@ class GoodputPolicy(DefaultPolicy):
 
     def _begin(self, plans: list[JobPlan], budget: Budget) -> None:
         self._caps = (budget.cpu_cap, budget.memory_cap, budget.gpu_cap)
-        self._deferred: set[tuple[str, str]] = set()
-        self._early: dict[tuple[str, str], Want] = {}
+        self._deferred = set()
+        self._early = {}
 
     def _grow(self, plans: list[JobPlan], budget: Budget, room: Room) -> None:
         """`default`'s growth, then the deadband on what was really given: a growth cut

@@ -153,7 +153,7 @@ class Preemptor:
                     missing[d] += trainer[d]
         return [(index, name) for _, name, index in chosen], sum(p for p, _, _ in chosen)
 
-    def shed(self, rescue: Rescue, shed_one: Callable[[int, str], None]) -> None:
+    def shed(self, rescue: Rescue, shed_one: Callable[[int, str], object]) -> None:
         """Carry out a rescue's victims (the caller sheds; this keeps the index true)."""
         for index, name in rescue.victims:
             shed_one(index, name)

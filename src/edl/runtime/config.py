@@ -11,6 +11,7 @@ import os
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
+from typing import Any
 
 
 class ConfigError(ValueError):
@@ -49,7 +50,8 @@ class RuntimeConfig:
         return os.path.join(base, ".edl-checkpoints", self.job_name)
 
     def with_overrides(self, **values: object) -> RuntimeConfig:
-        return replace(self, **{k: v for k, v in values.items() if v is not None})
+        changes: dict[str, Any] = {k: v for k, v in values.items() if v is not None}
+        return replace(self, **changes)
 
 
 ENV = {
@@ -97,6 +99,7 @@ def from_env(env: Mapping[str, str] | None = None) -> RuntimeConfig:
                 values[name] = raw
         except ValueError:
             problems.append(f"{var}: not a valid {kind}: {raw!r}")
+    # values: each field converted to its declared kind above (int, float, bool or str)
     config = RuntimeConfig(**values)  # type: ignore[arg-type]
     problems.extend(validate(config))
     if problems:

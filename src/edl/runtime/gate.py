@@ -8,6 +8,7 @@ which clients treat as "look the address up again".
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -16,7 +17,7 @@ import grpc
 def make_gate(base: type, methods: list[str], what: str, sync: bool = False) -> Any:
     """A `base` servicer whose `methods` forward to `.current` when it is set."""
 
-    def forward_sync(name: str):
+    def forward_sync(name: str) -> Callable[..., Any]:
         def handler(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
             current = self.current
             if current is None or not current.serving:
@@ -26,7 +27,7 @@ def make_gate(base: type, methods: list[str], what: str, sync: bool = False) -> 
         handler.__name__ = name
         return handler
 
-    def forward(name: str):
+    def forward(name: str) -> Callable[..., Any]:
         async def handler(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
             current = self.current
             if current is None or not current.serving:

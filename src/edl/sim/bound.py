@@ -179,7 +179,7 @@ def _solve(
     integral: list[int] = []
     upper: list[float] = []
     for g, group in enumerate(groups):
-        room = tuple(alloc[g][d] - per_node[d] for d in range(3))
+        room = (alloc[g][0] - per_node[0], alloc[g][1] - per_node[1], alloc[g][2] - per_node[2])
         large = [
             k for k, (shape, _, _) in enumerate(kinds)
             if shape[2] > 0 or shape[0] * 8 > alloc[g][0]
@@ -194,15 +194,17 @@ def _solve(
                 upper.append(group.count)
         small = range(n_kinds) if pooled else [k for k in range(n_kinds) if k not in large]
         for k in small:  # pooled pods of kind k in group g (room from the patterns)
-            shape, _, high = kinds[k]
+            shape, _, most = kinds[k]
             fit = min(
-                ((room[d]) // shape[d] for d in range(3) if shape[d] > 0), default=high
+                ((room[d]) // shape[d] for d in range(3) if shape[d] > 0), default=most
             )
             columns.append((g, {k: 1}, None))
             integral.append(1)
-            upper.append(max(0, min(high, group.count * fit)))
+            upper.append(max(0, min(most, group.count * fit)))
     size = len(columns)
-    rows, low, high = [], [], []
+    rows: list[np.ndarray] = []
+    low: list[float] = []
+    high: list[float] = []
     for g, group in enumerate(groups):
         mine = [i for i, col in enumerate(columns) if col[0] == g]
         patterned = [i for i in mine if columns[i][2] is not None]

@@ -332,5 +332,5 @@ def compute_metrics(
         service_shortfall_replica_s=service_shortfall(timeline),
         utilization_until_s=utilization_until_s,
         steady_window_s=(steady_start_s, steady_end_s),
-        **work,  # type: ignore[arg-type]
+        **work,  # type: ignore[arg-type]  # work_metrics' fields, typed there
     )

@@ -89,7 +89,7 @@ def plot_trainers(
         _shade(axes, steady)
         for index, (name, series) in enumerate(timeline.jobs.items()):
             axes.plot(timeline.times, series.trainers_running, linewidth=0.9, label=name,
-                      **_job_style(index))  # type: ignore[arg-type]
+                      **_job_style(index))
         axes.set(ylabel="trainers")
         axes.set_title(f"{title}: running trainers per job ({policy})", fontsize="medium")
         axes.grid(alpha=0.3)

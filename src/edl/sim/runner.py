@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -338,7 +339,12 @@ def simulate(
             results.append(
                 run_policy(
                     scenario, policy, seed,
-                    lambda when, task=task: bar.update(task, completed=when),
+                    functools.partial(_advance, bar, task),
                 )
             )
     return results
+
+
+def _advance(bar: Any, task: Any, when: float) -> None:
+    """Move a rich progress bar's task to virtual time `when`."""
+    bar.update(task, completed=when)

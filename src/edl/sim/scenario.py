@@ -115,6 +115,7 @@ class JobPlan(BaseModel):
             return trainer.static if trainer.static is not None else trainer.max
         if self.group.static_trainers is not None:
             return self.group.static_trainers
+        # a group without trainer sizes has its validated TrainingJob manifest in `spec`
         return int(self.group.spec["spec"]["trainer"]["max-instance"])  # type: ignore[index]
 
     @property

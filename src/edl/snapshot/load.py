@@ -223,7 +223,7 @@ def _plan_job(
     item: dict[str, Any],
     trainer_jobs: Mapping[tuple[str, str], dict[str, Any]],
     pods: list[dict[str, Any]],
-) -> tuple[JobView | Unplannable | None, list[dict[str, Any]]]:
+) -> tuple[JobView | Unplannable | None, list[Mapping[str, Any]]]:
     """One TrainingJob -> (its view, or why it cannot be planned, or None if not
     elastic; its non-terminal trainer pods, which are not "pending services")."""
     namespace, name = _namespace(item), item["metadata"]["name"]

@@ -199,7 +199,7 @@ def _requirements(raw: Any, path: str, problems: list[str], field: bool
             problems.append(f"{where}.values: must be empty for {operator}")
         elif operator in ("Gt", "Lt") and (len(values) != 1 or _integer(values[0]) is None):
             problems.append(f"{where}.values: {operator} takes one integer value")
-        if len(problems) == before:
+        if len(problems) == before and isinstance(key, str):
             out.append(Requirement(key, str(operator), tuple(values)))
     return tuple(out)
 

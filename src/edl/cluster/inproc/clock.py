@@ -64,6 +64,7 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
 
     def advance_to_next_timer(self, timeout: float) -> None:
         """Jump to the earliest scheduled timer (at most ``timeout`` ahead)."""
+        # asyncio's private timer heap (BaseEventLoop._scheduled): not in its types
         scheduled = self._scheduled  # type: ignore[attr-defined]
         target = self._virtual_now + timeout
         if scheduled:

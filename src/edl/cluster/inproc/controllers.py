@@ -147,6 +147,8 @@ class WorkloadControllers:
         if event != "DELETED":
             return
         uid = (obj.get("metadata") or {}).get("uid")
+        if not isinstance(uid, str):
+            return
         for kind, namespace, name in list(self._dependents.get(uid, {})):
             with contextlib.suppress(NotFoundError):
                 self.store.delete(kind, namespace, name)

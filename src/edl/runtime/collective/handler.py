@@ -90,7 +90,7 @@ class ReportingHandler(RendezvousHandler):
         attributes: if they are not there, the heartbeats lapse as before.
         """
         inner = self._inner
-        try:
+        try:  # torch's private attributes: not in its types, hence the ignores
             inner._stop_heartbeats()  # type: ignore[attr-defined]
             inner._op_executor.run(  # type: ignore[attr-defined]
                 dynamic_rendezvous._RendezvousExitOp(), time.monotonic() + timeout_s

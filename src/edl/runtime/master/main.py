@@ -13,7 +13,7 @@ import contextlib
 import json
 import logging
 from collections.abc import Awaitable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
 
@@ -75,7 +75,8 @@ def new_queue(
         "trainer_ttl": config.trainer_ttl,
     }
     if meta is None or not records:
-        return TaskQueue(passes=config.passes, **kwargs)  # type: ignore[arg-type]
+        return TaskQueue(passes=config.passes, timeout=TimeoutPolicy(
+            floor=config.task_timeout_floor), trainer_ttl=config.trainer_ttl)
     return TaskQueue.restore(meta, records, now, **kwargs)
 
 
@@ -108,7 +109,8 @@ async def serve(config: RuntimeConfig, stop: asyncio.Event | None = None) -> Non
         await client.shutdown()
 
 
-async def lead(config: RuntimeConfig, election: Election, gate, stop: asyncio.Event) -> None:
+async def lead(config: RuntimeConfig, election: Election, gate: Any,
+               stop: asyncio.Event) -> None:
     store = EtcdMasterStore(election.store)
     meta, records = await store.load()
     loop = asyncio.get_running_loop()

@@ -181,6 +181,7 @@ class TaskQueue:
     ) -> TaskQueue:
         """Rebuild from persisted state; pending tasks get fresh timers and their
         holders a fresh liveness window (they may still be alive and finish)."""
+        # the constructor's keywords, passed through (checked where they are spelled out)
         queue = cls(passes=meta.passes, **kwargs)  # type: ignore[arg-type]
         queue.meta = meta
         queue.tasks = {r.id: r for r in sorted(records, key=lambda r: r.id)}

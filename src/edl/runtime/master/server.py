@@ -128,7 +128,9 @@ class MasterService(pb_grpc.MasterServicer):
         except LeadershipLost as error:
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"state not persisted: {error}")
 
-    async def SetDataset(self, request: pb.Dataset, context: grpc.aio.ServicerContext):
+    async def SetDataset(
+        self, request: pb.Dataset, context: grpc.aio.ServicerContext
+    ) -> pb.DatasetReply:
         try:
             ok = self.queue.set_dataset(
                 request.num_samples, request.chunk_size, request.chunks_per_task
@@ -145,7 +147,9 @@ class MasterService(pb_grpc.MasterServicer):
         await self._persist(context)
         return pb.DatasetReply(num_tasks=len(self.queue.tasks), passes=self.queue.meta.passes)
 
-    async def GetTask(self, request: pb.TaskRequest, context: grpc.aio.ServicerContext):
+    async def GetTask(
+        self, request: pb.TaskRequest, context: grpc.aio.ServicerContext
+    ) -> pb.TaskReply:
         d = self.queue.dispatch(request.trainer, self.clock())
         await self._persist(context)
         if d.kind is Kind.TASK and d.task is not None:
@@ -161,7 +165,7 @@ class MasterService(pb_grpc.MasterServicer):
         }[d.kind]
         return pb.TaskReply(status=status)
 
-    async def FinishTask(self, request: pb.TaskReport, context: grpc.aio.ServicerContext):
+    async def FinishTask(self, request: pb.TaskReport, context: grpc.aio.ServicerContext) -> pb.Ack:
         loss = request.loss if request.loss == request.loss else None  # NaN -> no loss
         ok = self.queue.finish(
             request.id, request.epoch, request.trainer, self.clock(), request.samples, loss
@@ -169,27 +173,29 @@ class MasterService(pb_grpc.MasterServicer):
         await self._persist(context)
         return pb.Ack(accepted=ok)
 
-    async def FailTask(self, request: pb.TaskReport, context: grpc.aio.ServicerContext):
+    async def FailTask(self, request: pb.TaskReport, context: grpc.aio.ServicerContext) -> pb.Ack:
         ok = self.queue.fail(request.id, request.epoch, request.trainer, self.clock())
         if ok:
             log.warning("task %d failed on %s: %s", request.id, request.trainer, request.error)
         await self._persist(context)
         return pb.Ack(accepted=ok)
 
-    async def ReturnTask(self, request: pb.TaskReport, context: grpc.aio.ServicerContext):
+    async def ReturnTask(self, request: pb.TaskReport, context: grpc.aio.ServicerContext) -> pb.Ack:
         ok = self.queue.give_back(request.id, request.epoch, request.trainer, self.clock())
         await self._persist(context)
         return pb.Ack(accepted=ok)
 
-    async def Beat(self, request: pb.Heartbeat, context: grpc.aio.ServicerContext):
+    async def Beat(self, request: pb.Heartbeat, context: grpc.aio.ServicerContext) -> pb.Ack:
         self.queue.beat(request.trainer, self.clock())
         return pb.Ack(accepted=True)
 
-    async def Report(self, request: pb.Metrics, context: grpc.aio.ServicerContext):
+    async def Report(self, request: pb.Metrics, context: grpc.aio.ServicerContext) -> pb.Ack:
         self.queue.record_metrics(request.trainer, dict(request.values), self.clock())
         return pb.Ack(accepted=True)
 
-    async def GetProgress(self, request: pb.ProgressRequest, context: grpc.aio.ServicerContext):
+    async def GetProgress(
+        self, request: pb.ProgressRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ProgressReply:
         return pb.ProgressReply(json=json.dumps(self.queue.progress(self.clock())))
 
     async def housekeeping(self, interval: float = 0.5, publish_every: float = 1.0) -> None:

@@ -16,6 +16,7 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -127,7 +128,7 @@ async def serve(config: RuntimeConfig, stop: asyncio.Event | None = None) -> Non
 
 async def serve_shard(
     client: EtcdClient,
-    gate,
+    gate: Any,  # make_gate's servicer: `.current` is the shard being served
     index: int,
     port: int,
     directory: Path,

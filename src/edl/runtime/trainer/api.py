@@ -22,7 +22,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -319,7 +319,7 @@ def _collate(dataset: Any, indices: np.ndarray) -> Any:
         return tuple(t[idx] for t in dataset.tensors)
     if isinstance(dataset, torch.Tensor):
         return dataset[idx]
-    items: Sequence[Any] = [dataset[int(i)] for i in indices]
+    items: list[Any] = [dataset[int(i)] for i in indices]
     return torch.utils.data.default_collate(items)
 
 
