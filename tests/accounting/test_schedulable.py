@@ -1,5 +1,6 @@
-"""Only room a new pod could be scheduled on counts: cordoned, NotReady and
-NoSchedule/NoExecute-tainted nodes offer none."""
+"""Only room a new pod could be scheduled on counts: cordoned and NotReady nodes
+offer none. Tainted nodes keep their room: which pods may use it is decided per pod
+(tests/accounting/test_eligibility.py, tests/policy/test_constraints.py)."""
 
 from __future__ import annotations
 
@@ -31,8 +32,8 @@ READY = [{"type": "Ready", "status": "True"}]
     (node("cordoned", spec={"unschedulable": True}), False),
     (node("not-ready", conditions=[{"type": "Ready", "status": "False"}]), False),
     (node("unknown", conditions=[{"type": "Ready", "status": "Unknown"}]), False),
-    (node("tainted", spec={"taints": [{"key": "gpu", "effect": "NoSchedule"}]}), False),
-    (node("evicting", spec={"taints": [{"key": "x", "effect": "NoExecute"}]}), False),
+    (node("tainted", spec={"taints": [{"key": "gpu", "effect": "NoSchedule"}]}), True),
+    (node("evicting", spec={"taints": [{"key": "x", "effect": "NoExecute"}]}), True),
     (node("preferred", spec={"taints": [{"key": "x", "effect": "PreferNoSchedule"}]}), True),
 ])
 def test_which_nodes_offer_room(obj, schedulable):
@@ -55,3 +56,11 @@ def test_a_closed_node_offers_no_room_and_counts_as_full():
     snapshot = ledger.snapshot()
     assert snapshot.nodes.cpu_idle_milli["cordoned"] == 5000
     assert snapshot.cpu_total_milli == 16000
+
+
+def test_a_tainted_node_keeps_its_room_and_its_taints():
+    ledger = ResourceLedger()
+    ledger.set_node_object(node("gpu", spec={"taints": [{"key": "gpu", "effect": "NoSchedule"}]}))
+    snapshot = ledger.snapshot()
+    assert snapshot.nodes.cpu_idle_milli == {"gpu": 8000}
+    assert [t.key for t in snapshot.nodes.facts["gpu"].taints] == ["gpu"]

@@ -12,8 +12,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from edl.accounting.request import PodRequestError, ResourceError, field, pod_request
-from edl.accounting.types import ClusterResource, Nodes, PodResources
+from edl.accounting.eligibility import NodeFacts, constraints_of, node_facts
+from edl.accounting.request import PodRequestError, ResourceError, _quantity, field, pod_request
+from edl.accounting.types import ClusterResource, Nodes, PodResources, QuotaRoom
 from edl.api.names import LABEL_ROLE, ROLE_TRAINER
 from edl.api.quantity import cpu_milli, gpu_count, memory_mega
 
@@ -24,6 +25,7 @@ __all__ = [
     "is_trainer_pod",
     "node_capacity",
     "node_schedulable",
+    "pending_pod_resources",
 ]
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
@@ -43,6 +45,8 @@ class NodeCapacity:
     cpu_milli: int
     memory_mega: int
     gpu: int = 0
+    # every other resource it offers, `pods` included: (name, amount), sorted
+    extended: tuple[tuple[str, int], ...] = ()
 
 
 def node_capacity(node: Mapping[str, Any]) -> NodeCapacity:
@@ -58,31 +62,63 @@ def node_capacity(node: Mapping[str, Any]) -> NodeCapacity:
         raise ResourceError(str(error)) from None
     where = f"node {name}: status.allocatable"
     gpu_name = next((n for n in _GPU_NAMES if n in resources), None)
+    extended = []
+    for key, text in resources.items():
+        if key in ("cpu", "memory") or key in _GPU_NAMES:
+            continue
+        try:
+            amount = _quantity(text)
+        except (ValueError, TypeError):
+            raise ResourceError(f"{where}.{key}: invalid quantity {text!r}") from None
+        extended.append((str(key), int(amount)))  # floor: a fraction of a unit is no unit
     return NodeCapacity(
         cpu_milli=cpu_milli(resources.get("cpu", 0), f"{where}.cpu"),
         memory_mega=memory_mega(resources.get("memory", 0), f"{where}.memory"),
         gpu=gpu_count(resources[gpu_name], f"{where}.{gpu_name}") if gpu_name else 0,
+        extended=tuple(sorted(extended)),
     )
 
 
 def node_schedulable(node: Mapping[str, Any]) -> bool:
     """Whether a new edl pod could be scheduled on this Node dict (pure).
 
-    Not when it is cordoned (``spec.unschedulable``), not Ready (a ``Ready``
+    Not when it is cordoned (``spec.unschedulable``) or not Ready (a ``Ready``
     condition that is not "True"; a node that reports no conditions is taken as
-    Ready), or tainted ``NoSchedule``/``NoExecute``: edl's pods carry no
-    tolerations (the default ones for ``not-ready``/``unreachable`` go with NotReady
-    anyway). ``PreferNoSchedule`` only discourages, so it leaves the room counted.
+    Ready). Taints do not close a node: which pods tolerate them is decided per pod
+    (`eligibility.PodConstraints`), so a GPU pool tainted ``NoSchedule`` is room for
+    the jobs that tolerate it and for no other.
     """
     spec = node.get("spec") or {}
     if spec.get("unschedulable"):
         return False
-    for condition in (node.get("status") or {}).get("conditions") or ():
-        if condition.get("type") == "Ready" and condition.get("status") != "True":
-            return False
-    return not any(
-        taint.get("effect") in ("NoSchedule", "NoExecute") for taint in spec.get("taints") or ()
+    return all(
+        condition.get("type") != "Ready" or condition.get("status") == "True"
+        for condition in (node.get("status") or {}).get("conditions") or ()
     )
+
+
+def pending_pod_resources(pod: Mapping[str, Any], resources: PodResources) -> PodResources:
+    """`resources` plus what a policy needs to place the pod: constraints and priority."""
+    spec = pod.get("spec") or {}
+    priority = spec.get("priority")
+    return PodResources(
+        resources.cpu_request_milli, resources.cpu_limit_milli,
+        resources.memory_request_mega, resources.memory_limit_mega,
+        resources.gpu_request, resources.gpu_limit, resources.extended,
+        constraints_of(spec),
+        priority if isinstance(priority, int) and not isinstance(priority, bool) else 0,
+    )
+
+
+def held_node(pod: Mapping[str, Any]) -> str:
+    """The node whose room a non-terminal pod holds: its `spec.nodeName`, or, while it
+    waits, the node kube-scheduler nominated for it after preempting others there
+    (`status.nominatedNodeName`: that room is held for it, nobody may grow into it)."""
+    node = (pod.get("spec") or {}).get("nodeName") or ""
+    if node:
+        return node
+    nominated = (pod.get("status") or {}).get("nominatedNodeName") or ""
+    return nominated if isinstance(nominated, str) else ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +150,9 @@ class ResourceLedger:
         self._used_cpu: dict[str, int] = {}
         self._used_memory: dict[str, int] = {}
         self._used_gpu: dict[str, int] = {}
+        self._used_other: dict[str, dict[str, int]] = {}  # per node: extended + pods
+        self._facts: dict[str, NodeFacts] = {}
+        self._quotas: dict[tuple[str, str], QuotaRoom] = {}
         self._pods: dict[tuple[str, str], _PodEntry] = {}
         self._pending: dict[tuple[str, str], PodResources] = {}
         self._totals = [0, 0, 0]  # cpu, memory, gpu allocatable
@@ -121,9 +160,14 @@ class ResourceLedger:
 
     # -- nodes -------------------------------------------------------------------------
 
-    def set_node(self, name: str, capacity: NodeCapacity, schedulable: bool = True) -> None:
+    def set_node(
+        self, name: str, capacity: NodeCapacity, schedulable: bool = True,
+        facts: NodeFacts | None = None,
+    ) -> None:
         """Add a node or replace its capacity (``schedulable`` False: it offers no room)."""
         self.remove_node(name)
+        if facts is not None and (facts.labels or facts.taints):
+            self._facts[name] = facts
         if not schedulable:
             self._closed[name] = capacity
             return
@@ -138,11 +182,12 @@ class ResourceLedger:
         name = node["metadata"].get("name")
         if not isinstance(name, str) or not name:
             raise ResourceError("node: metadata.name is missing")
-        self.set_node(name, capacity, node_schedulable(node))
+        self.set_node(name, capacity, node_schedulable(node), node_facts(node))
 
     def remove_node(self, name: str) -> None:
         """Forget a node (its pods' requests still count in the aggregate)."""
         self._closed.pop(name, None)
+        self._facts.pop(name, None)
         capacity = self._nodes.pop(name, None)
         if capacity is not None:
             self._totals[0] -= capacity.cpu_milli
@@ -178,6 +223,10 @@ class ResourceLedger:
             self._used_cpu[node] = self._used_cpu.get(node, 0) + resources.cpu_request_milli
             self._used_memory[node] = self._used_memory.get(node, 0) + resources.memory_request_mega
             self._used_gpu[node] = self._used_gpu.get(node, 0) + resources.gpu_request
+            other = self._used_other.setdefault(node, {})
+            other["pods"] = other.get("pods", 0) + 1
+            for key, amount in resources.extended:
+                other[key] = other.get(key, 0) + amount
         elif not trainer:
             self._pending[key] = resources
 
@@ -196,13 +245,16 @@ class ResourceLedger:
                 self.remove_pod(namespace, name)
                 return
             resources = pod_request(pod)
-            node = field(pod, "spec", dict, "spec").get("nodeName") or ""
-            if not isinstance(node, str):
+            if not isinstance(field(pod, "spec", dict, "spec").get("nodeName") or "", str):
                 raise PodRequestError("spec.nodeName: must be a string")
+            node = held_node(pod)
+            trainer = self._is_trainer(pod)
+            if not node and not trainer:
+                resources = pending_pod_resources(pod, resources)
         except PodRequestError as error:
             where = f"{metadata.get('namespace') or 'default'}/{metadata.get('name', '?')}"
             raise PodRequestError(f"pod {where}: {error}") from None
-        self.set_pod_resources(namespace, name, resources, node=node, trainer=self._is_trainer(pod))
+        self.set_pod_resources(namespace, name, resources, node=node, trainer=trainer)
 
     def remove_pod(self, namespace: str, name: str) -> None:
         """Forget a pod (deleted, or finished)."""
@@ -222,11 +274,24 @@ class ResourceLedger:
             self._used_cpu[entry.node] -= resources.cpu_request_milli
             self._used_memory[entry.node] -= resources.memory_request_mega
             self._used_gpu[entry.node] -= resources.gpu_request
+            other = self._used_other[entry.node]
+            other["pods"] -= 1
+            for key, amount in resources.extended:
+                other[key] -= amount
         else:
             self._pending.pop(key, None)
 
     def __len__(self) -> int:
         return len(self._pods)
+
+    # -- quotas ------------------------------------------------------------------------
+
+    def set_quota(self, quota: QuotaRoom) -> None:
+        """Add or replace a namespace's ResourceQuota (`edl.accounting.quota.quota_room`)."""
+        self._quotas[(quota.namespace, quota.name)] = quota
+
+    def remove_quota(self, namespace: str, name: str) -> None:
+        self._quotas.pop((namespace, name), None)
 
     # -- the policy's view -------------------------------------------------------------
 
@@ -256,6 +321,18 @@ class ResourceLedger:
                     n: c.memory_mega - used_memory.get(n, 0) for n, c in nodes.items()
                 },
                 gpu_free={n: c.gpu - used_gpu.get(n, 0) for n, c in nodes.items()},
+                extended_free=self._extended_free(),
+                facts={n: f for n, f in self._facts.items() if n in nodes},
             ),
             pending=tuple(self._pending[key] for key in sorted(self._pending)),
+            quotas=tuple(self._quotas[key] for key in sorted(self._quotas)),
         )
+
+    def _extended_free(self) -> dict[str, dict[str, int]]:
+        """Per open node, what is free of each other resource it offers (`pods` too)."""
+        used, out = self._used_other, {}
+        for name, capacity in self._nodes.items():
+            if capacity.extended:
+                taken = used.get(name) or {}
+                out[name] = {key: amount - taken.get(key, 0) for key, amount in capacity.extended}
+        return out

@@ -27,7 +27,14 @@ from edl.api.quantity import parse_quantity
 if TYPE_CHECKING:
     from edl.api.trainingjob import TrainingJob
 
-__all__ = ["PodRequestError", "ResourceError", "field", "pod_request", "trainer_request"]
+__all__ = [
+    "PodRequestError",
+    "ResourceError",
+    "extended_request",
+    "field",
+    "pod_request",
+    "trainer_request",
+]
 
 _GPU_NAMES = ("nvidia.com/gpu", "alpha.kubernetes.io/nvidia-gpu")
 # internal order of the exact vectors: cpu, memory, gpu
@@ -114,6 +121,64 @@ def _ceil(value: Fraction) -> int:
     return -((-value.numerator) // value.denominator)
 
 
+_MAIN_NAMES = frozenset({"cpu", "memory", *_GPU_NAMES})
+
+
+def _others(resources: Any) -> dict[str, Fraction]:
+    """Every resource of a (validated) list but CPU, memory and the GPU names."""
+    if not isinstance(resources, Mapping):
+        return {}
+    out = {}
+    for name, text in resources.items():
+        if name not in _MAIN_NAMES:
+            try:
+                out[str(name)] = _quantity(text)
+            except (ValueError, TypeError):
+                continue  # a bad quantity: `_vector` names it for the main resources
+    return out
+
+
+def _container_others(container: Mapping[str, Any]) -> dict[str, Fraction]:
+    resources = container.get("resources") or {}
+    if not isinstance(resources, Mapping):
+        return {}
+    requests = _others(resources.get("requests"))
+    for name, amount in _others(resources.get("limits")).items():
+        requests.setdefault(name, amount)  # a limit without a request requests the limit
+    return requests
+
+
+def _merge(a: dict[str, Fraction], b: dict[str, Fraction], how: Any) -> dict[str, Fraction]:
+    return {k: how(a.get(k, Fraction(0)), b.get(k, Fraction(0))) for k in a.keys() | b.keys()}
+
+
+def _add_dicts(x: Fraction, y: Fraction) -> Fraction:
+    return x + y
+
+
+def extended_request(spec: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
+    """Requests of every resource but CPU, memory and GPUs, by `pod_request`'s rule."""
+    apps: dict[str, Fraction] = {}
+    for container in spec.get("containers") or ():
+        if isinstance(container, Mapping):
+            apps = _merge(apps, _container_others(container), _add_dicts)
+    init: dict[str, Fraction] = {}
+    sidecars: dict[str, Fraction] = {}
+    for container in spec.get("initContainers") or ():
+        if not isinstance(container, Mapping):
+            continue
+        own = _container_others(container)
+        if container.get("restartPolicy") == "Always":
+            apps = _merge(apps, own, _add_dicts)
+            sidecars = _merge(sidecars, own, _add_dicts)
+            own = sidecars
+        else:
+            own = _merge(own, sidecars, _add_dicts)
+        init = _merge(init, own, max)
+    total = _merge(_merge(apps, init, max), _others(spec.get("overhead")), _add_dicts)
+    return tuple(sorted((k, _ceil(v)) for k, v in total.items() if v > 0))
+
+
 def pod_request(pod: Mapping[str, Any]) -> PodResources:
     """Effective requests and limits of a Kubernetes Pod dict (see the module doc).
 
@@ -153,6 +218,7 @@ def pod_request(pod: Mapping[str, Any]) -> PodResources:
         memory_limit_mega=_ceil(limits[1] / 1_000_000),
         gpu_request=_ceil(requests[2]),
         gpu_limit=_ceil(limits[2]),
+        extended=extended_request(spec),
     )
 
 

@@ -8,9 +8,12 @@ plain dicts that policies copy before changing (never mutate a caller's dict).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["ClusterResource", "Nodes", "PodResources"]
+from edl.accounting.eligibility import NO_CONSTRAINTS, NodeFacts, PodConstraints
+
+__all__ = ["ClusterResource", "Nodes", "PodResources", "QuotaRoom"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +26,12 @@ class PodResources:
     memory_limit_mega: int = 0
     gpu_request: int = 0
     gpu_limit: int = 0
+    # every other resource requested (extended ones, ephemeral-storage, hugepages-*):
+    # (name, amount rounded up), sorted by name
+    extended: tuple[tuple[str, int], ...] = ()
+    # what only a pod that waits for room needs (a pending pod: the policy places it)
+    constraints: PodConstraints = NO_CONSTRAINTS
+    priority: int = 0  # spec.priority (from its PriorityClass)
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +45,10 @@ class Nodes:
     cpu_idle_milli: dict[str, int] = field(default_factory=dict)
     memory_free_mega: dict[str, int] = field(default_factory=dict)
     gpu_free: dict[str, int] = field(default_factory=dict)
+    # per node: what is free of every other resource it offers, `pods` included
+    extended_free: dict[str, dict[str, int]] = field(default_factory=dict)
+    # per node: its name, labels and taints (absent: no labels, no taints)
+    facts: dict[str, NodeFacts] = field(default_factory=dict)
 
     def __str__(self) -> str:
         """One line per node, sorted: `node-1: cpu idle 1500m, memory free 2048M, gpu free 0`."""
@@ -76,3 +89,22 @@ class ClusterResource:
     memory_total_mega: int = 0
     nodes: Nodes = field(default_factory=Nodes)
     pending: tuple[PodResources, ...] = ()
+    quotas: tuple[QuotaRoom, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaRoom:
+    """One ResourceQuota: its namespace, what it caps (`hard`) and what is `used`.
+
+    Keys as Kubernetes writes them (`requests.cpu`, `cpu`, `limits.memory`,
+    `requests.nvidia.com/gpu`, `pods`, `count/pods`); amounts in edl's units (CPU
+    milli, memory mega, everything else rounded up). `scopes` and `selector` (the
+    `scopeSelector` expressions: (scopeName, operator, values)) say which pods it counts.
+    """
+
+    namespace: str
+    name: str
+    hard: Mapping[str, int]
+    used: Mapping[str, int]
+    scopes: tuple[str, ...] = ()
+    selector: tuple[tuple[str, str, tuple[str, ...]], ...] = ()

@@ -23,6 +23,7 @@ from edl.accounting import (
     is_trainer_pod,
     pod_request,
 )
+from edl.accounting.ledger import held_node, pending_pod_resources
 from edl.api.names import LABEL_JOB, LABEL_ROLE, ROLE_TRAINER, JobKey, object_key
 from edl.cluster import port
 from edl.cluster.port import JobPods
@@ -77,10 +78,12 @@ class ClusterState:
             if phase in TERMINAL_PHASES:  # finished pods hold no resources
                 self.ledger.remove_pod(*key)
             else:
+                node, trainer = held_node(pod), is_trainer_pod(pod)
+                resources = self._requests(pod)
+                if not node and not trainer:  # a waiting pod: the policy places it
+                    resources = pending_pod_resources(pod, resources)
                 self.ledger.set_pod_resources(
-                    key[0], key[1], self._requests(pod),
-                    node=(pod.get("spec") or {}).get("nodeName") or "",
-                    trainer=is_trainer_pod(pod),
+                    key[0], key[1], resources, node=node, trainer=trainer
                 )
         except PodRequestError as error:
             # A pod we cannot account for must not stop the controller; leave it out.

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
+from edl.accounting.eligibility import NO_CONSTRAINTS, PodConstraints
 from edl.accounting.types import ClusterResource, PodResources
 from edl.throughput.curve import Curve
 
@@ -90,6 +91,13 @@ class JobView:
     unscheduled: int | None = None
     trainers: tuple[Trainer, ...] | None = None
     scaling: Scaling | None = None
+    # every other resource one trainer requests (extended resources...): (name, amount)
+    extended: tuple[tuple[str, int], ...] = ()
+    # where a trainer pod may land (its tolerations, nodeSelector, required affinity)
+    constraints: PodConstraints = NO_CONSTRAINTS
+    # what namespace quotas read of a trainer pod (scopes)
+    priority_class: str = ""
+    terminating: bool = False
 
     @classmethod
     def from_pod_resources(
@@ -107,6 +115,9 @@ class JobView:
         unscheduled: int | None,
         trainers: tuple[Trainer, ...] | None = None,
         scaling: Scaling | None = None,
+        constraints: PodConstraints = NO_CONSTRAINTS,
+        priority_class: str = "",
+        terminating: bool = False,
     ) -> JobView:
         """A view from one trainer pod's resources (`edl.accounting.pod_request`) and counts.
 
@@ -131,6 +142,18 @@ class JobView:
             unscheduled=unscheduled,
             trainers=trainers,
             scaling=scaling,
+            extended=per_pod.extended,
+            constraints=constraints,
+            priority_class=priority_class,
+            terminating=terminating,
+        )
+
+    @property
+    def per_pod(self) -> PodResources:
+        """One trainer's requests and limits, as `pod_request` gives them."""
+        return PodResources(
+            self.cpu_request_milli, self.cpu_limit_milli, self.memory_request_mega,
+            self.memory_limit_mega, self.gpu_request, self.gpu_limit, self.extended,
         )
 
     @property

@@ -43,7 +43,8 @@ from edl.policy.base import Decision, JobView
 from edl.policy.plan_state import Budget, JobPlan, build_plans
 from edl.policy.preempt import Preemptor
 from edl.policy.reasons import reason
-from edl.policy.room import Room
+from edl.policy.quotas import QuotaBook
+from edl.policy.room import Room, extra_dimensions
 from edl.policy.shares import assign_fair_shares
 from edl.policy.steps import (
     grow,
@@ -80,10 +81,14 @@ class DefaultPolicy:
         go out in `Decision.placement`, which edl's trainer controller makes their
         preferred nodes (`edl.control.placement`; the scheduler may still go elsewhere).
         """
-        room = Room(resources.nodes)
+        extra = extra_dimensions(
+            resources.nodes, [v.extended for v in jobs] + [p.extended for p in resources.pending]
+        )
+        room = Room(resources.nodes, extra)
+        quotas = QuotaBook(resources.quotas) if resources.quotas else None
         # Every step walks the plans in one canonical order (by key), so the plan does
         # not depend on the order the caller lists the jobs in.
-        budget, plans = build_plans(list(jobs), resources, max_load_desired, room)
+        budget, plans = build_plans(list(jobs), resources, max_load_desired, room, quotas)
         self._begin(plans, budget)
         deficit = place_pending_pods(resources, room)
         place_unscheduled_trainers(plans, room)

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 from edl.accounting.types import ClusterResource
 from edl.policy.base import JobView
-from edl.policy.room import Room, Shape
+from edl.policy.quotas import QuotaBook
+from edl.policy.room import Eligible, Room, Shape
 
 __all__ = ["Budget", "JobPlan", "build_plans"]
 
@@ -63,11 +64,23 @@ class JobPlan:
     grown: bool = False
     causes: list[str] = field(default_factory=list)
     by_hole: bool = False  # `bound` is sorted by its nodes' free room (largest_hole)
+    shape: Shape = (0, 0, 0)  # one trainer's requests in the room's dimensions
+    allowed: Eligible | None = None  # the nodes its trainers may use (None: every node)
+    quota: int = -1  # its entry in `book` (-1: no quota of its namespace counts it)
+    book: QuotaBook | None = None  # the namespace quotas, shared by every plan
+
+    def quota_fits(self) -> bool:
+        """Whether its namespace's quotas admit one more trainer."""
+        return self.book is None or self.book.fits(self.quota)
+
+    def quota_take(self) -> None:
+        if self.book is not None:
+            self.book.take(self.quota)
 
     @property
-    def shape(self) -> Shape:
-        view = self.view
-        return view.cpu_request_milli, view.memory_request_mega, view.gpu_request
+    def kind(self) -> tuple[Shape, int]:
+        """Trainers alike for placement: same requests, same eligible nodes."""
+        return self.shape, -1 if self.allowed is None else self.allowed.key
 
     @property
     def key(self) -> tuple[str, str]:
@@ -133,7 +146,8 @@ class JobPlan:
 
 
 def build_plans(
-    jobs: list[JobView], resources: ClusterResource, max_load_desired: float, room: Room
+    jobs: list[JobView], resources: ClusterResource, max_load_desired: float, room: Room,
+    quotas: QuotaBook | None = None,
 ) -> tuple[Budget, list[JobPlan]]:
     """The budget and one plan per elastic job, sorted by key (the canonical order).
 
@@ -161,16 +175,24 @@ def build_plans(
         budget.memory += view.memory_request_mega * (target - view.total)
         budget.gpu += view.gpu_limit * (target - view.total)
         if elastic:
-            plans.append(JobPlan(view, target, bound=_bound(view, room)))
+            shape = room.shape_of(
+                view.cpu_request_milli, view.memory_request_mega, view.gpu_request, view.extended
+            )
+            plan = JobPlan(view, target, bound=_bound(view, room, shape), shape=shape,
+                           allowed=room.eligible(view.constraints))
+            if quotas is not None:
+                plan.quota = quotas.enrol(view, target - view.total)
+                if plan.quota >= 0:
+                    plan.book = quotas
+            plans.append(plan)
     plans.sort(key=lambda plan: plan.key)
     return budget, plans
 
 
-def _bound(view: JobView, room: Room) -> list[tuple[str, int]]:
+def _bound(view: JobView, room: Room, shape: Shape) -> list[tuple[str, int]]:
     """The view's live trainers on nodes, sorted by name; leaving ones release room."""
     if view.trainers is None:
         return [("", UNKNOWN_NODE)] * (view.total - view.unbound)
-    shape = (view.cpu_request_milli, view.memory_request_mega, view.gpu_request)
     bound = []
     for trainer in view.trainers:
         if not trainer.node:

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from edl.policy.plan_state import JobPlan
-from edl.policy.room import Room, Shape
+from edl.policy.room import Eligible, Room, Shape
 
 __all__ = ["CostFn", "Preemptor", "Rescue"]
 
@@ -50,10 +50,10 @@ class Preemptor:
     def _index(self) -> None:
         self._ready = True
         room, plans = self.room, self.plans
-        count = room.count
+        count, dims = room.count, room.dims
         # trainers that could ever be shed, per node: (plan index, pod name)
         self.on_node: list[list[tuple[int, str]]] = [[] for _ in range(count)]
-        held = np.zeros((3, count), dtype=np.int64)
+        held = np.zeros((dims, count), dtype=np.int64)
         by_shape: dict[Shape, list[int]] = {}
         for index, plan in enumerate(plans):
             nodes = by_shape.setdefault(plan.shape, [])
@@ -68,8 +68,8 @@ class Preemptor:
         self.held = held
         # copies of the room, refreshed column by column from `room.dirty`: free room,
         # free + coming, and that + every trainer that could be shed (an upper bound)
-        self.free = np.array(room.free, dtype=np.int64).reshape(3, count)
-        self.total = self.free + np.array(room.coming, dtype=np.int64).reshape(3, count)
+        self.free = np.array(room.free, dtype=np.int64).reshape(dims, count)
+        self.total = self.free + np.array(room.coming, dtype=np.int64).reshape(dims, count)
         self.ceiling = self.total + held
         room.dirty.clear()
 
@@ -78,29 +78,33 @@ class Preemptor:
             self._index()
         room = self.room
         for node in room.dirty:
-            for d in range(3):
+            for d in range(room.dims):
                 self.free[d, node] = room.free[d][node]
                 self.total[d, node] = room.free[d][node] + room.coming[d][node]
                 self.ceiling[d, node] = self.total[d, node] + self.held[d, node]
         room.dirty.clear()
 
-    def find(self, shape: Shape, cost: CostFn) -> Rescue | None:
-        """The best place for one pod of `shape`; victims empty when room is (coming) free."""
+    def find(self, shape: Shape, cost: CostFn, allowed: Eligible | None = None) -> Rescue | None:
+        """The best place for one pod of `shape` among the nodes it may use (`allowed`);
+        victims empty when room is (coming) free."""
         room = self.room
         if room.count == 0:
             return None
         self._sync()
-        cpu, memory, gpu = shape
+        want = np.array(shape, dtype=np.int64)[:, None]
         total = self.total
-        ready = np.flatnonzero((total[0] >= cpu) & (total[1] >= memory) & (total[2] >= gpu))
+        fits = (total >= want).all(axis=0)
+        if allowed is not None:
+            fits &= allowed.array
+        ready = np.flatnonzero(fits)
         if ready.size:
             # prefer the first node where it fits now, else the first where room is coming
-            free = self.free
-            now = ready[(free[0, ready] >= cpu) & (free[1, ready] >= memory)
-                        & (free[2, ready] >= gpu)]
+            now = ready[(self.free[:, ready] >= want).all(axis=0)]
             return Rescue(int(now[0] if now.size else ready[0]), [])
-        top = self.ceiling
-        candidates = np.flatnonzero((top[0] >= cpu) & (top[1] >= memory) & (top[2] >= gpu))
+        fits = (self.ceiling >= want).all(axis=0)
+        if allowed is not None:
+            fits &= allowed.array
+        candidates = np.flatnonzero(fits)
         best: tuple[int, float, int] | None = None
         best_victims: list[tuple[int, str]] = []
         for node in candidates.tolist():
@@ -118,7 +122,8 @@ class Preemptor:
         self, node: int, shape: Shape, have: np.ndarray, cost: CostFn
     ) -> tuple[list[tuple[int, str]] | None, float]:
         """Cheapest useful victims on one node that make `shape` fit, pruned; or None."""
-        missing = [shape[d] - int(have[d]) for d in range(3)]
+        dims = range(len(shape))
+        missing = [shape[d] - int(have[d]) for d in dims]
         plans = self.plans
         taken: dict[int, int] = {}
         priced = []
@@ -136,20 +141,20 @@ class Preemptor:
             if price is None:
                 continue
             trainer = plans[index].shape
-            if not any(missing[d] > 0 and trainer[d] > 0 for d in range(3)):
+            if not any(missing[d] > 0 and trainer[d] > 0 for d in dims):
                 continue  # holds nothing the pod still lacks here: useless to shed
             chosen.append((price, name, index))
             taken[index] = taken.get(index, 0) + 1
-            for d in range(3):
+            for d in dims:
                 missing[d] -= trainer[d]
         if any(m > 0 for m in missing):
             return None, 0.0
         # prune: drop the costliest victims the pod does not need after all
         for victim in sorted(chosen, reverse=True):
             trainer = plans[victim[2]].shape
-            if all(missing[d] + trainer[d] <= 0 for d in range(3)):
+            if all(missing[d] + trainer[d] <= 0 for d in dims):
                 chosen.remove(victim)
-                for d in range(3):
+                for d in dims:
                     missing[d] += trainer[d]
         return [(index, name) for _, name, index in chosen], sum(p for p, _, _ in chosen)
 
@@ -164,6 +169,6 @@ class Preemptor:
         if self._ready and node >= 0 and (index, name) in self.on_node[node]:
             self.on_node[node].remove((index, name))
             shape = self.plans[index].shape
-            for d in range(3):
+            for d in range(len(shape)):
                 self.held[d, node] -= shape[d]
                 self.ceiling[d, node] -= shape[d]

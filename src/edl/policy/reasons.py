@@ -4,7 +4,32 @@ from __future__ import annotations
 
 from edl.policy.plan_state import JobPlan
 
-__all__ = ["reason"]
+__all__ = ["no_room", "reason"]
+
+
+def no_room(plan: JobPlan, what: str = "room for more") -> str:
+    """"no node has room for more", naming what narrows the nodes the job may use."""
+    names = [name for name, amount in plan.view.extended if amount > 0]
+    allowed = plan.allowed
+    narrowed = ""
+    if allowed is not None:
+        described = allowed.constraints.describe()
+        narrowed = f" matching {described}" if described else " whose taints it tolerates"
+    if names:
+        narrowed += f" with {', '.join(names)}"
+    return f"no node{narrowed} has {what}"
+
+
+def _quota_full(plan: JobPlan) -> bool:
+    """Whether the namespace's quotas stop this job below its max."""
+    book = plan.book
+    return (book is not None and plan.target < plan.view.max_instance
+            and book.room_for(plan.quota) == 0)
+
+
+def _quota(plan: JobPlan) -> str:
+    book = plan.book
+    return book.binding(plan.quota) if book is not None else "namespace quota"
 
 
 def reason(plan: JobPlan) -> str:
@@ -21,9 +46,13 @@ def reason(plan: JobPlan) -> str:
             return text + "up to min-instance"
         text += f"placed on nodes with free room (fair share {plan.share})"
         if plan.stopped == "room":
-            text += "; no node has room for more"
+            text += "; " + no_room(plan)
+        elif plan.stopped == "quota":
+            text += f"; {_quota(plan)} admits no more"
         elif plan.stopped == "load":
             text += "; CPU/GPU requests reached max load"
+        elif _quota_full(plan):
+            text += f"; {_quota(plan)} admits no more"
         return text
     if plan.holding() < view.min_instance:
         return (
@@ -38,11 +67,15 @@ def reason(plan: JobPlan) -> str:
         return f"keep {after}: {plan.blocked} pending trainers fit no node yet"
     if plan.stopped == "room":
         return (
-            f"keep {after}: no node has room for another trainer and none can be freed "
-            f"for it (fair share {plan.share})"
+            f"keep {after}: {no_room(plan, 'room for another trainer')} and none can be "
+            f"freed for it (fair share {plan.share})"
         )
+    if plan.stopped == "quota":
+        return f"keep {after}: {_quota(plan)} admits no more trainers (fair share {plan.share})"
     if plan.stopped == "load":
         return f"keep {after}: CPU/GPU requests at max load (fair share {plan.share})"
+    if _quota_full(plan):
+        return f"keep {after}: {_quota(plan)} admits no more trainers (fair share {plan.share})"
     if after > plan.share:
         return f"keep {after}: above its fair share ({plan.share}); no job waits for the room"
     if after == plan.share:

@@ -6,68 +6,172 @@ already leaving (being deleted, or shed by this plan): a pod that waits for it
 will fit once they exit, but nothing may be *grown* into it yet, or a node would
 be over-committed while they drain. Plain lists (one per resource) because the
 growth loop reads them element by element, which is much faster than numpy.
+
+Resources: CPU milli, memory mega and GPUs always, then one dimension per other
+resource some pod of the plan asks for (`extra`: `pods`, extended resources such as
+`amd.com/gpu`, ephemeral-storage), so a node full of pods or out of an extended
+resource offers no room. Which nodes a pod may use at all (taints, nodeSelector,
+required node affinity) is an `Eligible` mask per distinct set of constraints.
 """
 
 from __future__ import annotations
 
-from edl.accounting.types import Nodes
+from collections.abc import Iterable, Sequence
 
-__all__ = ["Room", "Shape"]
+import numpy as np
 
-Shape = tuple[int, int, int]  # CPU milli, memory mega, GPUs (requests of one pod)
+from edl.accounting.eligibility import FILTERED_EFFECTS, NO_CONSTRAINTS, NodeFacts, PodConstraints
+from edl.accounting.types import Nodes, PodResources
+
+__all__ = ["Eligible", "Room", "Shape", "extra_dimensions"]
+
+Shape = tuple[int, ...]  # CPU milli, memory mega, GPUs, then Room.extra (requests of one pod)
+UNLIMITED = 1 << 40  # a node that does not say how many pods it takes
+
+
+class Eligible:
+    """The nodes pods with one set of constraints may land on (a mask over the room)."""
+
+    __slots__ = ("array", "constraints", "count", "flags", "key")
+
+    def __init__(self, key: int, constraints: PodConstraints, flags: list[bool]) -> None:
+        self.key = key
+        self.constraints = constraints
+        self.flags = flags
+        self.array = np.array(flags, dtype=bool)
+        self.count = int(self.array.sum())
+
+
+def extra_dimensions(nodes: Nodes, asked: Iterable[tuple[tuple[str, int], ...]]) -> list[str]:
+    """The resources beyond CPU/memory/GPU a plan must count: `pods` when nodes say how
+    many they take, and every other resource some pod asks for."""
+    names = {name for extended in asked for name, amount in extended if amount > 0}
+    if any("pods" in free for free in nodes.extended_free.values()):
+        names.add("pods")
+    return sorted(names)
 
 
 class Room:
     """Free and coming room per node, with a first-fit cursor per pod shape."""
 
-    __slots__ = ("coming", "count", "cursor", "dirty", "free", "index", "names")
+    __slots__ = (
+        "coming", "count", "cursor", "dims", "dirty", "extra", "free", "index", "names",
+        "_eligible", "_facts", "_groups", "_tainted",
+    )
 
-    def __init__(self, nodes: Nodes) -> None:
+    def __init__(self, nodes: Nodes, extra: Sequence[str] = ()) -> None:
         self.names = names = list(nodes.cpu_idle_milli)
         self.index = {name: i for i, name in enumerate(names)}
         self.count = len(names)
+        self.extra = list(extra)
+        self.dims = 3 + len(self.extra)
         self.free: list[list[int]] = [
             list(nodes.cpu_idle_milli.values()),
             [nodes.memory_free_mega.get(name, 0) for name in names],
             [nodes.gpu_free.get(name, 0) for name in names],
         ]
-        self.coming: list[list[int]] = [[0] * self.count for _ in range(3)]
+        for key in self.extra:
+            default = UNLIMITED if key == "pods" else 0
+            self.free.append([
+                (nodes.extended_free.get(name) or {}).get(key, default) for name in names
+            ])
+        self.coming: list[list[int]] = [[0] * self.count for _ in range(self.dims)]
         # Free room only shrinks between two `give` calls, so a node too small for a
         # shape stays too small and each shape's cursor only moves forward.
-        self.cursor: dict[Shape, int] = {}
+        self.cursor: dict[object, int] = {}
         # nodes changed since a reader (the preemption search) last copied the room
         self.dirty: set[int] = set()
+        self._facts = [nodes.facts.get(name) or NodeFacts(name) for name in names]
+        self._tainted = any(
+            t.effect in FILTERED_EFFECTS for f in nodes.facts.values() for t in f.taints
+        )
+        self._eligible: dict[PodConstraints, Eligible | None] = {}
+        self._groups: dict[object, list[int]] | None = None
 
-    def take(self, shape: Shape) -> int:
+    # -- shapes and eligibility -------------------------------------------------------
+
+    def shape_of(self, cpu: int, memory: int, gpu: int, extended: Sequence[tuple[str, int]]) -> Shape:
+        """One pod's requests in this room's dimensions."""
+        if not self.extra:
+            return (cpu, memory, gpu)
+        asked = dict(extended)
+        return (cpu, memory, gpu, *(1 if k == "pods" else asked.get(k, 0) for k in self.extra))
+
+    def pod_shape(self, pod: PodResources) -> Shape:
+        return self.shape_of(
+            pod.cpu_request_milli, pod.memory_request_mega, pod.gpu_request, pod.extended
+        )
+
+    def eligible(self, constraints: PodConstraints) -> Eligible | None:
+        """The nodes a pod with these constraints may land on; None when it may use all."""
+        if constraints in self._eligible:
+            return self._eligible[constraints]
+        if constraints == NO_CONSTRAINTS and not self._tainted:
+            self._eligible[constraints] = None
+            return None
+        flags = [False] * self.count
+        if constraints.per_node:
+            for i, facts in enumerate(self._facts):
+                flags[i] = not constraints.blocker(facts)
+        else:
+            for indices in self._node_groups().values():
+                ok = not constraints.blocker(self._facts[indices[0]])
+                for i in indices:
+                    flags[i] = ok
+        result = None if all(flags) else Eligible(len(self._eligible), constraints, flags)
+        self._eligible[constraints] = result
+        return result
+
+    def _node_groups(self) -> dict[object, list[int]]:
+        if self._groups is None:
+            groups: dict[object, list[int]] = {}
+            for i, facts in enumerate(self._facts):
+                groups.setdefault(facts.group, []).append(i)
+            self._groups = groups
+        return self._groups
+
+    # -- room -------------------------------------------------------------------------
+
+    def take(self, shape: Shape, allowed: Eligible | None = None) -> int:
         """Take free room for one pod on the first node where it fits; its index, or -1."""
-        cpu, memory, gpu = shape
-        index = self.cursor.get(shape, 0)
-        node_cpu, node_memory, node_gpu = self.free
+        cpu, memory, gpu = shape[0], shape[1], shape[2]
+        key: object = shape if allowed is None else (shape, allowed.key)
+        index = self.cursor.get(key, 0)
+        free = self.free
+        node_cpu, node_memory, node_gpu = free[0], free[1], free[2]
+        extras = [(free[d], shape[d]) for d in range(3, self.dims) if shape[d] > 0]
+        flags = allowed.flags if allowed is not None else None
         count = self.count
         while index < count:
-            if node_cpu[index] >= cpu and node_memory[index] >= memory and node_gpu[index] >= gpu:
-                node_cpu[index] -= cpu
-                node_memory[index] -= memory
-                node_gpu[index] -= gpu
-                self.cursor[shape] = index
+            if (
+                node_cpu[index] >= cpu
+                and node_memory[index] >= memory
+                and node_gpu[index] >= gpu
+                and (flags is None or flags[index])
+                and all(column[index] >= want for column, want in extras)
+            ):
+                for d in range(self.dims):
+                    free[d][index] -= shape[d]
+                self.cursor[key] = index
                 self.dirty.add(index)
                 return index
             index += 1
-        self.cursor[shape] = count
+        self.cursor[key] = count
         return -1
 
     def fits(self, node: int, shape: Shape, coming: bool) -> bool:
         """Whether `shape` fits on `node` in its free room (plus its coming room)."""
         free, later = self.free, self.coming
         return all(
-            shape[d] <= free[d][node] + (later[d][node] if coming else 0) for d in range(3)
+            shape[d] <= free[d][node] + (later[d][node] if coming else 0)
+            for d in range(self.dims)
         )
 
     def take_at(self, node: int, shape: Shape) -> None:
         """Take room on `node` for a pod that may wait: free room first, then coming."""
         free, later = self.free, self.coming
         self.dirty.add(node)
-        for d in range(3):
+        for d in range(self.dims):
             free[d][node] -= shape[d]
             if free[d][node] < 0 < later[d][node]:
                 moved = min(-free[d][node], later[d][node])
@@ -76,23 +180,19 @@ class Room:
 
     def give(self, node: int, shape: Shape) -> None:
         """Return free room taken by `take` (a planned trainer that is dropped again)."""
-        for d in range(3):
+        for d in range(self.dims):
             self.free[d][node] += shape[d]
         self.cursor.clear()
         self.dirty.add(node)
 
     def release(self, node: int, shape: Shape) -> None:
         """A pod on `node` is leaving: its room is coming, not free yet."""
-        for d in range(3):
+        for d in range(self.dims):
             self.coming[d][node] += shape[d]
         self.dirty.add(node)
 
     def column(self, node: int, coming: bool) -> Shape:
         free, later = self.free, self.coming
         if coming:
-            return (
-                free[0][node] + later[0][node],
-                free[1][node] + later[1][node],
-                free[2][node] + later[2][node],
-            )
-        return (free[0][node], free[1][node], free[2][node])
+            return tuple(free[d][node] + later[d][node] for d in range(self.dims))
+        return tuple(free[d][node] for d in range(self.dims))

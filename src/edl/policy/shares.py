@@ -8,8 +8,11 @@ shape defines the nodes it fits on, given the room trainers may use there
 nodes all lie among those, and what those nodes can hold of the pool's shapes
 (whole trainers per node: a 12-core trainer uses 12 of a 16-core node). Every
 pool's budget bounds its members together (`fairshare.fair_shares`), and the
-whole budget under max load bounds everyone. Node selectors and taints are not
-modelled by the policy's inputs; when they are, they narrow the same node sets.
+whole budget under max load bounds everyone. A job's taints, tolerations, nodeSelector
+and required node affinity narrow its node set the same way (`Room.eligible`): jobs
+pool by kind, (shape, eligible nodes), so a job that may use only the tainted GPU
+pool shares that pool and nothing else. A job's max is lowered to what its namespace's
+quotas admit (`quotas.QuotaBook`).
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ def assign_fair_shares(plans: Sequence[JobPlan], budget: Budget, room: Room) -> 
     demands = [
         Demand(
             p.view.min_instance,
-            p.view.max_instance,
+            _quota_cap(p),
             p.view.cpu_request_milli,
             p.view.memory_request_mega,
             p.view.gpu_limit,
@@ -53,9 +56,21 @@ def assign_fair_shares(plans: Sequence[JobPlan], budget: Budget, room: Room) -> 
         plan.share = share
 
 
+def _quota_cap(plan: JobPlan) -> int:
+    """max-instance, lowered to what the namespace's quotas admit (never below min)."""
+    view = plan.view
+    if plan.book is None:
+        return view.max_instance
+    room = plan.book.room_for(plan.quota)
+    if room is None:
+        return view.max_instance
+    return max(view.min_instance, min(view.max_instance, plan.target + room))
+
+
 def usable_room(plans: Sequence[JobPlan], room: Room) -> np.ndarray:
     """Per node (3 x nodes): the room elastic trainers could use if they had it all."""
-    usable = np.array(room.free, dtype=np.int64) + np.array(room.coming, dtype=np.int64)
+    usable = np.array(room.free, dtype=np.int64).reshape(room.dims, room.count) + np.array(
+        room.coming, dtype=np.int64).reshape(room.dims, room.count)
     by_shape: dict[Shape, list[int]] = {}
     for plan in plans:
         nodes = by_shape.setdefault(plan.shape, [])
@@ -71,7 +86,7 @@ def usable_room(plans: Sequence[JobPlan], room: Room) -> np.ndarray:
 def _per_node(usable: np.ndarray, shape: Shape) -> np.ndarray:
     """How many trainers of `shape` each node could hold (0 where it fits nowhere)."""
     fits = np.full(usable.shape[1], np.iinfo(np.int64).max, dtype=np.int64)
-    for d in range(3):
+    for d in range(len(shape)):
         if shape[d] > 0:
             fits = np.minimum(fits, np.maximum(usable[d], 0) // shape[d])
     if all(amount == 0 for amount in shape):
@@ -80,28 +95,34 @@ def _per_node(usable: np.ndarray, shape: Shape) -> np.ndarray:
 
 
 def _pools(plans: Sequence[JobPlan], room: Room) -> list[Pool]:
-    """One pool per distinct set of nodes some trainer shape fits on."""
+    """One pool per distinct set of nodes some kind of trainer (its shape and the nodes
+    its constraints allow) fits on."""
     if room.count == 0 or any(node < 0 for p in plans for _, node in p.bound):
         return []  # where some trainers run is unknown: the aggregate budget only
     usable = usable_room(plans, room)
-    shapes = sorted({p.shape for p in plans})
-    slots = {shape: _per_node(usable, shape) for shape in shapes}
-    eligible = {shape: slots[shape] > 0 for shape in shapes}
+    masks = {p.kind: p.allowed for p in plans}
+    kinds = sorted(masks)
+    slots = {}
+    for kind in kinds:
+        per_node = _per_node(usable, kind[0])
+        allowed = masks[kind]
+        slots[kind] = per_node if allowed is None else np.where(allowed.array, per_node, 0)
+    eligible = {kind: slots[kind] > 0 for kind in kinds}
     pools: list[Pool] = []
     seen: set[bytes] = set()
-    for shape in shapes:
-        nodes = eligible[shape]
+    for kind in kinds:
+        nodes = eligible[kind]
         key = np.packbits(nodes).tobytes()
-        if key in seen or not any(amount > 0 for amount in shape):
+        if key in seen or not any(amount > 0 for amount in kind[0]):
             continue
         seen.add(key)
-        inside = [s for s in shapes if not np.any(eligible[s] & ~nodes) and any(s)]
-        members = [p.shape in inside for p in plans]
-        # what those nodes can hold of the pool's shapes: per node, per resource, the
-        # most any member shape can use there (whole trainers), summed over the nodes
+        inside = {k for k in kinds if not np.any(eligible[k] & ~nodes) and any(k[0])}
+        members = [p.kind in inside for p in plans]
+        # what those nodes can hold of the pool's kinds: per node, per resource, the
+        # most any member kind can use there (whole trainers), summed over the nodes
         held = np.zeros_like(usable)
         for member in inside:
-            held = np.maximum(held, np.outer(np.array(member, dtype=np.int64), slots[member]))
-        budget = held[:, nodes].sum(axis=1)
+            held = np.maximum(held, np.outer(np.array(member[0], dtype=np.int64), slots[member]))
+        budget = held[:3, nodes].sum(axis=1)
         pools.append((members, (int(budget[0]), int(budget[1]), int(budget[2]))))
     return pools

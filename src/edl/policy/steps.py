@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from edl.accounting.types import ClusterResource
 from edl.policy.plan_state import Budget, JobPlan
 from edl.policy.preempt import CostFn, Preemptor
-from edl.policy.room import Room, Shape
+from edl.policy.room import Eligible, Room, Shape
 
 __all__ = [
     "grow",
@@ -25,19 +25,22 @@ __all__ = [
 
 
 LevelFn = Callable[[JobPlan, int], float]
+Waiting = tuple[Shape, Eligible | None]  # a pod that fits nowhere yet: its shape, its nodes
 
 
-def place_pending_pods(resources: ClusterResource, room: Room) -> list[Shape]:
-    """Reserve free room for pending non-trainer pods; returns those that fit nowhere."""
+def place_pending_pods(resources: ClusterResource, room: Room) -> list[Waiting]:
+    """Reserve free room for pending non-trainer pods, highest priority first (as the
+    scheduler's queue), each only on nodes it may use; returns those that fit nowhere."""
     deficit = []
     pods = sorted(
         resources.pending,
-        key=lambda p: (-p.gpu_request, -p.cpu_request_milli, -p.memory_request_mega),
+        key=lambda p: (-p.priority, -p.gpu_request, -p.cpu_request_milli, -p.memory_request_mega),
     )
     for pod in pods:
-        shape = (pod.cpu_request_milli, pod.memory_request_mega, pod.gpu_request)
-        if room.take(shape) < 0:
-            deficit.append(shape)
+        shape = room.pod_shape(pod)
+        allowed = room.eligible(pod.constraints)
+        if room.take(shape, allowed) < 0:
+            deficit.append((shape, allowed))
     return deficit
 
 
@@ -65,7 +68,7 @@ def place_unscheduled_trainers(plans: Sequence[JobPlan], room: Room) -> None:
 
     for plan in sorted(plans, key=order):
         for _ in range(plan.target - len(plan.bound)):
-            node = room.take(plan.shape)
+            node = room.take(plan.shape, plan.allowed)
             if node < 0:
                 plan.blocked = plan.target - plan.holding()
                 break
@@ -123,10 +126,10 @@ def make_room(
     plans: Sequence[JobPlan],
     budget: Budget,
     room: Room,
-    deficit: list[Shape],
+    deficit: list[Waiting],
     preemptor: Preemptor,
     shed_cost: LevelFn = _fulfillment_cost,
-) -> list[Shape]:
+) -> list[Waiting]:
     """Preempt trainers for pending pods and for jobs below min-instance.
 
     Each waiting pod (services first, largest first; then the missing trainers of
@@ -138,10 +141,10 @@ def make_room(
     Returns the pods no node can be made to fit.
     """
     starving = {i for i, p in enumerate(plans) if p.holding() < p.view.min_instance}
-    waiters: list[tuple[Shape, int]] = [(shape, -1) for shape in deficit]
+    waiters: list[tuple[Shape, Eligible | None, int]] = [(s, a, -1) for s, a in deficit]
     for index in sorted(starving, key=lambda i: plans[i].key):
         plan = plans[index]
-        waiters += [(plan.shape, index)] * (plan.view.min_instance - plan.holding())
+        waiters += [(plan.shape, plan.allowed, index)] * (plan.view.min_instance - plan.holding())
     if not waiters:
         return []
     parts = []
@@ -166,19 +169,20 @@ def _rescue_all(
     plans: Sequence[JobPlan],
     budget: Budget,
     room: Room,
-    waiters: list[tuple[Shape, int]],
+    waiters: list[tuple[Shape, Eligible | None, int]],
     cost: CostFn,
     cause: str,
     preemptor: Preemptor,
-) -> list[Shape]:
+) -> list[Waiting]:
     """Find room for each waiter (plan index, or -1 for a pod that is not a trainer)."""
-    hopeless: set[Shape] = set()
-    left = []
-    for shape, index in waiters:
-        rescue = None if shape in hopeless else preemptor.find(shape, cost)
+    hopeless: set[tuple[Shape, int]] = set()
+    left: list[Waiting] = []
+    for shape, allowed, index in waiters:
+        kind = (shape, -1 if allowed is None else allowed.key)
+        rescue = None if kind in hopeless else preemptor.find(shape, cost, allowed)
         if rescue is None:
-            hopeless.add(shape)
-            left.append(shape)
+            hopeless.add(kind)
+            left.append((shape, allowed))
             continue
         preemptor.shed(rescue, lambda i, name: plans[i].shed(budget, room, cause, victim=name))
         _settle(plans[index] if index >= 0 else None, room, rescue.node, shape)
@@ -197,21 +201,26 @@ def grow(plans: Sequence[JobPlan], budget: Budget, room: Room) -> None:
         _, namespace, name, index = heapq.heappop(heap)
         plan = plans[index]
         shape = plan.shape
-        cpu, memory, _ = shape
+        cpu, memory = shape[0], shape[1]
         gpu_limit = plan.view.gpu_limit
         low = plan.view.min_instance
         span = plan.view.max_instance - low
         # Give this job units until it passes the next least fulfilled job (one heap
         # operation per batch instead of per trainer; same result as one at a time).
         rival = heap[0] if heap else None
+        allowed = plan.allowed
         while True:
             if not budget.fits(cpu, memory, gpu_limit):
                 plan.stopped = "load"
                 break
-            node = room.take(shape)
+            if not plan.quota_fits():
+                plan.stopped = "quota"
+                break
+            node = room.take(shape, allowed)
             if node < 0:
                 plan.stopped = "room"
                 break
+            plan.quota_take()
             plan.planned_nodes.append(node)
             plan.target += 1
             plan.grown = True
@@ -241,7 +250,7 @@ def rebalance(
     ``level_of(plan, count)`` is the fairness level a donor must keep above the
     taker's: fulfillment for `default`, the share held for `goodput`.
     """
-    waiters: list[tuple[Shape, int]] = []
+    waiters: list[tuple[Shape, int]] = []  # (shape, taker); its nodes: the taker's
     for index, plan in enumerate(plans):
         if plan.shrunk or (plan.target >= plan.share and not plan.blocked):
             continue
@@ -279,16 +288,17 @@ def rebalance(
     budget_cause = "CPU/GPU budget under max load"
     # per shape, the lowest taker level at which no room could be made: a higher
     # level only allows fewer donors, so it is hopeless too
-    hopeless: dict[Shape, float] = {}
+    hopeless: dict[tuple[Shape, int], float] = {}
     for shape, index in waiters:
         taker = plans[index]
+        kind = taker.kind
         # the taker's level counts the trainers that hold room, not pending ones
         level[0] = level_of(taker, taker.holding() + taker.waiting + granted[index] + 1)
-        if level[0] >= hopeless.get(shape, 2.0):
+        if level[0] >= hopeless.get(kind, 2.0):
             continue
-        rescue = preemptor.find(shape, cost)
+        rescue = preemptor.find(shape, cost, taker.allowed)
         if rescue is None:
-            hopeless[shape] = level[0]
+            hopeless[kind] = level[0]
             continue
         preemptor.shed(rescue, shed)
         granted[index] += 1
