@@ -225,8 +225,8 @@ class ResourceLedger:
             self._used_gpu[node] = self._used_gpu.get(node, 0) + resources.gpu_request
             other = self._used_other.setdefault(node, {})
             other["pods"] = other.get("pods", 0) + 1
-            for key, amount in resources.extended:
-                other[key] = other.get(key, 0) + amount
+            for resource, amount in resources.extended:
+                other[resource] = other.get(resource, 0) + amount
         elif not trainer:
             self._pending[key] = resources
 
@@ -276,8 +276,8 @@ class ResourceLedger:
             self._used_gpu[entry.node] -= resources.gpu_request
             other = self._used_other[entry.node]
             other["pods"] -= 1
-            for key, amount in resources.extended:
-                other[key] -= amount
+            for resource, amount in resources.extended:
+                other[resource] -= amount
         else:
             self._pending.pop(key, None)
 

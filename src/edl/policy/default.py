@@ -42,8 +42,8 @@ from edl.accounting.types import ClusterResource
 from edl.policy.base import Decision, JobView
 from edl.policy.plan_state import Budget, JobPlan, build_plans
 from edl.policy.preempt import Preemptor
-from edl.policy.reasons import reason
 from edl.policy.quotas import QuotaBook
+from edl.policy.reasons import reason
 from edl.policy.room import Room, extra_dimensions
 from edl.policy.shares import assign_fair_shares
 from edl.policy.steps import (

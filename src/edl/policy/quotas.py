@@ -84,7 +84,7 @@ class QuotaBook:
         """The quota and resource with the least room: `ns/name (requests.cpu: 8000m of 8000m)`."""
         if entry < 0:
             return ""
-        i, key, cost = min(self.entries[entry], key=lambda e: (self.left[e[0]][e[1]] // e[2], e))
+        i, key, _cost = min(self.entries[entry], key=lambda e: (self.left[e[0]][e[1]] // e[2], e))
         quota = self.quotas[i]
         hard = quota.hard[key]
         return (

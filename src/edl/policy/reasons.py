@@ -7,8 +7,8 @@ from edl.policy.plan_state import JobPlan
 __all__ = ["no_room", "reason"]
 
 
-def no_room(plan: JobPlan, what: str = "room for more") -> str:
-    """"no node has room for more", naming what narrows the nodes the job may use."""
+def _narrowed(plan: JobPlan) -> str:
+    """What narrows the nodes a job may use: ` matching zone=a`, ` with amd.com/gpu`."""
     names = [name for name, amount in plan.view.extended if amount > 0]
     allowed = plan.allowed
     narrowed = ""
@@ -17,7 +17,20 @@ def no_room(plan: JobPlan, what: str = "room for more") -> str:
         narrowed = f" matching {described}" if described else " whose taints it tolerates"
     if names:
         narrowed += f" with {', '.join(names)}"
-    return f"no node{narrowed} has {what}"
+    return narrowed
+
+
+def no_room(plan: JobPlan, what: str = "room for more") -> str:
+    """"no node has room for more", naming what narrows the nodes the job may use."""
+    return f"no node{_narrowed(plan)} has {what}"
+
+
+def _pool(plan: JobPlan) -> str:
+    """When a job's share ends below its max and only some nodes can take its trainers."""
+    narrowed = _narrowed(plan)
+    if not narrowed or plan.share >= plan.view.max_instance:
+        return ""
+    return f"; {no_room(plan)}"
 
 
 def _quota_full(plan: JobPlan) -> bool:
@@ -53,6 +66,8 @@ def reason(plan: JobPlan) -> str:
             text += "; CPU/GPU requests reached max load"
         elif _quota_full(plan):
             text += f"; {_quota(plan)} admits no more"
+        elif after >= plan.share:
+            text += _pool(plan)
         return text
     if plan.holding() < view.min_instance:
         return (
@@ -79,5 +94,5 @@ def reason(plan: JobPlan) -> str:
     if after > plan.share:
         return f"keep {after}: above its fair share ({plan.share}); no job waits for the room"
     if after == plan.share:
-        return f"keep {after}: at its fair share ({plan.share})"
+        return f"keep {after}: at its fair share ({plan.share}){_pool(plan)}"
     return f"keep {after}: waiting for room (fair share {plan.share})"

@@ -55,8 +55,19 @@ class Room:
     """Free and coming room per node, with a first-fit cursor per pod shape."""
 
     __slots__ = (
-        "coming", "count", "cursor", "dims", "dirty", "extra", "free", "index", "names",
-        "_eligible", "_facts", "_groups", "_tainted",
+        "_eligible",
+        "_facts",
+        "_groups",
+        "_tainted",
+        "coming",
+        "count",
+        "cursor",
+        "dims",
+        "dirty",
+        "extra",
+        "free",
+        "index",
+        "names",
     )
 
     def __init__(self, nodes: Nodes, extra: Sequence[str] = ()) -> None:
@@ -90,7 +101,9 @@ class Room:
 
     # -- shapes and eligibility -------------------------------------------------------
 
-    def shape_of(self, cpu: int, memory: int, gpu: int, extended: Sequence[tuple[str, int]]) -> Shape:
+    def shape_of(
+        self, cpu: int, memory: int, gpu: int, extended: Sequence[tuple[str, int]]
+    ) -> Shape:
         """One pod's requests in this room's dimensions."""
         if not self.extra:
             return (cpu, memory, gpu)
