@@ -27,6 +27,8 @@ ALLOWED = [
     # edl's trainer controller runs the trainer pods and writes the trainer Job's status
     ("", "pods", "create", "team-a", ""), ("", "pods", "delete", "team-a", ""),
     ("batch", "jobs/status", "patch", "team-a", ""),
+    # namespace quotas bound the plan (list + watch, all namespaces)
+    ("", "resourcequotas", "list", "", ""), ("", "resourcequotas", "watch", "", ""),
 ]
 DENIED = [
     ("", "secrets", "get", "team-a", ""), ("", "configmaps", "list", "", ""),
@@ -36,6 +38,8 @@ DENIED = [
     ("coordination.k8s.io", "leases", "patch", "kube-system", "kube-scheduler"),
     ("coordination.k8s.io", "leases", "patch", "edl-system", "other-leader"),
     ("apiextensions.k8s.io", "customresourcedefinitions", "list", "", ""),
+    ("", "resourcequotas", "update", "team-a", ""), ("", "resourcequotas", "delete", "team-a", ""),
+    ("scheduling.k8s.io", "priorityclasses", "create", "", ""),
 ]
 
 

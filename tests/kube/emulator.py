@@ -41,6 +41,7 @@ APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 RESOURCES: dict[str, kmock.ResourceInfo] = {
     "v1/pods": kmock.ResourceInfo(kind="Pod", namespaced=True),
     "v1/nodes": kmock.ResourceInfo(kind="Node", namespaced=False),
+    "v1/resourcequotas": kmock.ResourceInfo(kind="ResourceQuota", namespaced=True),
     # kopf waits until discovery shows namespaces and CRDs, as a real API server does.
     "v1/namespaces": kmock.ResourceInfo(kind="Namespace", namespaced=False),
     "apiextensions.k8s.io/v1/customresourcedefinitions": kmock.ResourceInfo(

@@ -43,6 +43,7 @@ def test_rbac_is_least_privilege() -> None:
     assert cluster_wide == {
         ("", "nodes"): read,
         ("", "pods"): read | {"create", "delete"},  # trainer pods (managed trainer Job)
+        ("", "resourcequotas"): {"list", "watch"},  # namespace quotas bound the plan
         ("batch", "jobs"): managed,
         ("batch", "jobs/status"): {"patch"},
         # blockOwnerDeletion under OwnerReferencesPermissionEnforcement

@@ -11,12 +11,12 @@ import asyncio
 from typing import Any
 
 from lightkube import AsyncClient
-from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.core_v1 import Node, Pod, ResourceQuota
 
 from edl.accounting import inquire_resource
 from edl.cluster.port import JobPods
 from edl.kube.reflector import Reflector
-from edl.kube.state import ClusterState, NodeStore, PodStore
+from edl.kube.state import ClusterState, NodeStore, PodStore, QuotaStore
 from polling import eventually
 
 
@@ -158,3 +158,38 @@ def test_relist_forgets_what_is_no_longer_listed() -> None:
     assert state.resources() == inquire_resource(nodes[:1], second)
     assert state.job_pods("default", "j") == JobPods(0, 0, 0, 0, 0)
     assert state.pod_count == 2
+
+
+def quota(name: str, cpu: str, used: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ResourceQuota",
+            "metadata": {"name": name, "namespace": "team"},
+            "spec": {"hard": {"requests.cpu": cpu}}, "status": {"used": {"requests.cpu": used}}}
+
+
+async def test_resourcequotas_are_cached_with_what_they_have_used(api: AsyncClient) -> None:
+    await api.create(ResourceQuota.from_dict(quota("q", "8", "2")), namespace="team")
+    state = ClusterState()
+    quotas = Reflector(api, ResourceQuota, QuotaStore(state), min_backoff=0.05)
+    task = asyncio.create_task(quotas.run())
+    try:
+        await asyncio.wait_for(quotas.synced.wait(), 20)
+        [room] = state.resources().quotas
+        assert (room.namespace, room.name) == ("team", "q")
+        assert room.hard == {"requests.cpu": 8000} and room.used == {"requests.cpu": 2000}
+        await api.delete(ResourceQuota, "q", namespace="team")
+        await eventually(lambda: state.resources().quotas == ())
+    finally:
+        await stop([task])
+
+
+def test_a_relist_forgets_deleted_quotas_and_skips_unreadable_ones() -> None:
+    state = ClusterState()
+    store = QuotaStore(state)
+    store.begin_replace()
+    store.apply("ADDED", quota("a", "4", "0"))
+    store.apply("ADDED", quota("bad", "lots", "0"))
+    store.end_replace()
+    assert [q.name for q in state.resources().quotas] == ["a"]
+    store.begin_replace()
+    store.end_replace()
+    assert state.resources().quotas == ()

@@ -240,3 +240,53 @@ def test_a_snapshot_with_nodes_only_says_there_is_nothing_to_plan(tmp_path: Path
         "nothing to plan")
     as_json = CliRunner().invoke(cli, ["plan", "-o", "json", str(state)])
     assert as_json.exit_code == 0 and json.loads(as_json.output)["jobs"] == []
+
+
+def test_a_snapshot_plans_with_taints_selectors_quotas_and_priorities() -> None:
+    """`edl plan` on a cluster with a tainted GPU pool, a selector, a namespace quota and
+    a PriorityClass gives the same decisions the live controller would."""
+    gpu_taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    gpu_nodes = [
+        {"kind": "Node", "metadata": {"name": f"g{i}", "labels": {"pool": "a100"}},
+         "spec": {"taints": [gpu_taint]},
+         "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "4"}}}
+        for i in (1, 2)
+    ]
+    template = {"spec": {
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+        "nodeSelector": {"pool": "a100"}, "priorityClassName": "batch",
+        "containers": [{"name": "trainer", "resources": {"requests": {"cpu": "1"}}}]}}
+    tolerant = _job("gpu-trainer", 1, {"matchLabels": {"job": "gpu"}})
+    tolerant["spec"]["template"] = template
+    plain = _job("cpu-trainer", 1, {"matchLabels": {"job": "cpu"}})
+    quota = {"kind": "ResourceQuota", "metadata": {"name": "cap", "namespace": "ns"},
+             "spec": {"hard": {"count/pods": "6"}}, "status": {"used": {"count/pods": "3"}}}
+    preemptor = {"kind": "Pod", "metadata": {"name": "web", "namespace": "web"},
+                 "spec": {"priorityClassName": "high", "containers": [
+                     {"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
+                 "status": {"phase": "Pending"}}
+    items = [
+        _node("n1"), *gpu_nodes,
+        _training_job("gpu", hi=20), tolerant,
+        _training_job("cpu", hi=20), plain,
+        _pod("gpu-0", {"job": "gpu"}, node="g1"), _pod("cpu-0", {"job": "cpu"}),
+        _pod("other", {}, node="n1"),
+        quota, preemptor,
+        {"kind": "PriorityClass", "metadata": {"name": "high"}, "value": 1000},
+    ]
+    inputs = plan_inputs(parse_snapshot(json.dumps({"items": items})))
+    by_name = {v.name: v for v in inputs.jobs}
+    assert by_name["gpu"].constraints.node_selector == (("pool", "a100"),)
+    assert by_name["gpu"].priority_class == "batch"
+    assert by_name["cpu"].constraints.tolerations == ()
+    assert [q.name for q in inputs.resources.quotas] == ["cap"]
+    assert [p.priority for p in inputs.resources.pending] == [1000]
+    from edl.policy import get_policy
+
+    decisions = {d.name: d for d in get_policy("default").plan(
+        inputs.jobs, inputs.resources, 1.0)}
+    # 3 pods used of 6: three more trainers between the two jobs, the GPU job only on g1/g2
+    assert decisions["gpu"].target + decisions["cpu"].target == 2 + 3
+    assert set(decisions["gpu"].placement) <= {"g1", "g2"}
+    assert set(decisions["cpu"].placement) <= {"n1"}
+    assert "namespace quota ns/cap" in decisions["cpu"].reason

@@ -39,8 +39,9 @@ def _fail(message: str) -> None:
 def plan(policy_name: str, max_load: float, output: str, state: str) -> None:
     """Plan the elastic TrainingJobs in STATE (`-` for stdin).
 
-    STATE is a JSON or YAML Kubernetes List of Node, Pod, TrainingJob and Job
-    objects, as `kubectl get nodes,pods,trainingjobs,jobs -A -o json` prints.
+    STATE is a JSON or YAML Kubernetes List of Node, Pod, TrainingJob, Job,
+    ResourceQuota and PriorityClass objects, as `kubectl get
+    nodes,pods,trainingjobs,jobs,resourcequotas,priorityclasses -A -o json` prints.
     Prints a table, or with `-o json` {"policy", "jobs": [{"namespace", "name",
     "parallelism", "target", "reason"}]}; a job that cannot be planned has null
     parallelism/target (`-` in the table).

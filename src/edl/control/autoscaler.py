@@ -30,9 +30,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from edl.accounting import ClusterResource, trainer_request
+from edl.accounting.eligibility import constraints_of
+from edl.accounting.request import extended_request
 from edl.api.names import job_key, trainer_job_name
 from edl.api.trainingjob import TrainingJob
 from edl.cluster.port import (
@@ -313,6 +316,9 @@ class Autoscaler:
             # Running and hold their room, so the policy can credit room on its way.
             leaving = pods.terminating or 0
             per_pod = self._trainer_resources[key]
+            pod_spec = trainer_pod_spec(trainer)
+            if pod_spec:  # what the trainer pods really ask for and where they may go
+                per_pod = replace(per_pod, extended=extended_request(pod_spec))
             listed = None
             if isinstance(self.cluster, VictimScaling):  # where each trainer runs
                 pods_listed = await self.cluster.trainer_pods(job, leaving=True)
@@ -330,6 +336,9 @@ class Autoscaler:
                     unscheduled=pods.unscheduled,
                     trainers=listed,
                     scaling=scaling,
+                    constraints=constraints_of(pod_spec),
+                    priority_class=str(pod_spec.get("priorityClassName") or ""),
+                    terminating=pod_spec.get("activeDeadlineSeconds") is not None,
                 )
             )
         return resources, views
@@ -368,3 +377,11 @@ class Autoscaler:
             except NotFoundError:
                 return  # the job went away; nothing to scale
         log.warning("scaling %s/%s gave up after %d conflicts", namespace, name, CONFLICT_RETRIES)
+
+
+def trainer_pod_spec(trainer: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The trainer Job's pod template spec: every trainer pod's constraints and requests
+    ({} when the Job has none, or an odd shape)."""
+    template = (trainer.get("spec") or {}).get("template") or {}
+    spec = template.get("spec") if isinstance(template, Mapping) else None
+    return spec if isinstance(spec, Mapping) else {}

@@ -33,7 +33,7 @@ from lightkube import AsyncClient
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apps_v1 import ReplicaSet
 from lightkube.resources.batch_v1 import Job
-from lightkube.resources.core_v1 import Node, Pod, Service
+from lightkube.resources.core_v1 import Node, Pod, ResourceQuota, Service
 from lightkube.types import CascadeType, PatchType
 
 from edl.api.names import (
@@ -64,7 +64,7 @@ from edl.kube.failures import last_trainer_failure
 from edl.kube.managed import KubeManagedTrainers, scale_metadata
 from edl.kube.reflector import Reflector
 from edl.kube.retry import http_status, is_conflict, is_not_found, retry_call
-from edl.kube.state import ClusterState, NodeStore, PodStore
+from edl.kube.state import ClusterState, NodeStore, PodStore, QuotaStore
 from edl.kube.status import failure_reason, kube_status, status_patch
 
 if TYPE_CHECKING:
@@ -116,6 +116,10 @@ class KubeCluster(KubeManagedTrainers):
         # namespace's TrainingJobs are managed (`namespace` limits kopf, not accounting).
         self.pod_reflector = Reflector(watch_client, Pod, PodStore(self.state), namespace="*")
         self.node_reflector = Reflector(watch_client, Node, NodeStore(self.state), namespace=None)
+        # Namespace quotas bound what a job may grow to (edl.policy.quotas).
+        self.quota_reflector = Reflector(
+            watch_client, ResourceQuota, QuotaStore(self.state), namespace="*"
+        )
         self._tasks: list[asyncio.Task[None]] = []
         self._handlers: list[TrainingJobHandler] = []
         self._jobs: dict[JobKey, dict[str, Any]] = {}  # latest TrainingJob bodies seen
@@ -128,8 +132,9 @@ class KubeCluster(KubeManagedTrainers):
     # -- lifecycle -----------------------------------------------------------------------
 
     async def start(self, timeout: float = 60.0) -> None:
-        """Start the node and pod caches and wait until both have listed once."""
-        for reflector in (self.node_reflector, self.pod_reflector):
+        """Start the node, pod and quota caches; wait until nodes and pods have listed once
+        (quotas follow as they list: a cluster without any is the common case)."""
+        for reflector in (self.node_reflector, self.pod_reflector, self.quota_reflector):
             self._tasks.append(asyncio.create_task(reflector.run(), name=f"watch-{reflector.kind}"))
         await asyncio.wait_for(
             asyncio.gather(self.node_reflector.synced.wait(), self.pod_reflector.synced.wait()),

@@ -24,6 +24,7 @@ from edl.accounting import (
     pod_request,
 )
 from edl.accounting.ledger import held_node, pending_pod_resources
+from edl.accounting.quota import quota_room
 from edl.api.names import LABEL_JOB, LABEL_ROLE, ROLE_TRAINER, JobKey, object_key
 from edl.cluster import port
 from edl.cluster.port import JobPods
@@ -304,3 +305,42 @@ class NodeStore:
             self.state.set_node(obj)
             if self._listed is not None:
                 self._listed.add(name)
+
+
+class QuotaStore:
+    """`reflector.Store` for ResourceQuotas, writing into a ClusterState's ledger.
+
+    Why: a job must not be planned past what its namespace's quotas leave (the API
+    server would refuse the pods, 403 "exceeded quota"); the quota controller keeps
+    `status.used` current, so the cache holds exactly what admission checks against.
+    """
+
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+        self._known: set[tuple[str, str]] = set()
+        self._listed: set[tuple[str, str]] | None = None
+
+    def begin_replace(self) -> None:
+        self._listed = set()
+
+    def end_replace(self) -> None:
+        if self._listed is not None:
+            for key in self._known - self._listed:
+                self.state.ledger.remove_quota(*key)
+            self._known = set(self._listed)
+        self._listed = None
+
+    def apply(self, event_type: str, obj: dict[str, Any]) -> None:
+        key = object_key(obj)
+        if event_type == "DELETED":
+            self.state.ledger.remove_quota(*key)
+            self._known.discard(key)
+        elif event_type in {"ADDED", "MODIFIED"}:
+            try:
+                self.state.ledger.set_quota(quota_room(obj))
+            except ValueError as error:  # a quota it cannot read must not stop the controller
+                log.warning("ignoring resourcequota %s/%s: %s", *key, error)
+                return
+            self._known.add(key)
+            if self._listed is not None:
+                self._listed.add(key)

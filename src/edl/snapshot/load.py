@@ -1,7 +1,13 @@
 """A cluster snapshot (a Kubernetes `List`) -> the inputs of a scaling policy.
 
-The snapshot is what `kubectl get nodes,pods,trainingjobs,jobs -A -o json`
-prints: Node, Pod, TrainingJob and `batch/v1` Job objects. A trainer Job belongs
+The snapshot is what `kubectl get
+nodes,pods,trainingjobs,jobs,resourcequotas,priorityclasses -A -o json` prints: Node,
+Pod, TrainingJob, `batch/v1` Job, ResourceQuota and PriorityClass objects. Nodes keep
+their labels and taints and each trainer Job's pod template gives its trainers'
+constraints (tolerations, nodeSelector, affinity), so a job is planned only onto
+nodes its pods can use; quotas bound what a namespace's jobs may grow to; a pod
+without `spec.priority` takes its PriorityClass's value (the API server's admission
+sets it, a hand-written snapshot may not). A trainer Job belongs
 to the TrainingJob whose name it carries with the `-trainer` suffix, in the same
 namespace; a pod belongs to the Job whose `spec.selector` matches its labels or
 that its ownerReferences name. Pure: text in, plain data out.
@@ -10,7 +16,7 @@ that its ownerReferences name. Pure: text in, plain data out.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import yaml
@@ -24,6 +30,9 @@ from edl.accounting import (
     is_trainer_pod,
     trainer_request,
 )
+from edl.accounting.eligibility import constraints_of
+from edl.accounting.quota import quota_room
+from edl.accounting.request import extended_request
 from edl.api.errors import JobValidationError, describe_input, format_problem
 from edl.api.names import trainer_job_name
 from edl.api.quantity import QuantityError
@@ -192,7 +201,8 @@ def plan_inputs(items: list[dict[str, Any]]) -> PlanInputs:
     `unplannable` instead of failing the whole plan.
     """
     nodes = [item for item in items if item["kind"] == "Node"]
-    pods = [item for item in items if item["kind"] == "Pod"]
+    classes = _priority_values(items)
+    pods = [_with_priority(item, classes) for item in items if item["kind"] == "Pod"]
     trainer_jobs = {
         (_namespace(item), item["metadata"]["name"]): item
         for item in items
@@ -214,9 +224,33 @@ def plan_inputs(items: list[dict[str, Any]]) -> PlanInputs:
         resources = inquire_resource(
             nodes, pods, is_trainer=lambda pod: id(pod) in trainer_pod_ids or is_trainer_pod(pod)
         )
-    except (ResourceError, QuantityError) as error:
+        quotas = tuple(quota_room(item) for item in items if item["kind"] == "ResourceQuota")
+    except (ResourceError, QuantityError, ValueError) as error:
         raise SnapshotError(str(error)) from None
-    return PlanInputs(views, resources, unplannable)
+    return PlanInputs(views, replace(resources, quotas=quotas), unplannable)
+
+
+def _priority_values(items: list[dict[str, Any]]) -> dict[str, int]:
+    """PriorityClass name -> value (and "" -> the global default's value, if any)."""
+    values: dict[str, int] = {}
+    for item in items:
+        value = item.get("value")
+        if item["kind"] != "PriorityClass" or not isinstance(value, int):
+            continue
+        values[item["metadata"]["name"]] = value
+        if item.get("globalDefault") is True:
+            values[""] = value
+    return values
+
+
+def _with_priority(pod: dict[str, Any], classes: Mapping[str, int]) -> dict[str, Any]:
+    spec = pod.get("spec") or {}
+    if not classes or isinstance(spec.get("priority"), int):
+        return pod
+    value = classes.get(str(spec.get("priorityClassName") or ""))
+    if value is None:
+        return pod
+    return {**pod, "spec": {**spec, "priority": value}}
 
 
 def _plan_job(
@@ -250,6 +284,11 @@ def _plan_job(
     if not isinstance(parallelism, int) or isinstance(parallelism, bool):
         why = f"trainer Job spec.parallelism is not an integer: {parallelism!r}"
         return Unplannable(namespace, name, why), mine
+    pod_spec = ((trainer.get("spec") or {}).get("template") or {}).get("spec") or {}
+    if not isinstance(pod_spec, Mapping):
+        pod_spec = {}
+    if pod_spec:  # every resource the trainer pods ask for, extended ones included
+        per_pod = replace(per_pod, extended=extended_request(pod_spec))
     phases = [(p.get("status") or {}).get("phase") for p in mine]
     pending = [p for p, phase in zip(mine, phases, strict=True) if phase == "Pending"]
     view = JobView.from_pod_resources(
@@ -271,6 +310,9 @@ def _plan_job(
             )
             for p in mine
         ),
+        constraints=constraints_of(pod_spec),
+        priority_class=str(pod_spec.get("priorityClassName") or ""),
+        terminating=pod_spec.get("activeDeadlineSeconds") is not None,
     )
     return view, mine
 
