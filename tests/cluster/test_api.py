@@ -93,7 +93,7 @@ def test_callers_get_copies(clock, cluster_factory, manifests):
 def node_objects(cluster: InProcessCluster) -> list[dict]:
     return [
         {
-            "metadata": {"name": node.name},
+            "metadata": {"name": node.name, "labels": dict(node.labels)},
             "status": {
                 "allocatable": {
                     "cpu": f"{node.cpu_milli}m",

@@ -26,10 +26,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from edl.accounting import ClusterResource, NodeCapacity, ResourceLedger, pod_request
+from edl.accounting.eligibility import node_facts
+from edl.accounting.quota import quota_room
+from edl.accounting.types import QuotaRoom
 from edl.api.names import HOSTNAME_LABEL, job_key, object_key, trainer_job_name
 from edl.api.quantity import cpu_milli, gpu_count, memory_mega
 from edl.cluster.inproc.controllers import TRAINING_JOB, WorkloadControllers
@@ -114,8 +118,10 @@ class InProcessCluster(ManagedTrainerPods):
         name: str,
         allocatable: Mapping[str, Any],
         labels: Mapping[str, str] | None = None,
+        taints: Sequence[Mapping[str, str]] = (),
     ) -> None:
-        """Add a node with ``allocatable`` resources (``{"cpu": "16", "memory": "128Gi"}``)."""
+        """Add a node with ``allocatable`` resources (``{"cpu": "16", "memory": "128Gi"}``),
+        labels and taints (``{"key", "value", "effect"}``, as a Node's ``spec.taints``)."""
         if name in self.nodes.by_name:
             raise AlreadyExistsError("Node", "", name, "already exists")
         gpu_name = next(
@@ -131,12 +137,15 @@ class InProcessCluster(ManagedTrainerPods):
             if gpu_name
             else 0,
         )
+        all_labels = {HOSTNAME_LABEL: name, **(labels or {})}  # as a kubelet labels its node
+        facts = node_facts({"metadata": {"name": name, "labels": all_labels},
+                            "spec": {"taints": list(taints)}})
         node = Node(
             name, len(self.nodes.nodes), capacity.cpu_milli, capacity.memory_mega, capacity.gpu,
-            {HOSTNAME_LABEL: name, **(labels or {})},  # as a kubelet labels its node
+            all_labels, facts,
         )
         self.nodes.add(node)
-        self.ledger.set_node(name, capacity)
+        self.ledger.set_node(name, capacity, facts=facts)
         self._cpu_total_milli += capacity.cpu_milli
         self.scheduler.room_freed()
 
@@ -216,7 +225,31 @@ class InProcessCluster(ManagedTrainerPods):
         )
 
     async def inquiry_resource(self) -> ClusterResource:
-        return self.ledger.snapshot()
+        snapshot = self.ledger.snapshot()
+        if not self.pods.quotas:
+            return snapshot
+        return replace(snapshot, quotas=self.quota_rooms())
+
+    # ================================================================ admission objects
+    def create_priority_class(self, name: str, value: int, global_default: bool = False) -> None:
+        """A PriorityClass: pods naming it get ``spec.priority = value`` at creation."""
+        self.pods.priority_classes[name] = value
+        if global_default:
+            self.pods.default_priority = value
+
+    def create_resource_quota(self, quota: Mapping[str, Any]) -> None:
+        """A ResourceQuota: pod creations that would exceed it are refused (403)."""
+        quota_room(quota)  # a bad quantity is refused now, not at every admission
+        namespace, name = object_key(quota)
+        self.pods.quotas[(namespace, name)] = copy_manifest(dict(quota))
+
+    def quota_rooms(self) -> tuple[QuotaRoom, ...]:
+        """Every quota with `used` as the quota controller would write it now."""
+        rooms = []
+        for (namespace, name), quota in sorted(self.pods.quotas.items()):
+            used = self.pods.quota_usage(namespace).get((namespace, name), {})
+            rooms.append(replace(quota_room(quota), used=used))
+        return tuple(rooms)
 
     # ================================================================ Cluster port: TrainingJobs
     async def update_training_job_status(

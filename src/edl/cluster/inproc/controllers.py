@@ -54,7 +54,7 @@ from edl.cluster.inproc.workloads import (
     pod_replacement_policy,
     wanted_pods,
 )
-from edl.cluster.port import Clock, Manifest, NotFoundError
+from edl.cluster.port import Clock, ClusterError, Manifest, NotFoundError
 
 LAST_FAILURE_CHARS = 500  # of a failed pod's message, kept for the TrainingJob's status
 TRAINING_JOB = "TrainingJob"
@@ -210,7 +210,10 @@ class WorkloadControllers:
         for _ in range(diff):
             manifest = pod_from_template(key, obj, owner.created)
             owner.created += 1
-            self.pods.create(manifest, owner.resources, key)
+            try:
+                self.pods.create(manifest, owner.resources, key)
+            except ClusterError:  # refused (quota, PriorityClass): retried on the next sync
+                break
 
     def _creation_blocked_until(self, kind: str, owner: OwnerPods) -> float:
         """When pods may be created: a Job's back-off record, a ReplicaSet's crash back-off."""

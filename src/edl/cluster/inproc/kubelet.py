@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from edl.accounting import PodResources, ResourceLedger
+from edl.accounting.ledger import pending_pod_resources
+from edl.accounting.quota import QuotaPod, exceeded, pod_usage, quota_matches, quota_room
 from edl.api.names import ROLE_TRAINER
 from edl.cluster.inproc.affinity import AffinityError, preferred_terms
 from edl.cluster.inproc.pods import (
@@ -32,6 +34,7 @@ from edl.cluster.inproc.pods import (
     OwnerPods,
     PodRecord,
 )
+from edl.cluster.inproc.preemption import Victim, find_candidate
 from edl.cluster.inproc.scheduler import Node, NodeIndex, Scheduler
 from edl.cluster.port import Clock, ClusterError, Manifest, PodRunner, TerminationMessages
 
@@ -65,7 +68,13 @@ class PodLifecycle:
         self.nodes = nodes
         self.ledger = ledger
         self.owners = owners  # shared with the workload controllers, which own its entries
-        self.scheduler = Scheduler(nodes, self._bind, on_unschedulable, clock.call_soon)
+        self.scheduler = Scheduler(
+            nodes, self._bind, on_unschedulable, clock.call_soon, preempt=self._preempt
+        )
+        # admission: PriorityClass name -> value (`Priority`), and namespace quotas
+        self.priority_classes: dict[str, int] = {}
+        self.default_priority = 0  # the globalDefault PriorityClass's value
+        self.quotas: dict[tuple[str, str], Manifest] = {}
         self.pods: dict[str, PodRecord] = {}  # uid -> live pod (not yet exited)
         self.by_key: dict[tuple[str, str], PodRecord] = {}
         self.on_exit: ExitListener = lambda pod, code: None
@@ -91,6 +100,7 @@ class PodLifecycle:
         except AffinityError as error:
             raise ClusterError("Pod", metadata.get("namespace", ""), metadata.get("name", ""),
                                str(error), status=422) from error
+        self._admit(manifest, resources)
         seq = next(self._seq)
         now = self.clock.now()
         metadata["uid"] = f"pod-{seq}"
@@ -107,8 +117,11 @@ class PodLifecycle:
             self.first_pod_at.setdefault((pod.namespace, pod.job), now)
         pinned = (manifest.get("spec") or {}).get("nodeName")
         self.requested_cpu_milli += resources.cpu_request_milli
+        trainer = pod.role == ROLE_TRAINER
         self.ledger.set_pod_resources(
-            pod.namespace, pod.name, resources, trainer=pod.role == ROLE_TRAINER
+            pod.namespace, pod.name,
+            resources if trainer else pending_pod_resources(manifest, resources),
+            trainer=trainer,
         )
         self._emit("created", pod)
         if pinned and pinned in self.nodes.by_name:
@@ -132,6 +145,7 @@ class PodLifecycle:
         self._emit("deleting", pod)
         if pod.node is None:  # PodGC marks an unscheduled terminating pod Failed at once
             self.scheduler.dequeue(pod)
+            self._drop_nomination(pod)
             self._exited(pod, None)
             return
         grace = (pod.manifest.get("spec") or {}).get(
@@ -200,8 +214,105 @@ class PodLifecycle:
         pod.phase = SUCCEEDED if code == 0 else FAILED  # the kubelet's phase, deleted or not
         pod.manifest["status"]["phase"] = pod.phase
         self._emit("exited", pod)
+        for waiter in self.scheduler.queue.values():
+            waiter.waiting_for.discard(pod.uid)
         if pod.node is not None:
             self.scheduler.room_freed()
+
+    # -- admission and preemption -------------------------------------------------------
+    def _admit(self, manifest: Manifest, resources: PodResources) -> None:
+        """The API server's admission: `Priority` resolves `priorityClassName` into
+        `spec.priority` (an unknown class is refused), `ResourceQuota` refuses a pod
+        that would take its namespace past a quota (403 "exceeded quota")."""
+        metadata, spec = manifest["metadata"], manifest.setdefault("spec", {})
+        namespace, name = metadata.get("namespace", ""), metadata.get("name", "")
+        class_name = spec.get("priorityClassName")
+        if class_name:
+            if class_name not in self.priority_classes:
+                raise ClusterError("Pod", namespace, name,
+                                   f"no PriorityClass with name {class_name} was found",
+                                   status=403)
+            spec["priority"] = self.priority_classes[class_name]
+        elif not isinstance(spec.get("priority"), int):
+            spec["priority"] = self.default_priority
+        if not self.quotas:
+            return
+        rooms = [quota_room(q) for (ns, _), q in sorted(self.quotas.items()) if ns == namespace]
+        if not rooms:
+            return
+        traits = quota_traits(spec, resources)
+        used = self.quota_usage(namespace)
+        message = exceeded(rooms, namespace, resources, traits, used)
+        if message:
+            raise ClusterError("Pod", namespace, name, message, status=403)
+
+    def quota_usage(self, namespace: str) -> dict[tuple[str, str], dict[str, int]]:
+        """Per quota of the namespace, what its live pods use of each capped resource
+        (what the quota controller writes into `status.used`)."""
+        out: dict[tuple[str, str], dict[str, int]] = {}
+        pods = [p for p in self.pods.values() if p.namespace == namespace]
+        for (ns, qname), quota in self.quotas.items():
+            if ns != namespace:
+                continue
+            room = quota_room(quota)
+            counted = [p for p in pods
+                       if quota_matches(room, quota_traits(p.manifest["spec"], p.resources))]
+            out[(ns, qname)] = {
+                key: sum(pod_usage(key, p.resources) for p in counted) for key in room.hard
+            }
+        return out
+
+    def _preempt(self, pod: PodRecord) -> bool:
+        """kube-scheduler's default preemption for a pod that fits nowhere
+        (`preemption.py`); True when it was nominated to a node."""
+        if (pod.manifest.get("spec") or {}).get("preemptionPolicy") == "Never":
+            return False
+        res = pod.resources
+        want = (res.cpu_request_milli, res.memory_request_mega, res.gpu_request)
+        lower: dict[str, list[Victim]] = {}
+        for other in self.pods.values():
+            if other.node is not None and not other.terminating and other.priority < pod.priority:
+                r = other.resources
+                lower.setdefault(other.node, []).append(Victim(
+                    other.uid, other.priority, other.running_at or other.created_at,
+                    (r.cpu_request_milli, r.memory_request_mega, r.gpu_request)))
+        if not lower:
+            return False
+        allowed = self.nodes.eligible(pod.constraints)
+        by_index = {n.index: n for n in self.nodes.nodes if n.name in lower}
+        candidate = find_candidate(
+            want, pod.priority,
+            [i for i in sorted(by_index) if allowed[i]],
+            lambda i: (by_index[i].free_cpu_milli, by_index[i].free_memory_mega,
+                       by_index[i].free_gpu),
+            lambda i: lower[by_index[i].name],
+        )
+        if candidate is None:
+            return False
+        node = by_index[candidate.node]
+        pod.nominated = node.name
+        pod.manifest["status"]["nominatedNodeName"] = node.name
+        pod.waiting_for = {victim.name for victim in candidate.victims}
+        self.nodes.take(node, *want)  # held for it: nobody else binds into it
+        self.ledger.set_pod_resources(pod.namespace, pod.name, res, node=node.name,
+                                      trainer=pod.role == ROLE_TRAINER)
+        for victim in candidate.victims:
+            doomed = self.pods.get(victim.name)
+            if doomed is not None:
+                status = doomed.manifest["status"]
+                status["conditions"] = [*(status.get("conditions") or ()), {
+                    "type": "DisruptionTarget", "status": "True",
+                    "reason": "PreemptionByScheduler",
+                    "message": f"{pod.namespace}/{pod.name} on node {node.name}"}]
+                self.delete(doomed)
+        return True
+
+    def _drop_nomination(self, pod: PodRecord) -> None:
+        if pod.nominated:
+            res = pod.resources
+            self.nodes.take(self.nodes.by_name[pod.nominated], -res.cpu_request_milli,
+                            -res.memory_request_mega, -res.gpu_request)
+            pod.nominated = ""
 
     def _record_exit(self, pod: PodRecord, code: int | None) -> None:
         """Write the exit into the pod's status, where a podFailurePolicy looks for it.
@@ -240,3 +351,13 @@ class PodLifecycle:
         for listener in self.listeners:
             with contextlib.suppress(Exception):
                 listener(event, pod)
+
+
+def quota_traits(spec: Mapping[str, Any], resources: PodResources) -> QuotaPod:
+    """What quota scopes read of a pod."""
+    return QuotaPod(
+        str(spec.get("priorityClassName") or ""),
+        best_effort=not (resources.cpu_request_milli or resources.cpu_limit_milli
+                         or resources.memory_request_mega or resources.memory_limit_mega),
+        terminating=spec.get("activeDeadlineSeconds") is not None,
+    )

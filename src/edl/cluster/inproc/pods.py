@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from edl.accounting import PodResources
+from edl.accounting.eligibility import constraints_of
 from edl.api.names import LABEL_JOB, LABEL_ROLE
 from edl.cluster.inproc.affinity import PreferredTerm
 from edl.cluster.port import Manifest
@@ -33,6 +34,7 @@ class PodRecord:
     """One pod: identity, parsed resources, state, and its manifest (kept in sync)."""
 
     __slots__ = (
+        "constraints",
         "counted",
         "created_at",
         "job",
@@ -40,9 +42,11 @@ class PodRecord:
         "name",
         "namespace",
         "node",
+        "nominated",
         "owner",
         "phase",
         "preferred",
+        "priority",
         "resources",
         "role",
         "running_at",
@@ -50,6 +54,7 @@ class PodRecord:
         "terminating",
         "uid",
         "unschedulable",
+        "waiting_for",
     )
 
     def __init__(
@@ -72,6 +77,12 @@ class PodRecord:
         self.owner = owner
         self.resources = resources
         self.preferred = preferred  # preferred node-affinity terms (`affinity.py`), parsed once
+        spec = manifest.get("spec") or {}
+        self.constraints = constraints_of(spec)  # taints it tolerates, nodes it selects
+        priority = spec.get("priority")
+        self.priority: int = priority if isinstance(priority, int) else 0
+        self.nominated = ""  # the node preemption holds room on for it
+        self.waiting_for: set[str] = set()  # uids of its victims still leaving
         self.seq = seq  # creation order: newer pods have larger seq
         self.created_at = now
         self.running_at: float | None = None

@@ -39,6 +39,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from edl.accounting.eligibility import NodeFacts, PodConstraints
 from edl.cluster.inproc.affinity import (
     NODE_AFFINITY_WEIGHT,
     LabelIndex,
@@ -57,6 +58,7 @@ class Node:
 
     __slots__ = (
         "cpu_milli",
+        "facts",
         "free_cpu_milli",
         "free_gpu",
         "free_memory_mega",
@@ -69,7 +71,7 @@ class Node:
 
     def __init__(
         self, name: str, index: int, cpu_milli: int, memory_mega: int, gpu: int,
-        labels: dict[str, str] | None = None,
+        labels: dict[str, str] | None = None, facts: NodeFacts | None = None,
     ) -> None:
         self.name = name
         self.index = index
@@ -80,10 +82,13 @@ class Node:
         self.free_memory_mega = memory_mega
         self.free_gpu = gpu
         self.labels = labels or {}
+        # what TaintToleration and NodeAffinity's required part read (labels, taints)
+        self.facts = facts or NodeFacts(name, tuple(sorted(self.labels.items())))
 
 
 def unschedulable_reason(
-    nodes: Iterable[Node], cpu_milli: int, memory_mega: int, gpu: int, *, total: bool = False
+    nodes: Iterable[Node], cpu_milli: int, memory_mega: int, gpu: int, *, total: bool = False,
+    constraints: PodConstraints | None = None,
 ) -> str:
     """Why a pod with these requests fits no node, in kube-scheduler's words.
 
@@ -95,6 +100,12 @@ def unschedulable_reason(
     size = 0
     for node in nodes:
         size += 1
+        blocker = constraints.blocker(node.facts) if constraints is not None else ""
+        if blocker:
+            why = f"node(s) had {blocker}" if blocker.startswith("untolerated") else (
+                "node(s) didn't match Pod's node affinity/selector")
+            counts[why] = counts.get(why, 0) + 1
+            continue
         room = (
             (node.cpu_milli, node.memory_mega, node.gpu)
             if total
@@ -163,6 +174,15 @@ class NodeIndex:
         self._rng = random.Random(seed)
         # rows: allocatable cpu, allocatable memory, free cpu, free memory, free gpu
         self._room = np.zeros((5, 16), dtype=np.int64)
+        self._eligible: dict[PodConstraints, np.ndarray] = {}
+
+    def eligible(self, constraints: PodConstraints) -> np.ndarray:
+        """Per node, whether TaintToleration and NodeAffinity (required) let the pod on."""
+        mask = self._eligible.get(constraints)
+        if mask is None:
+            mask = np.array([not constraints.blocker(n.facts) for n in self.nodes], dtype=bool)
+            self._eligible[constraints] = mask
+        return mask
 
     def add(self, node: Node) -> None:
         n = len(self.nodes)
@@ -173,6 +193,7 @@ class NodeIndex:
         self.nodes.append(node)
         self.by_name[node.name] = node
         self.labels.add(node.name, node.labels)
+        self._eligible.clear()
 
     def max_free_cpu_milli(self) -> int:
         n = len(self.nodes)
@@ -181,14 +202,16 @@ class NodeIndex:
     def find(
         self, cpu_milli: int, memory_mega: int, gpu: int,
         preferred: tuple[PreferredTerm, ...] = (),
+        constraints: PodConstraints | None = None,
     ) -> Node | None:
-        """The node the scheduler binds a pod with these requests (and these preferred
-        node-affinity terms) to, or None if none fits."""
+        """The node the scheduler binds a pod with these requests (these preferred
+        node-affinity terms, and these taint/selector constraints) to, or None."""
         n = len(self.nodes)
         room = self._room[:, :n]
-        feasible = np.flatnonzero(
-            (room[2] >= cpu_milli) & (room[3] >= memory_mega) & (room[4] >= gpu)
-        )
+        fits = (room[2] >= cpu_milli) & (room[3] >= memory_mega) & (room[4] >= gpu)
+        if constraints is not None:
+            fits &= self.eligible(constraints)
+        feasible = np.flatnonzero(fits)
         if feasible.size == 0:
             return None
         alloc_cpu, alloc_mem = room[0, feasible], room[1, feasible]
@@ -229,8 +252,10 @@ class Scheduler:
         bind: Callable[[PodRecord, Node], None],
         on_unschedulable: Callable[[], None],
         call_soon: Callable[[Callable[[], None]], object],
+        preempt: Callable[[PodRecord], bool] = lambda pod: False,
     ) -> None:
         self.nodes = nodes
+        self._preempt = preempt
         self._bind = bind
         self._on_unschedulable = on_unschedulable
         self._call_soon = call_soon
@@ -260,7 +285,8 @@ class Scheduler:
             self._call_soon(self.run_pass)
 
     def run_pass(self) -> None:
-        """Try to bind waiting pods, oldest first; a pod that does not fit keeps waiting."""
+        """Try to bind waiting pods, highest priority first, then oldest (PrioritySort);
+        a pod that does not fit may preempt lower-priority pods, else keeps waiting."""
         self._pass_scheduled = False
         self.passes += 1
         retry = self._room_freed
@@ -270,19 +296,26 @@ class Scheduler:
             candidates = [pod for pod in self._new if pod.uid in self.queue]
         self._room_freed = False
         self._new = []
-        failed: set[tuple[int, int, int]] = set()
-        reasons: dict[tuple[int, int, int], str] = {}
+        candidates.sort(key=lambda pod: -pod.priority)  # stable: FIFO within a priority
+        failed: set[tuple[object, ...]] = set()
+        reasons: dict[tuple[object, ...], str] = {}
         newly_unschedulable = False
         nodes = self.nodes
         for pod in candidates:
             res = pod.resources
             shape = (res.cpu_request_milli, res.memory_request_mega, res.gpu_request)
-            node = None if shape in failed else nodes.find(*shape, pod.preferred)
+            if pod.nominated and self._settle_nominated(pod, shape):
+                continue
+            kind = (shape, pod.constraints, pod.priority)
+            node = None if kind in failed else nodes.find(*shape, pod.preferred, pod.constraints)
+            if node is None and kind not in failed and self._preempt(pod):
+                continue  # nominated: it waits for its victims to leave
             if node is None:
-                if shape not in reasons:  # once per shape and pass: O(nodes)
-                    reasons[shape] = unschedulable_reason(nodes.nodes, *shape)
-                mark_unschedulable(pod.manifest, reasons[shape])
-                failed.add(shape)
+                if kind not in reasons:  # once per kind and pass: O(nodes)
+                    reasons[kind] = unschedulable_reason(
+                        nodes.nodes, *shape, constraints=pod.constraints)
+                mark_unschedulable(pod.manifest, reasons[kind])
+                failed.add(kind)
                 # Alarm when a pod first fails to fit, and when a service (not a trainer,
                 # which the autoscaler plans itself) still fails after room was freed:
                 # the room that freed was not enough or not where it is needed.
@@ -298,3 +331,22 @@ class Scheduler:
             self._bind(pod, node)
         if newly_unschedulable:
             self._on_unschedulable()
+
+    def _settle_nominated(self, pod: PodRecord, shape: tuple[int, int, int]) -> bool:
+        """A nominated pod: bind it on its node once the room held there suffices;
+        True while it keeps waiting there (its victims still leaving)."""
+        node = self.nodes.by_name[pod.nominated]
+        free = (node.free_cpu_milli, node.free_memory_mega, node.free_gpu)
+        if all(f >= 0 for f in free):  # the held room is really free now
+            self.queue.pop(pod.uid, None)
+            pod.nominated = ""
+            pod.waiting_for.clear()
+            pod.manifest["status"].pop("nominatedNodeName", None)
+            self._bind(pod, node)  # its room was taken when it was nominated
+            return True
+        if pod.waiting_for:
+            return True
+        self.nodes.take(node, -shape[0], -shape[1], -shape[2])  # give the hold back
+        pod.nominated = ""
+        pod.manifest["status"].pop("nominatedNodeName", None)
+        return False
