@@ -143,7 +143,7 @@ def test_resource_quota_admission(clock, cluster_factory, manifests):
 
     async def scenario():
         cluster.create_pod(bare_pod("a", cpu="2"))
-        with pytest.raises(ClusterError, match="exceeded quota: cap, requested: requests.cpu"):
+        with pytest.raises(ClusterError, match=r"exceeded quota: cap, requested: requests\.cpu"):
             cluster.create_pod(bare_pod("b", cpu="2"))
         cluster.create_pod(bare_pod("c", cpu="1"))
         cluster.create_pod(bare_pod("elsewhere", cpu="4", namespace="other"))
