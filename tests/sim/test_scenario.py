@@ -208,3 +208,34 @@ def test_the_documented_example_is_a_valid_scenario() -> None:
     scenario = parse_scenario(example)
     assert [job.name for job in expand_jobs(scenario)][:2] == ["job-1", "job-2"]
     assert "resnet" in [job.name for job in expand_jobs(scenario)]
+
+
+def test_scheduling_sections_taints_selectors_priorities_quotas() -> None:
+    data = copy.deepcopy(MINIMAL)
+    group = data["cluster"]["node_groups"][0]
+    group["labels"] = {"pool": "gpu"}
+    group["taints"] = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
+    data["priority_classes"] = [{"name": "low", "value": -10}]
+    data["quotas"] = [{"name": "cap", "namespace": "team", "hard": {"requests.cpu": "4"},
+                       "priority_classes": ["low"]}]
+    data["training"]["jobs"][0]["scheduling"] = {
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+        "node_selector": {"pool": "gpu"}, "priority_class": "low"}
+    scenario = parse_scenario(data)
+    fields = scenario.training.jobs[0].scheduling.pod_fields()
+    assert fields == {"tolerations": [{"operator": "Exists", "key": "nvidia.com/gpu"}],
+                      "nodeSelector": {"pool": "gpu"}, "priorityClassName": "low"}
+    assert scenario.quotas[0].manifest()["spec"]["scopeSelector"]["matchExpressions"][0][
+        "values"] == ["low"]
+
+    bad = copy.deepcopy(data)
+    bad["cluster"]["node_groups"][0]["taints"][0]["effect"] = "Sometimes"
+    bad["training"]["jobs"][0]["scheduling"]["tolerations"][0]["value"] = "x"
+    bad["quotas"][0]["hard"]["requests.cpu"] = "lots"
+    found = problems_of(bad)
+    assert {"cluster.node_groups[0].taints[0].effect",
+            "training.jobs[0].scheduling.tolerations[0]",
+            "quotas[0].hard.requests.cpu"} <= set(found)
+    unknown = copy.deepcopy(data)
+    unknown["training"]["jobs"][0]["scheduling"]["priority_class"] = "nope"
+    assert "'nope' is not in priority_classes" in problems_of(unknown)["(top level)"]

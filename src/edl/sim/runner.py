@@ -46,11 +46,13 @@ class RunResult:
 
 
 def _pod_template(
-    labels: dict[str, str], name: str, requirements: dict[str, Any], image: str
+    labels: dict[str, str], name: str, requirements: dict[str, Any], image: str,
+    scheduling: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     return {
         "metadata": {"labels": labels},
-        "spec": {"containers": [{"name": name, "image": image, "resources": requirements}]},
+        "spec": {"containers": [{"name": name, "image": image, "resources": requirements}],
+                 **(scheduling or {})},
     }
 
 
@@ -65,7 +67,8 @@ def deployment_manifest(workload: Workload, replicas: int) -> dict[str, Any]:
             "replicas": replicas,
             "selector": {"matchLabels": labels},
             "template": _pod_template(
-                labels, workload.name, workload.resources.to_requirements(), workload.name
+                labels, workload.name, workload.resources.to_requirements(), workload.name,
+                workload.scheduling.pod_fields() if workload.scheduling else None,
             ),
         },
     }
@@ -174,8 +177,14 @@ class _Run:
         )
         for group in scenario.cluster.node_groups:
             allocatable = group.allocatable.to_resource_list()
+            taints = [taint.to_dict() for taint in group.taints]
             for index in range(group.count):
-                self.cluster.add_node(f"{group.name}-{index}", allocatable)
+                self.cluster.add_node(f"{group.name}-{index}", allocatable, group.labels, taints)
+        for priority_class in scenario.priority_classes:
+            self.cluster.create_priority_class(
+                priority_class.name, priority_class.value, priority_class.global_default)
+        for quota in scenario.quotas:
+            self.cluster.create_resource_quota(quota.manifest())
         self.plans = expand_jobs(scenario)
         keys = {
             plan.name if plan.namespace == "default" else f"{plan.namespace}/{plan.name}": plan.name
@@ -202,6 +211,10 @@ class _Run:
 
     def _submit(self, plan: JobPlan) -> None:
         image = self.scenario.training.image
+        if plan.group.scheduling is not None:
+            # the trainers' scheduling fields, set on the trainer Job's pod template
+            self.cluster.set_pod_template_defaults(
+                plan.namespace, trainer_job_name(plan.name), plan.group.scheduling.pod_fields())
         self.cluster.create_training_job(training_job_manifest(plan, image, elastic=self.elastic))
         self.training.submitted(plan)
         if plan.work is not None:

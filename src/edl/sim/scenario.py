@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from edl.sim.scheduling_spec import PriorityClassSpec, QuotaSpec
 from edl.sim.sections import (
     Autoscaling,
     Cluster,
@@ -74,6 +75,8 @@ class Scenario(Strict):
     cluster: Cluster
     workloads: list[Workload] = Field(default_factory=list)
     training: Training = Training()
+    priority_classes: list[PriorityClassSpec] = Field(default_factory=list)
+    quotas: list[QuotaSpec] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _consistent(self) -> Scenario:
@@ -89,6 +92,14 @@ class Scenario(Strict):
                 f"training.jobs: {bad[0]!r} is not a DNS label of at most {MAX_JOB_NAME} "
                 "characters (lower-case letters, digits, '-')"
             )
+        classes = {c.name for c in self.priority_classes}
+        wanted = [g.scheduling.priority_class for g in self.training.jobs if g.scheduling] + [
+            w.scheduling.priority_class for w in self.workloads if w.scheduling]
+        unknown = sorted({name for name in wanted if name and name not in classes})
+        if unknown:
+            problems.append(f"priority class {unknown[0]!r} is not in priority_classes")
+        if len(classes) != len(self.priority_classes):
+            problems.append("priority_classes: names are not unique")
         workload_names = [(w.namespace, w.name) for w in self.workloads]
         if len(workload_names) != len(set(workload_names)):
             problems.append("workloads: names are not unique")

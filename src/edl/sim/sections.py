@@ -9,31 +9,15 @@ from __future__ import annotations
 import itertools
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from edl.sim.scheduling_spec import Scheduling, TaintSpec
+from edl.sim.strict import Quantity, Seconds, Strict
 
-def _check_quantity(value: str | int | float) -> str:
-    """Keep quantities as Kubernetes strings, but reject what the cluster could not parse."""
-    from edl.api.quantity import QuantityError, parse_quantity
-
-    text = str(value)
-    try:
-        number = parse_quantity(text)
-    except QuantityError as error:
-        raise ValueError(f"not a Kubernetes quantity: {text!r}") from error
-    if number < 0:
-        raise ValueError(f"quantity must not be negative: {text!r}")
-    return text
-
-
-Quantity = Annotated[str | int | float, AfterValidator(_check_quantity)]
-Seconds = Annotated[float, Field(ge=0)]
-
-
-class Strict(BaseModel):
-    """Base for every scenario section: unknown keys and type coercion are errors."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+__all__ = [
+    "BackgroundPods", "Cluster", "NodeGroup", "PodResources", "Quantity", "Resources",
+    "Scheduling", "Seconds", "Strict", "TaintSpec", "Workload",
+]
 
 
 class Resources(Strict):
@@ -74,6 +58,8 @@ class NodeGroup(Strict):
     name: Annotated[str, Field(min_length=1, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
     count: Annotated[int, Field(ge=1)]
     allocatable: Resources
+    labels: dict[str, str] = Field(default_factory=dict)
+    taints: list[TaintSpec] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _needs_cpu_and_memory(self) -> NodeGroup:
@@ -100,7 +86,7 @@ class BackgroundPods(Strict):
 
 class Cluster(Strict):
     node_groups: Annotated[list[NodeGroup], Field(min_length=1)]
-    background_pods: list[BackgroundPods] = []
+    background_pods: list[BackgroundPods] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _unique_groups(self) -> Cluster:
@@ -123,6 +109,7 @@ class Workload(Strict):
     kind: Literal["Deployment"] = "Deployment"
     resources: PodResources
     schedule: Annotated[list[ReplicaStep], Field(min_length=1)]
+    scheduling: Scheduling | None = None
 
     @model_validator(mode="after")
     def _ordered(self) -> Workload:

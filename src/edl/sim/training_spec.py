@@ -6,6 +6,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, model_validator
 
+from edl.sim.scheduling_spec import Scheduling
 from edl.sim.sections import PodResources, Seconds, Strict
 from edl.sim.work_spec import Work
 
@@ -58,6 +59,8 @@ class JobGroup(Strict):
     static_trainers: Annotated[int, Field(ge=1)] | None = None
     start_trainers: Annotated[int, Field(ge=1)] | None = None
     work: Work | None = None
+    # where its trainers may run and their priority (the trainer pods' scheduling fields)
+    scheduling: Scheduling | None = None
 
     @model_validator(mode="after")
     def _one_form(self) -> JobGroup:

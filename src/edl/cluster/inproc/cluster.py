@@ -108,6 +108,7 @@ class InProcessCluster(ManagedTrainerPods):
             job_backoff_base_s=backoff_base_s, job_backoff_max_s=job_backoff_max_s,
         )
         self._cpu_total_milli = 0
+        self._template_defaults: dict[tuple[str, str], dict[str, Any]] = {}
         # the trainer controller's crash back-off here (first delay, cap): a local run's
         # short values reach it too
         self.crash_backoff_s = (backoff_base_s, job_backoff_max_s)
@@ -159,7 +160,25 @@ class InProcessCluster(ManagedTrainerPods):
 
     # ================================================================ Cluster port: children
     async def create_job(self, job: Manifest) -> Manifest:
+        defaults = self._template_defaults.get(object_key(job))
+        if defaults:  # as a mutating admission webhook would
+            job = copy_manifest(dict(job))
+            template = job.setdefault("spec", {}).setdefault("template", {})
+            template["spec"] = {**(template.get("spec") or {}), **copy_manifest(defaults)}
         return self.store.create("Job", job)
+
+    def set_pod_template_defaults(
+        self, namespace: str, name: str, fields: Mapping[str, Any]
+    ) -> None:
+        """Pod spec fields (tolerations, nodeSelector, affinity, priorityClassName) merged
+        into the pod template of the batch Job ``namespace/name`` when it is created.
+
+        Why: the simulator gives a scenario job's trainers their scheduling fields this
+        way, as a platform's mutating admission webhook would, so the trainer Job the
+        Autoscaler reads carries them exactly as a TrainingJob's `spec.trainer` fields
+        rendered into the template would.
+        """
+        self._template_defaults[(namespace, name)] = dict(fields)
 
     async def create_replica_set(self, replica_set: Manifest) -> Manifest:
         return self.store.create("ReplicaSet", replica_set)
