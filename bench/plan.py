@@ -6,8 +6,12 @@ system pods hold ~5 % of every node, each job's current trainers are already
 placed (random parallelism in [min, max]), and 1 % as many service pods as
 nodes wait for room. Each case is timed a few times; the median is reported.
 Target: 5,000 nodes x 1,000 jobs planned by `default` in < 0.5 s. Every view says
-where its trainers run (`JobView.trainers`). Last line: what knowing placement costs
-(per-node preemption and fair-share pools): the largest case with `trainers=None`.
+where its trainers run (`JobView.trainers`). Then: what knowing placement costs
+(per-node preemption and fair-share pools): the largest case with `trainers=None`;
+and what constraints cost (issue 21): the largest case with 20 labelled node pools,
+the GPU pools tainted, every node's `pods` allocatable counted, GPU jobs tolerating
+the taint and selecting a GPU pool, 40 % of CPU jobs selecting one CPU pool, against
+the same cluster and jobs without constraints, in the same run.
 
 Run: .venv/bin/python bench/plan.py [--quick]
 """
@@ -25,6 +29,13 @@ from rich.progress import Progress
 from rich.table import Table
 
 from edl.accounting import ClusterResource, NodeCapacity, PodResources, ResourceLedger
+from edl.accounting.eligibility import (
+    NO_CONSTRAINTS,
+    NodeFacts,
+    PodConstraints,
+    Taint,
+    Toleration,
+)
 from edl.policy import JobView, Trainer, get_policy
 
 MAX_LOAD = 0.97
@@ -33,8 +44,20 @@ SHAPES = [(1000, 2000, 0), (2000, 4000, 0), (4000, 8000, 0), (5000, 8590, 0), (2
 SERVICE = PodResources(3000, 3000, 3222, 3222, 0, 0)
 
 
-def synthetic(nodes: int, jobs: int, seed: int = 7) -> tuple[list[JobView], ClusterResource]:
-    """A consistent cluster: pods placed on nodes with room, the rest pending."""
+POOLS = 20
+GPU_TAINT = Taint("nvidia.com/gpu", "present", "NoSchedule")
+TOLERATE_GPU = (Toleration("nvidia.com/gpu", "Exists", "", "NoSchedule"),)
+
+
+def synthetic(
+    nodes: int, jobs: int, seed: int = 7, constrained: bool = False
+) -> tuple[list[JobView], ClusterResource]:
+    """A consistent cluster: pods placed on nodes with room, the rest pending.
+
+    ``constrained``: node i is in pool i % 20 (label `pool`), the GPU nodes (every
+    tenth: pools 0 and 10) are tainted, every node takes at most 110 pods; GPU jobs
+    tolerate the taint and select one GPU pool, 40 % of CPU jobs select one CPU pool.
+    """
     rng = random.Random(seed * 1_000_003 + nodes * 7 + jobs)
     ledger = ResourceLedger()
     room: list[list[int]] = []
@@ -44,16 +67,24 @@ def synthetic(nodes: int, jobs: int, seed: int = 7) -> tuple[list[JobView], Clus
         gpus = 4 if i % 10 == 0 else 0
         name = f"node-{i:05d}"
         names.append(name)
-        ledger.set_node(name, NodeCapacity(cores * 1000, cores * 4000, gpus))
+        if constrained:
+            facts = NodeFacts(name, (("kubernetes.io/hostname", name), ("pool", f"p{i % POOLS}")),
+                              (GPU_TAINT,) if gpus else ())
+            ledger.set_node(name, NodeCapacity(cores * 1000, cores * 4000, gpus, (("pods", 110),)),
+                            facts=facts)
+        else:
+            ledger.set_node(name, NodeCapacity(cores * 1000, cores * 4000, gpus))
         system = cores * 50  # ~5 % of the node's CPU
         ledger.set_pod_resources(
             "kube-system", f"sys-{i}", PodResources(system, system, 500, 500), node=name
         )
         room.append([cores * 1000 - system, cores * 4000 - 500, gpus])
 
-    def bind(cpu: int, memory: int, gpu: int) -> str:
+    def bind(cpu: int, memory: int, gpu: int, pool: int | None = None) -> str:
         for _ in range(8):  # a few random tries, like a spreading scheduler
             i = rng.randrange(nodes)
+            if pool is not None:  # a node of its pool
+                i = (i - i % POOLS + pool) if i - i % POOLS + pool < nodes else pool
             r = room[i]
             if r[0] >= cpu and r[1] >= memory and r[2] >= gpu:
                 r[0] -= cpu
@@ -70,9 +101,19 @@ def synthetic(nodes: int, jobs: int, seed: int = 7) -> tuple[list[JobView], Clus
         parallelism = rng.randint(lo, hi)
         running = pending = 0
         per_pod = PodResources(cpu, cpu, memory, memory, gpu, gpu)
+        constraints = NO_CONSTRAINTS
+        pool: int | None = None
+        if constrained and gpu:
+            pool = rng.choice((0, 10))
+            constraints = PodConstraints(TOLERATE_GPU, (("pool", f"p{pool}"),))
+        elif constrained and rng.random() < 0.4:
+            pool = rng.choice([p for p in range(POOLS) if p not in (0, 10)])
+            constraints = PodConstraints((), (("pool", f"p{pool}"),))
+        elif constrained:
+            pool = rng.choice([p for p in range(POOLS) if p not in (0, 10)])  # untainted
         trainers = []
         for k in range(parallelism):
-            node = bind(cpu, memory, gpu)
+            node = bind(cpu, memory, gpu, pool)
             ledger.set_pod_resources("ns", f"job{j}-{k}", per_pod, node=node, trainer=True)
             trainers.append(Trainer(f"job{j}-{k}", node))
             running += bool(node)
@@ -84,7 +125,7 @@ def synthetic(nodes: int, jobs: int, seed: int = 7) -> tuple[list[JobView], Clus
                 memory_request_mega=memory, memory_limit_mega=memory,
                 gpu_request=gpu, gpu_limit=gpu,
                 total=parallelism, running=running, pending=pending, unscheduled=pending,
-                trainers=tuple(trainers),
+                trainers=tuple(trainers), constraints=constraints,
             )
         )  # fmt: skip
     for s in range(max(1, nodes // 100)):
@@ -162,6 +203,25 @@ def main() -> None:
         f"({verdict} the 500 ms target)"
     )
     placement_cost(console, 1 if args.quick else 5)
+    constraint_cost(console, 1 if args.quick else 5)
+
+
+def constraint_cost(console: Console, repeats: int) -> None:
+    """What constraints cost: the largest case with pools, taints, selectors and the
+    `pods` allocatable, against the same jobs and nodes without them."""
+    views, resources = synthetic(5000, 1000, constrained=True)
+    # the very same jobs and nodes, every constraint (and the pods count) left out
+    plain_views = [replace(view, constraints=NO_CONSTRAINTS) for view in views]
+    plain = replace(resources, nodes=replace(resources.nodes, facts={}, extended_free={}))
+    unconstrained = median_seconds("default", plain_views, plain, repeats)
+    constrained = median_seconds("default", views, resources, repeats)
+    verdict = "meets" if constrained < 0.5 else "MISSES"
+    console.print(
+        f"constraints on 5,000 nodes x 1,000 jobs ({POOLS} pools, GPU pools tainted, "
+        f"selectors, pods allocatable): {constrained * 1000:.1f} ms with, "
+        f"{unconstrained * 1000:.1f} ms without (ratio {constrained / unconstrained:.2f}; "
+        f"{verdict} the 500 ms target)"
+    )
 
 
 def placement_cost(console: Console, repeats: int) -> None:
