@@ -208,19 +208,20 @@ def grow(plans: Sequence[JobPlan], budget: Budget, room: Room) -> None:
         # Give this job units until it passes the next least fulfilled job (one heap
         # operation per batch instead of per trainer; same result as one at a time).
         rival = heap[0] if heap else None
-        allowed = plan.allowed
+        allowed, book, entry = plan.allowed, plan.book, plan.quota
         while True:
             if not budget.fits(cpu, memory, gpu_limit):
                 plan.stopped = "load"
                 break
-            if not plan.quota_fits():
+            if book is not None and not book.fits(entry):
                 plan.stopped = "quota"
                 break
             node = room.take(shape, allowed)
             if node < 0:
                 plan.stopped = "room"
                 break
-            plan.quota_take()
+            if book is not None:
+                book.take(entry)
             plan.planned_nodes.append(node)
             plan.target += 1
             plan.grown = True

@@ -16,7 +16,8 @@ listed), ``NotIn`` (absent, or value not listed), ``Exists``, ``DoesNotExist``,
 ``Gt``/``Lt`` (present, an integer, compared with the one integer value). Fields:
 ``metadata.name`` with ``In``/``NotIn`` and one value. A term the API server would
 reject (bad weight, operator, value count, field key) raises `AffinityError` naming
-every wrong field, as pod validation does; required node affinity is not modelled.
+every wrong field, as pod validation does. Required node affinity, `nodeSelector` and
+taints are filters: `edl.accounting.eligibility`, applied by `NodeIndex.find`.
 
 Why an index: matching runs against label -> value -> node positions, so a term
 costs O(values + matched nodes), not O(nodes) in Python, on 500-node clusters.

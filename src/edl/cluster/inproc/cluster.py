@@ -12,9 +12,11 @@ their own modules:
 Time comes from a `Clock` plug and pods run in a `PodRunner` plug, so
 `edl simulate` (virtual clock, simulated pods) and `edl run` (real clock, real
 processes) are this same code. Every object has optimistic concurrency
-(`store`). Not modelled: rolling updates of a Deployment's template (a
-Deployment owns its pods directly), node selectors/affinity, taints,
-priorities, preemption.
+(`store`). Modelled as kube-scheduler and the API server do them (docs/fidelity.md):
+taints and tolerations, `nodeSelector` and node affinity, PriorityClass with the
+default preemption, ResourceQuota admission. Not modelled: rolling updates of a
+Deployment's template (a Deployment owns its pods directly), pod (anti-)affinity,
+PodDisruptionBudgets.
 
 Speed: every question the Autoscaler or the simulator asks is answered from
 counters kept on each transition (`OwnerPods`, the accounting `ResourceLedger`,

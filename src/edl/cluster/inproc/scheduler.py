@@ -3,8 +3,12 @@ kube-scheduler scores them.
 
 Filter, as ``NodeResourcesFit``: a pod fits a node when its CPU, memory and GPU
 requests are within the node's free room (allocatable minus the requests of the
-pods bound there, terminating ones included). Pods that fit nowhere stay Pending
-and are retried when room frees.
+pods bound there, terminating ones included); as ``TaintToleration`` and
+``NodeAffinity``: the node's NoSchedule/NoExecute taints are tolerated and its labels
+match the pod's nodeSelector and required terms (`edl.accounting.eligibility`).
+The queue is ordered as ``PrioritySort`` (higher `spec.priority` first). A pod that
+fits nowhere may preempt lower-priority pods (`preemption.py`: it is nominated and
+room is held for it); otherwise it stays Pending and is retried when room frees.
 
 Score, as the default profile (`pkg/scheduler/framework/plugins/noderesources`),
 CPU and memory with weight 1 each, both plugins weight 1, the requests counted
