@@ -245,3 +245,32 @@ def test_growth_only_onto_eligible_nodes_within_every_resource(nodes_raw, jobs_r
             free[name][1] -= 1
             free[name][2] -= dev
     assert all(min(values) >= 0 for values in free.values())
+
+
+def test_a_job_below_min_gets_the_namespace_quota_another_job_holds():
+    """Job `a` grew to the whole quota before `b` came: `b`'s trainers are refused at
+    creation until `a` gives back what `b` needs to reach min (victims named)."""
+    quota = {"metadata": {"name": "team", "namespace": "ml"},
+             "spec": {"hard": {"requests.cpu": "6"}},
+             "status": {"used": {"requests.cpu": "6"}}}
+    spec = trainer_spec()
+    a = view("a", spec, 1, 10, placed=["cpu-1"] * 6, namespace="ml")
+    b = JobView.from_pod_resources(
+        "ml", "b", min_instance=2, max_instance=10, parallelism=2,
+        per_pod=pod_request({"spec": spec}), total=0, running=0, pending=0, unscheduled=0,
+        trainers=(), constraints=constraints_of(spec))
+    decisions = plan([node("cpu-1"), node("cpu-2")], trainer_pods(a, spec), [a, b],
+                     quotas=[quota])
+    assert decisions["a"].target == 4 and len(decisions["a"].victims) == 2
+    assert "cannot admit the namespace's pods" in decisions["a"].reason
+    assert decisions["b"].target == 2
+    # once a's two victims are gone the quota has room for b's two: no further shrink
+    leaving = view("a", spec, 1, 10, placed=["cpu-1"] * 6, namespace="ml")
+    leaving = JobView.from_pod_resources(
+        "ml", "a", min_instance=1, max_instance=10, parallelism=4,
+        per_pod=pod_request({"spec": spec}), total=6, running=6, pending=0, unscheduled=0,
+        trainers=tuple(Trainer(t.name, t.node, i < 2) for i, t in enumerate(leaving.trainers)),
+        constraints=constraints_of(spec))
+    decisions = plan([node("cpu-1"), node("cpu-2")], trainer_pods(a, spec), [leaving, b],
+                     quotas=[quota])
+    assert decisions["a"].target == 4 and decisions["b"].target == 2

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from edl.cluster.inproc.controllers import TRAINING_JOB
 from edl.cluster.inproc.pods import PodRecord
 from edl.sim.runner import _Run
 from edl.sim.scenario import load_scenario
@@ -35,6 +36,16 @@ def run_record():
             preempted.append(pod.role)
 
     run.cluster.watch_pods(listen)
+    plans: list[tuple[float, str, str]] = []  # (time, job, status.plan.reason)
+
+    def probe(when: float) -> None:
+        for name in ("research-1", "research-2"):
+            status = (run.cluster.store.peek(TRAINING_JOB, "research", name) or {}).get("status")
+            if status and status.get("plan"):
+                plans.append((when, name, status["plan"]["reason"]))
+
+    for when in range(100, 900, 50):
+        run.clock.call_at(when, probe, when)
     try:
         timeline = run.clock.run(run.main(None))
         jobs = {
@@ -44,7 +55,7 @@ def run_record():
         }
     finally:
         run.clock.close()
-    return bound, preempted, research_live, timeline, jobs
+    return bound, preempted, research_live, timeline, jobs, plans
 
 
 def test_cpu_trainers_never_land_on_the_tainted_gpu_pool(run_record):
@@ -62,7 +73,7 @@ def test_gpu_trainers_and_inference_land_only_on_the_selected_pool(run_record):
 
 
 def test_services_preempt_trainers_and_that_is_a_shrink_not_a_crash(run_record):
-    _, preempted, _, timeline, jobs = run_record
+    _, preempted, _, timeline, jobs, _ = run_record
     assert "trainer" in preempted
     for (_namespace, name), job in jobs.items():
         if name.endswith("-trainer"):
@@ -72,5 +83,11 @@ def test_services_preempt_trainers_and_that_is_a_shrink_not_a_crash(run_record):
 
 def test_the_research_jobs_grow_to_their_quota_and_never_past_it(run_record):
     research_live = run_record[2]
-    # 2 jobs of up to 40 trainers: the 60-pod quota, not max-instance, binds them
-    assert research_live and 50 <= max(research_live) <= 60
+    # 2 jobs of up to 40 trainers: the quota (20 CPUs, 20 pods), not max-instance, binds
+    assert research_live and 8 <= max(research_live) <= 20
+
+
+def test_the_quota_is_the_reason_in_the_jobs_status(run_record):
+    plans = run_record[5]
+    quota = [r for _, _, r in plans if "namespace quota research/research-cap" in r]
+    assert len(quota) >= len(plans) // 2, plans  # most of the run, the quota binds them

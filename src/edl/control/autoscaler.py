@@ -268,6 +268,13 @@ class Autoscaler:
         self.last_decisions = decisions
         return decisions
 
+    def decision_for(self, key: tuple[str, str]) -> Decision | None:
+        """The last plan's decision for a job (None: not planned, or not elastic)."""
+        for decision in self.last_decisions:
+            if (decision.namespace, decision.name) == key:
+                return decision
+        return None
+
     # -- internals ---------------------------------------------------------------------------
     def _remember(self, job: TrainingJob) -> None:
         key = job_key(job)

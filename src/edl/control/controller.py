@@ -348,7 +348,21 @@ class Controller:
             "message": message,
             "trainers": {"desired": desired, "running": pods.running, "pending": pods.pending},
         }
+        plan = self._plan(key)
+        if plan is not None and outcome is None:
+            status["plan"] = plan
         await self._write_status(*key, known, status)
+
+    def _plan(self, key: tuple[str, str]) -> dict[str, Any] | None:
+        """The Autoscaler's last decision for the job, for `status.plan`: its target and
+        why (what bounds the job: a quota, the nodes it may use, its fair share). Only the
+        reason's first part (before " | "), which changes when the decision does, so
+        status is not rewritten for a changing figure."""
+        decision_for = getattr(self.autoscaler, "decision_for", None)
+        decision = decision_for(key) if callable(decision_for) else None
+        if decision is None:
+            return None
+        return {"target": decision.target, "reason": decision.reason.split(" | ")[0]}
 
     async def _last_trainer_failure(self, trainer: Manifest, known: _Known) -> str:
         """The last failed trainer pod and its error, from clusters that keep it

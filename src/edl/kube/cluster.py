@@ -116,10 +116,8 @@ class KubeCluster(KubeManagedTrainers):
         # namespace's TrainingJobs are managed (`namespace` limits kopf, not accounting).
         self.pod_reflector = Reflector(watch_client, Pod, PodStore(self.state), namespace="*")
         self.node_reflector = Reflector(watch_client, Node, NodeStore(self.state), namespace=None)
-        # Namespace quotas bound what a job may grow to (edl.policy.quotas).
-        self.quota_reflector = Reflector(
-            watch_client, ResourceQuota, QuotaStore(self.state), namespace="*"
-        )
+        self.quota_reflector = Reflector(  # quotas bound a job's growth (edl.policy.quotas)
+            watch_client, ResourceQuota, QuotaStore(self.state), namespace="*")
         self._tasks: list[asyncio.Task[None]] = []
         self._handlers: list[TrainingJobHandler] = []
         self._jobs: dict[JobKey, dict[str, Any]] = {}  # latest TrainingJob bodies seen
@@ -132,8 +130,7 @@ class KubeCluster(KubeManagedTrainers):
     # -- lifecycle -----------------------------------------------------------------------
 
     async def start(self, timeout: float = 60.0) -> None:
-        """Start the node, pod and quota caches; wait until nodes and pods have listed once
-        (quotas follow as they list: a cluster without any is the common case)."""
+        """Start the node, pod and quota caches; wait for nodes and pods (quotas follow)."""
         for reflector in (self.node_reflector, self.pod_reflector, self.quota_reflector):
             self._tasks.append(asyncio.create_task(reflector.run(), name=f"watch-{reflector.kind}"))
         await asyncio.wait_for(

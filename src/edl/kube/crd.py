@@ -253,6 +253,15 @@ def status_schema() -> dict[str, Any]:
                     for role in ("desired", "running", "pending")
                 },
             },
+            "plan": {
+                "type": "object",
+                "description": "The autoscaler's last decision: trainer target and why.",
+                "properties": {
+                    "target": {"type": "integer", "format": "int32", "minimum": 0,
+                               "maximum": INT32_MAX},
+                    "reason": {"type": "string"},
+                },
+            },
             "conditions": {
                 "type": "array",
                 "items": condition,

@@ -67,6 +67,9 @@ def kube_status(
     if trainers is not None:
         out["trainers"] = dict(trainers)
         out["replicas"] = int(trainers.get("desired", 0))
+    plan = status.get("plan")
+    if isinstance(plan, Mapping):
+        out["plan"] = dict(plan)
     if generation is not None:
         out["observedGeneration"] = generation
     desired = int((trainers or {}).get("desired", 0))

@@ -53,6 +53,7 @@ from edl.policy.steps import (
     place_unscheduled_trainers,
     rebalance,
     shrink_over_max_load,
+    shrink_over_quota,
 )
 
 __all__ = ["DefaultPolicy"]
@@ -92,6 +93,7 @@ class DefaultPolicy:
         self._begin(plans, budget)
         deficit = place_pending_pods(resources, room)
         place_unscheduled_trainers(plans, room)
+        shrink_over_quota(plans, budget, room)
         shrink_over_max_load(plans, budget, room, max_load_desired, self._shed_cost)
         # one index of who runs where, built on first use and kept true by its users
         preemptor = Preemptor(room, plans)

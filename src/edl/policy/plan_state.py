@@ -181,7 +181,8 @@ def build_plans(
             plan = JobPlan(view, target, bound=_bound(view, room, shape), shape=shape,
                            allowed=room.eligible(view.constraints))
             if quotas is not None:
-                plan.quota = quotas.enrol(view, target - view.total)
+                leaving = sum(1 for t in view.trainers or () if t.leaving)
+                plan.quota = quotas.enrol(view, target - view.total, leaving)
                 if plan.quota >= 0:
                     plan.book = quotas
             plans.append(plan)

@@ -36,11 +36,15 @@ class QuotaBook:
             {key: hard - quota.used.get(key, 0) for key, hard in quota.hard.items()}
             for quota in self.quotas
         ]
+        # what pods already leaving (or shed by this plan) give back once they are gone:
+        # it settles an over-full quota, but nothing grows into it before they exit
+        self.coming = [dict.fromkeys(quota.hard, 0) for quota in self.quotas]
         # per enrolled job: (quota index, key, what one trainer costs there)
         self.entries: list[list[tuple[int, str, int]]] = []
 
-    def enrol(self, view: JobView, creations: int) -> int:
-        """Register a job's trainer; charge the `creations` its Job still has to make.
+    def enrol(self, view: JobView, creations: int, leaving: int = 0) -> int:
+        """Register a job's trainer; charge the `creations` its Job still has to make,
+        and count its `leaving` pods as coming back.
 
         Returns its entry (-1 when no quota of its namespace counts its trainers).
         """
@@ -64,6 +68,7 @@ class QuotaBook:
         self.entries.append(costs)
         for index, key, cost in costs:
             self.left[index][key] -= cost * max(0, creations)
+            self.coming[index][key] += cost * leaving
         return len(self.entries) - 1
 
     def room_for(self, entry: int) -> int | None:
@@ -71,6 +76,23 @@ class QuotaBook:
         if entry < 0:
             return None
         return max(0, min(self.left[i][key] // cost for i, key, cost in self.entries[entry]))
+
+    def over(self, entry: int) -> bool:
+        """Whether a quota that counts this job's trainers stays past `hard` even once the
+        pods already leaving are gone."""
+        return entry >= 0 and any(
+            self.left[i][key] + self.coming[i][key] < 0 for i, key, _ in self.entries[entry]
+        )
+
+    def give(self, entry: int, created: bool = False) -> None:
+        """A trainer charged here will not be created after all; or (`created`) a pod
+        that exists is shed: its share comes back once it is gone."""
+        if entry >= 0:
+            for i, key, cost in self.entries[entry]:
+                if created:
+                    self.coming[i][key] += cost
+                else:
+                    self.left[i][key] += cost
 
     def fits(self, entry: int) -> bool:
         return entry < 0 or all(self.left[i][key] >= cost for i, key, cost in self.entries[entry])

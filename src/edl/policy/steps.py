@@ -21,6 +21,7 @@ __all__ = [
     "place_unscheduled_trainers",
     "rebalance",
     "shrink_over_max_load",
+    "shrink_over_quota",
 ]
 
 
@@ -73,6 +74,29 @@ def place_unscheduled_trainers(plans: Sequence[JobPlan], room: Room) -> None:
                 plan.blocked = plan.target - plan.holding()
                 break
             plan.planned_nodes.append(node)
+
+
+def shrink_over_quota(plans: Sequence[JobPlan], budget: Budget, room: Room) -> None:
+    """Settle namespace quotas the jobs' trainers overfill (the API server would refuse
+    the extra pods at every attempt): while a quota stays past `hard` once the pods
+    already leaving are gone, the most fulfilled job above min that it counts gives up
+    a trainer — one its Job has not created yet first, else a running one (named, the
+    largest hole), so a job below min in the namespace gets the quota it needs."""
+    over = [p for p in plans if p.book is not None and p.book.over(p.quota)]
+    while over:
+        uncreated = [p for p in over if p.target > p.view.min_instance
+                     and p.target > p.view.total and (p.blocked or p.planned_nodes)]
+        created = [p for p in over if p.target > p.view.min_instance and p.bound]
+        candidates = uncreated or created
+        if not candidates:
+            return
+        plan = max(candidates, key=lambda p: (p.fulfillment(), p.key))
+        book = plan.book
+        assert book is not None
+        cause = f"{book.binding(plan.quota)} cannot admit the namespace's pods"
+        plan.shed(budget, room, cause)
+        book.give(plan.quota, created=not uncreated)
+        over = [p for p in over if p.book is not None and p.book.over(p.quota)]
 
 
 def _fulfillment_cost(plan: JobPlan, count: int) -> float:

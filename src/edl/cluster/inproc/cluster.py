@@ -34,10 +34,9 @@ from typing import Any
 
 from edl.accounting import ClusterResource, NodeCapacity, ResourceLedger, pod_request
 from edl.accounting.eligibility import node_facts
-from edl.accounting.quota import quota_room
-from edl.accounting.types import QuotaRoom
 from edl.api.names import HOSTNAME_LABEL, job_key, object_key, trainer_job_name
 from edl.api.quantity import cpu_milli, gpu_count, memory_mega
+from edl.cluster.inproc.admission import AdmissionObjects
 from edl.cluster.inproc.controllers import TRAINING_JOB, WorkloadControllers
 from edl.cluster.inproc.kubelet import PodLifecycle, PodListener
 from edl.cluster.inproc.managed import ManagedTrainerPods
@@ -66,7 +65,7 @@ def _sample_key(namespace: str, name: str) -> str:
     return name if namespace == "default" else f"{namespace}/{name}"
 
 
-class InProcessCluster(ManagedTrainerPods):
+class InProcessCluster(ManagedTrainerPods, AdmissionObjects):
     """The in-process control plane; implements `edl.cluster.port.Cluster`.
 
     Args:
@@ -110,7 +109,7 @@ class InProcessCluster(ManagedTrainerPods):
             job_backoff_base_s=backoff_base_s, job_backoff_max_s=job_backoff_max_s,
         )
         self._cpu_total_milli = 0
-        self._template_defaults: dict[tuple[str, str], dict[str, Any]] = {}
+        self.template_defaults: dict[tuple[str, str], dict[str, Any]] = {}
         # the trainer controller's crash back-off here (first delay, cap): a local run's
         # short values reach it too
         self.crash_backoff_s = (backoff_base_s, job_backoff_max_s)
@@ -162,25 +161,7 @@ class InProcessCluster(ManagedTrainerPods):
 
     # ================================================================ Cluster port: children
     async def create_job(self, job: Manifest) -> Manifest:
-        defaults = self._template_defaults.get(object_key(job))
-        if defaults:  # as a mutating admission webhook would
-            job = copy_manifest(dict(job))
-            template = job.setdefault("spec", {}).setdefault("template", {})
-            template["spec"] = {**(template.get("spec") or {}), **copy_manifest(defaults)}
-        return self.store.create("Job", job)
-
-    def set_pod_template_defaults(
-        self, namespace: str, name: str, fields: Mapping[str, Any]
-    ) -> None:
-        """Pod spec fields (tolerations, nodeSelector, affinity, priorityClassName) merged
-        into the pod template of the batch Job ``namespace/name`` when it is created.
-
-        Why: the simulator gives a scenario job's trainers their scheduling fields this
-        way, as a platform's mutating admission webhook would, so the trainer Job the
-        Autoscaler reads carries them exactly as a TrainingJob's `spec.trainer` fields
-        rendered into the template would.
-        """
-        self._template_defaults[(namespace, name)] = dict(fields)
+        return self.store.create("Job", self.with_template_defaults(job))
 
     async def create_replica_set(self, replica_set: Manifest) -> Manifest:
         return self.store.create("ReplicaSet", replica_set)
@@ -250,27 +231,6 @@ class InProcessCluster(ManagedTrainerPods):
         if not self.pods.quotas:
             return snapshot
         return replace(snapshot, quotas=self.quota_rooms())
-
-    # ================================================================ admission objects
-    def create_priority_class(self, name: str, value: int, global_default: bool = False) -> None:
-        """A PriorityClass: pods naming it get ``spec.priority = value`` at creation."""
-        self.pods.priority_classes[name] = value
-        if global_default:
-            self.pods.default_priority = value
-
-    def create_resource_quota(self, quota: Mapping[str, Any]) -> None:
-        """A ResourceQuota: pod creations that would exceed it are refused (403)."""
-        quota_room(quota)  # a bad quantity is refused now, not at every admission
-        namespace, name = object_key(quota)
-        self.pods.quotas[(namespace, name)] = copy_manifest(dict(quota))
-
-    def quota_rooms(self) -> tuple[QuotaRoom, ...]:
-        """Every quota with `used` as the quota controller would write it now."""
-        rooms = []
-        for (namespace, name), quota in sorted(self.pods.quotas.items()):
-            used = self.pods.quota_usage(namespace).get((namespace, name), {})
-            rooms.append(replace(quota_room(quota), used=used))
-        return tuple(rooms)
 
     # ================================================================ Cluster port: TrainingJobs
     async def update_training_job_status(
