@@ -68,6 +68,9 @@ def fair_shares(
     # one row per (pool, resource): what each job's trainer costs that pool
     weights = (members[:, None, :] * cost[None, :, :]).reshape(-1, len(jobs))
     left = budgets.reshape(-1) - weights @ lows
+    # a (pool, resource) row no member uses can never bind: leave it out of the loop
+    used_rows = weights.any(axis=1)
+    weights, left = weights[used_rows], left[used_rows]
     active = ranges > 0
     safe_ranges = np.where(ranges > 0, ranges, 1)
     # Distinct levels k/r differ by at least 1/max_range^2: bisect no finer than that.

@@ -125,4 +125,16 @@ def _pools(plans: Sequence[JobPlan], room: Room) -> list[Pool]:
             held = np.maximum(held, np.outer(np.array(member[0], dtype=np.int64), slots[member]))
         budget = held[:3, nodes].sum(axis=1)
         pools.append((members, (int(budget[0]), int(budget[1]), int(budget[2]))))
-    return pools
+    return _merge_alike(pools)
+
+
+def _merge_alike(pools: list[Pool]) -> list[Pool]:
+    """Pools with the same members bound them by the least of their budgets (one row
+    each in the water-filling instead of one per node set: constraints make many)."""
+    merged: dict[tuple[bool, ...], tuple[int, int, int]] = {}
+    for members, budget in pools:
+        key = tuple(members)
+        old = merged.get(key)
+        merged[key] = budget if old is None else (
+            min(old[0], budget[0]), min(old[1], budget[1]), min(old[2], budget[2]))
+    return [(list(members), budget) for members, budget in merged.items()]
