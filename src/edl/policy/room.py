@@ -153,6 +153,9 @@ class Room:
         free = self.free
         node_cpu, node_memory, node_gpu = free[0], free[1], free[2]
         extras = [(free[d], shape[d]) for d in range(3, self.dims) if shape[d] > 0]
+        # the usual extra (`pods`) compared inline; a generator only for more
+        first, want_first = extras[0] if extras else (node_cpu, 0)
+        rest = extras[1:]
         flags = allowed.flags if allowed is not None else None
         count = self.count
         while index < count:
@@ -160,8 +163,9 @@ class Room:
                 node_cpu[index] >= cpu
                 and node_memory[index] >= memory
                 and node_gpu[index] >= gpu
+                and first[index] >= want_first
                 and (flags is None or flags[index])
-                and all(column[index] >= want for column, want in extras)
+                and (not rest or all(column[index] >= want for column, want in rest))
             ):
                 for d in range(self.dims):
                     free[d][index] -= shape[d]
