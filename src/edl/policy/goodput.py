@@ -118,6 +118,8 @@ class GoodputPolicy(DefaultPolicy):
             view, shape = plan.view, plan.shape
             for _ in range(added):
                 room.give(plan.planned_nodes.pop(), shape)
+                if plan.book is not None:
+                    plan.book.give(plan.quota)  # nor is its quota taken
             budget.add(view.cpu_request_milli, view.memory_request_mega, view.gpu_limit, -added)
             plan.target = old
             plan.grown = False
