@@ -38,7 +38,9 @@ BUILD_SCRIPT = ROOT / "tools" / "k8s" / "ensure.sh"
 # "default" ServiceAccount in a namespace the API server's admission refuses every pod.
 CONTROLLERS = ("job-controller", "replicaset-controller", "deployment-controller",
                "garbage-collector-controller", "namespace-controller",
-               "pod-garbage-collector-controller", "serviceaccount-controller")
+               "pod-garbage-collector-controller", "serviceaccount-controller",
+               # fills and keeps ResourceQuota status (hard, used): quota admission needs it
+               "resourcequota-controller")
 FAKE_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 
 

@@ -1,0 +1,31 @@
+"""A namespace ResourceQuota against the real API server's quota admission and quota
+controller: edl plans the job up to what the quota leaves and no further, says so in the
+TrainingJob's `status.plan`, and never has a trainer refused (a 403 in its log fails)."""
+
+from __future__ import annotations
+
+import time
+
+from e2e.helpers import parallelism, trainer_pods, trainingjob, wait_tj, wait_trainers
+from e2e.rest import Rest
+
+
+def test_a_job_stops_at_its_namespace_quota_with_the_reason_in_status(
+    rest: Rest, namespace: str, start_controller
+) -> None:
+    # 7 pods: the master, two pservers and four trainers; the cluster has room for more
+    rest.create({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "cap"},
+                 "spec": {"hard": {"count/pods": "7"}}}, namespace)
+    start_controller("replica-a")
+    rest.create(trainingjob("capped", min_instance=2, max_instance=10), namespace)
+    wait_trainers(rest, namespace, "capped", 4, timeout=120)
+    quota_reason = f"namespace quota {namespace}/cap (count/pods: 7 of 7"
+    tj = wait_tj(rest, namespace, "capped",
+                 lambda t: t if quota_reason in t["status"]["plan"]["reason"] else None,
+                 timeout=60, label="status.plan names the quota")
+    assert tj["status"]["plan"]["target"] == 4, tj["status"]["plan"]
+    time.sleep(8)  # a few more autoscaler ticks: no growth past the quota
+    assert parallelism(rest, namespace, "capped") == 4
+    assert len(trainer_pods(rest, namespace, "capped")) == 4
+    pods = rest.list("Pod", namespace)
+    assert len(pods) == 7
