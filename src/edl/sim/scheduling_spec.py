@@ -39,7 +39,7 @@ class TolerationSpec(Strict):
         return self
 
     def to_dict(self) -> dict[str, str]:
-        out = {"operator": self.operator}
+        out: dict[str, str] = {"operator": self.operator}
         for name in ("key", "value", "effect"):
             if getattr(self, name):
                 out[name] = getattr(self, name)
