@@ -116,8 +116,7 @@ class KubeCluster(KubeManagedTrainers):
         # namespace's TrainingJobs are managed (`namespace` limits kopf, not accounting).
         self.pod_reflector = Reflector(watch_client, Pod, PodStore(self.state), namespace="*")
         self.node_reflector = Reflector(watch_client, Node, NodeStore(self.state), namespace=None)
-        self.quota_reflector = Reflector(  # quotas bound a job's growth (edl.policy.quotas)
-            watch_client, ResourceQuota, QuotaStore(self.state), namespace="*")
+        self.quota_reflector = Reflector(watch_client, ResourceQuota, QuotaStore(self.state))
         self._tasks: list[asyncio.Task[None]] = []
         self._handlers: list[TrainingJobHandler] = []
         self._jobs: dict[JobKey, dict[str, Any]] = {}  # latest TrainingJob bodies seen
