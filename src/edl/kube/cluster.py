@@ -8,11 +8,10 @@ What it does that the in-process cluster does not need to:
   deleting the TrainingJob garbage-collects them even if the controller is down.
   Applying is idempotent, so `create_*` on an existing child updates the object
   (a ReplicaSet's running pods keep their old template: only later pods get the
-  new one; docs/kubernetes.md). A batch/v1 Job's pod
-  template is immutable, so an existing trainer Job only gets its labels and
-  its parallelism clamped into the new [min, max];
-* nodes and pods come from list+watch caches (`reflector`, `state`), so
-  `inquiry_resource` and `job_pods` never list pods;
+  new one; docs/kubernetes.md). A batch/v1 Job's pod template is immutable, so an
+  existing trainer Job only gets its labels and its parallelism clamped into [min, max];
+* nodes, pods and ResourceQuotas come from list+watch caches (`reflector`, `state`),
+  so `inquiry_resource` and `job_pods` never list pods;
 * every call is retried on 5xx/429 and dropped connections; a stale
   `update_trainer_job` raises `ConflictError` (409) for the caller to re-read;
 * TrainingJob events come from kopf (`edl.kube.operator`), which calls
