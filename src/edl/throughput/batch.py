@@ -30,10 +30,13 @@ from edl.throughput.efficiency import efficiency
 
 __all__ = [
     "BatchLimits",
+    "FixedBatchCurve",
     "GoodputCurve",
+    "at_declared_batch",
     "best_batch",
     "compute_rate",
     "fixed_goodput",
+    "limits_from_spec",
     "step_overhead",
     "throughput_at",
 ]
@@ -74,28 +77,36 @@ class BatchLimits:
         return min(self.initial, high), high
 
 
-def compute_rate(curve: Curve, n: int) -> float:
-    """r: one trainer's samples/s computing alone (no per-step overhead) at ``n``."""
-    return max(curve.rate(1), curve.rate(n) / n) if n > 0 else 0.0
+def compute_rate(curve: Curve, n: int, measured: float | None = None) -> float:
+    """r: one trainer's samples/s computing alone (no per-step overhead) at ``n``: the
+    ``measured`` one when the runtime reports it, else the curve's rate at one trainer
+    (a curve known only at one count says nothing of its overhead: the measured rate
+    does); never below X(n)/n, where there is no overhead left to amortise."""
+    if n <= 0:
+        return 0.0
+    single = measured if measured is not None and measured > 0 else curve.rate(1)
+    return max(single, curve.rate(n) / n)
 
 
-def step_overhead(curve: Curve, n: int, base: float) -> float:
+def step_overhead(curve: Curve, n: int, base: float, measured: float | None = None) -> float:
     """s(n): seconds of a step at ``n`` trainers that do not scale with the batch."""
-    rate, single = curve.rate(n), compute_rate(curve, n)
+    rate, single = curve.rate(n), compute_rate(curve, n, measured)
     if single <= 0 or rate <= 0:
         return 0.0
     return max(0.0, n * base / rate - base / single)
 
 
-def throughput_at(curve: Curve, n: int, batch: float, base: float) -> float:
+def throughput_at(
+    curve: Curve, n: int, batch: float, base: float, measured: float | None = None
+) -> float:
     """Samples/s at ``n`` trainers and total ``batch``, the curve being at per-trainer
-    batch ``base`` (the module doc's step-time model)."""
+    batch ``base`` (the module doc's step-time model; ``measured``: the compute rate)."""
     if n <= 0 or batch <= 0:
         return 0.0
-    single = compute_rate(curve, n)
+    single = compute_rate(curve, n, measured)
     if single <= 0:
         return 0.0
-    step = (batch / n) / single + step_overhead(curve, n, base)
+    step = (batch / n) / single + step_overhead(curve, n, base, measured)
     return batch / step
 
 
@@ -107,28 +118,49 @@ def fixed_goodput(
 
 
 def best_batch(
-    curve: Curve, n: int, limits: BatchLimits, noise_scale: float | None
+    curve: Curve, n: int, limits: BatchLimits, noise_scale: float | None,
+    measured: float | None = None,
 ) -> tuple[int, float]:
     """(total batch, goodput) of the best batch at ``n`` trainers; ties go to the
-    smaller batch. ``noise_scale`` None: efficiency off (throughput alone)."""
+    smaller batch. ``noise_scale`` None: efficiency off (throughput alone);
+    ``measured``: the compute rate the runtime reports."""
     low, high = limits.bounds(n)
     if n <= 0:
         return low, 0.0
     candidates = {low, high}
-    overhead = step_overhead(curve, n, limits.base)
+    overhead = step_overhead(curve, n, limits.base, measured)
     phi = noise_scale
     if phi is not None and math.isfinite(phi) and overhead > 0:
-        peak = math.sqrt(max(0.0, n * compute_rate(curve, n) * overhead * phi))
+        single = compute_rate(curve, n, measured)
+        peak = math.sqrt(max(0.0, n * single * overhead * phi))
         for near in (math.floor(peak), math.ceil(peak)):
             candidates.add(min(high, max(low, near)))
     best, value = low, -math.inf
     for batch in sorted(candidates):
-        goodput = throughput_at(curve, n, batch, limits.base) * efficiency(
+        goodput = throughput_at(curve, n, batch, limits.base, measured) * efficiency(
             phi, limits.initial, batch
         )
         if goodput > value:
             best, value = batch, goodput
     return best, value
+
+
+@dataclass(frozen=True, slots=True)
+class FixedBatchCurve:
+    """Goodput of a job that keeps its declared per-trainer batch (its total batch grows
+    with its trainers), as a `Curve`: what allocation without batch adaptation sees."""
+
+    throughput: Curve
+    limits: BatchLimits
+    noise_scale: float | None
+
+    def rate(self, n: int) -> float:
+        return fixed_goodput(self.throughput, n, self.limits, self.noise_scale) if n > 0 else 0.0
+
+    def describe(self) -> str:
+        phi = "off" if self.noise_scale is None else f"{self.noise_scale:.4g}"
+        return (f"goodput of {self.throughput.describe()} at its declared per-trainer "
+                f"batch {self.limits.base:g}, noise scale {phi}")
 
 
 @dataclass(frozen=True)
@@ -139,6 +171,7 @@ class GoodputCurve:
     throughput: Curve
     limits: BatchLimits
     noise_scale: float | None
+    compute_rate: float | None = None  # measured by the runtime (None: from the curve)
     _cache: dict[int, tuple[int, float]] = field(
         default_factory=dict, compare=False, repr=False
     )
@@ -147,7 +180,9 @@ class GoodputCurve:
         """(batch, goodput) at ``n`` trainers."""
         hit = self._cache.get(n)
         if hit is None:
-            hit = self._cache[n] = best_batch(self.throughput, n, self.limits, self.noise_scale)
+            hit = self._cache[n] = best_batch(
+                self.throughput, n, self.limits, self.noise_scale, self.compute_rate
+            )
         return hit
 
     def rate(self, n: int) -> float:
@@ -157,3 +192,29 @@ class GoodputCurve:
         phi = "off" if self.noise_scale is None else f"{self.noise_scale:.4g}"
         return (f"goodput of {self.throughput.describe()}, batch {self.limits.initial}"
                 f"..{self.limits.max}, noise scale {phi}")
+
+
+def limits_from_spec(
+    initial: int | None, maximum: int | None, per_trainer_max: int | None, trainers: int
+) -> BatchLimits | None:
+    """A job's `BatchLimits` from its (validated) `spec.batch`, the initial batch being
+    at ``trainers`` (min-instance); None when the job does not adapt its batch."""
+    if initial is None or initial < 1:
+        return None
+    top = max(initial, maximum or initial)
+    return BatchLimits(initial, max(1, trainers), top, per_trainer_max)
+
+
+def at_declared_batch(
+    single: float | None, n: int, batch: float, measured: float, base: float
+) -> float:
+    """What ``measured`` samples/s at total ``batch`` would have been at the declared
+    per-trainer batch ``base``: the step-time model inverted with the measured compute
+    rate ``single`` (one trainer's samples/s without synchronisation). Fits stay in one
+    unit whatever batch a job ran at."""
+    if single is None or single <= 0 or n <= 0 or batch <= 0 or measured <= 0:
+        return measured
+    if abs(batch - n * base) < 0.5:
+        return measured
+    overhead = max(0.0, batch / measured - (batch / n) / single)
+    return n * base / (base / single + overhead)
