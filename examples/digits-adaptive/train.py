@@ -92,9 +92,11 @@ def main():
             accuracy = (model(x_test).argmax(1) == y_test).float().mean().item()
         if rank == 0:
             save_checkpoint(args.checkpoint, model, optimizer, adaptive, epoch)
+            # a metric line edl shows: epochs finished (from 1) of the total, loss, accuracy,
+            # and the helper's batch, noise scale, efficiency and learning-rate gain
             figures = " ".join(f"{k}={v:g}" for k, v in adaptive.metrics().items())
-            print(f"epoch={epoch} loss={loss.item():.4f} accuracy={accuracy:.4f} {figures}",
-                  flush=True)
+            print(f"epoch={epoch + 1} epochs={args.epochs} loss={loss.item():.4f} "
+                  f"accuracy={accuracy:.4f} {figures}", flush=True)
         dist.barrier()  # nobody starts the next epoch before its checkpoint exists
 
     if rank == 0:
