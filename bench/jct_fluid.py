@@ -17,6 +17,11 @@ max) by one rule, and each job advances at its curve's rate. Rules:
 
 It also prints the bound of `edl.sim.jct_bound` (each job alone at its peak). A
 model, not the simulator: its figures rank rules; they are not edl's JCTs.
+
+Jobs with ``noise_scale`` (issue 22) progress at goodput: every rule runs twice, once
+with each job's batch the declared per-trainer batch times its trainers ("fixed
+batch", what `default` does) and once at the best batch for its trainers and current
+φ ("adapted batch"); the rules then see those goodput curves instead of throughput.
 Usage: ``python bench/jct_fluid.py [SCENARIO ...]`` (default: mixed-scaling).
 """
 
@@ -32,7 +37,9 @@ from statistics import fmean
 
 from edl.api.quantity import cpu_milli
 from edl.sim.jct_bound import mean_jct_lower_bound
+from edl.sim.noisy_work import NoiseRamp
 from edl.sim.scenario import Scenario, expand_jobs, load_scenario
+from edl.throughput.batch import BatchLimits, GoodputCurve, fixed_goodput
 from edl.throughput.curve import Curve
 
 STEP_S = 5.0
@@ -46,9 +53,37 @@ class _Job:
     high: int
     cpu: int  # one trainer's CPU (milli)
     overhead: int  # master + pservers (milli)
-    curve: Curve
+    curve: Curve  # what the rules see: throughput, or goodput at the job's progress
     left: float
     done_at: float | None = None
+    throughput: Curve | None = None  # noise-limited jobs: the true throughput curve
+    limits: BatchLimits | None = None
+    ramp: NoiseRamp | None = None
+    total: float = 0.0
+
+
+@dataclass(frozen=True)
+class _Fixed:
+    """Goodput of a job that keeps its per-trainer batch, at one φ."""
+
+    throughput: Curve
+    limits: BatchLimits
+    phi: float
+
+    def rate(self, n: int) -> float:
+        return fixed_goodput(self.throughput, n, self.limits, self.phi)
+
+    def describe(self) -> str:
+        return "fixed-batch goodput"
+
+
+def _refresh(job: _Job, adapt: bool) -> None:
+    """The job's goodput curve at its current φ (noise-limited jobs only)."""
+    if job.ramp is None or job.limits is None or job.throughput is None:
+        return
+    phi = job.ramp.at(1.0 - job.left / job.total)
+    job.curve = (GoodputCurve(job.throughput, job.limits, phi) if adapt
+                 else _Fixed(job.throughput, job.limits, phi))
 
 
 Rule = Callable[[list[_Job], int], dict[str, int]]
@@ -68,9 +103,16 @@ def _jobs(scenario: Scenario) -> list[_Job]:
         overhead = _cpu(group.master.resources) if group.master else 0
         if group.pserver is not None:
             overhead += group.pserver.count * _cpu(group.pserver.resources)
-        out.append(_Job(plan.name, plan.submit_at, group.trainer.min, group.trainer.max,
-                        _cpu(group.trainer.resources), overhead,
-                        group.work.throughput.curve(), group.work.total_samples))
+        work = group.work
+        job = _Job(plan.name, plan.submit_at, group.trainer.min, group.trainer.max,
+                   _cpu(group.trainer.resources), overhead, work.throughput.curve(),
+                   work.total_samples, total=work.total_samples)
+        if work.noise_scale is not None and work.initial_batch is not None:
+            job.throughput = job.curve
+            job.limits = BatchLimits(work.initial_batch, plan.start_trainers or job.low,
+                                     max(work.initial_batch, work.max_batch or 0))
+            job.ramp = NoiseRamp(work.noise_scale.start, work.noise_scale.end)
+        out.append(job)
     return out
 
 
@@ -132,12 +174,15 @@ RULES: dict[str, Rule] = {
 }
 
 
-def run(scenario: Scenario, rule: Rule) -> tuple[float, float]:
-    """(mean JCT, makespan) of the scenario's jobs with work under ``rule``."""
+def run(scenario: Scenario, rule: Rule, adapt: bool = False) -> tuple[float, float]:
+    """(mean JCT, makespan) of the scenario's jobs with work under ``rule``; ``adapt``:
+    noise-limited jobs run at their best batch (else at their declared per-trainer one)."""
     jobs = _jobs(scenario)
     t = 0.0
     while any(j.done_at is None for j in jobs):
         present = [j for j in jobs if j.submit <= t and j.done_at is None]
+        for job in present:
+            _refresh(job, adapt)
         if present:
             given = rule(present, _capacity(scenario, present, t))
             for job in present:
@@ -158,21 +203,29 @@ def main(argv: list[str]) -> int:
     for name in argv or ["mixed-scaling"]:
         scenario = load_scenario(name)
         print(f"\n**{scenario.name}** (fluid model, {STEP_S:.0f} s steps)\n")
-        print("| rule | mean JCT (s) | / fair-fulfillment | makespan (s) |")
-        print("|---|---:|---:|---:|")
+        noisy = any(j.ramp is not None for j in _jobs(scenario))
+        print("| rule | batch | mean JCT (s) | / fair-fulfillment | makespan (s) |")
+        print("|---|---|---:|---:|---:|")
         baseline = None
-        for rule_name, rule in RULES.items():
-            jct, makespan = run(scenario, rule)
-            baseline = baseline or jct
-            print(f"| {rule_name} | {jct:.0f} | {jct / baseline:.2f} | {makespan:.0f} |",
-                  flush=True)
+        for adapt in (False, True) if noisy else (False,):
+            for rule_name, rule in RULES.items():
+                jct, makespan = run(scenario, rule, adapt)
+                baseline = baseline or jct
+                batch = "adapted" if adapt else "fixed"
+                print(f"| {rule_name} | {batch} | {jct:.0f} | {jct / baseline:.2f} "
+                      f"| {makespan:.0f} |", flush=True)
         bound = mean_jct_lower_bound(scenario)
-        jobs = _jobs(scenario)
-        alone = fmean(
-            j.left / max(j.curve.rate(n) for n in range(j.low, j.high + 1)) for j in jobs
-        )
-        print(f"| each job alone at its peak | {alone:.0f} | {alone / baseline:.2f} | |")
-        print(f"\nedl.sim.jct_bound (with join costs): {bound:.0f} s")
+        if noisy:
+            fixed = mean_jct_lower_bound(scenario, adapt_batch=False)
+            print(f"\nedl.sim.jct_bound (with join costs): adapted batch {bound:.0f} s, "
+                  f"fixed batch {fixed:.0f} s")
+        else:
+            jobs = _jobs(scenario)
+            alone = fmean(
+                j.left / max(j.curve.rate(n) for n in range(j.low, j.high + 1)) for j in jobs
+            )
+            print(f"| each job alone at its peak | | {alone:.0f} | {alone / baseline:.2f} | |")
+            print(f"\nedl.sim.jct_bound (with join costs): {bound:.0f} s")
     print(f"bench wall time {time.perf_counter() - started:.1f} s")
     return 0
 

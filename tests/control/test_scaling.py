@@ -42,3 +42,26 @@ async def test_no_prior_and_no_measurement_means_no_scaling() -> None:
     tracker = ScalingTracker(ThroughputBoard())
     tracker.remember(KEY, {"edl.dev/throughput-prior": "not json"})
     assert await tracker.scaling(KEY, 0.0) is None
+
+
+async def test_measurements_at_a_chosen_batch_are_fitted_at_the_declared_one() -> None:
+    """A job with spec.batch: what it ran at a larger batch is converted back to its
+    declared per-trainer batch through the compute rate it reports; φ and that rate
+    are the means of the newest measurements."""
+    from edl.throughput.batch import BatchLimits, throughput_at
+
+    board = ThroughputBoard()
+    tracker = ScalingTracker(board)
+    limits = BatchLimits(64, 2, 4096)
+    tracker.remember(KEY, None, limits)
+    truth = UslCurve(20.0, 0.05, 0.001)
+    for at, (n, batch) in enumerate(((2, 64.0), (4, 512.0), (8, 1024.0), (8, 2048.0)), 1):
+        rate = throughput_at(truth, n, batch, limits.base)
+        board.publish(*KEY, Observation(float(at), n, rate, 1000.0, batch=batch,
+                                        noise_scale=100.0 * at, compute_rate=20.0))
+    scaling = await tracker.scaling(KEY, 10.0, batch=2048.0)
+    assert scaling is not None and scaling.batch_limits == limits
+    assert scaling.batch == 2048.0 and scaling.compute_rate == pytest.approx(20.0)
+    assert scaling.noise_scale == pytest.approx(250.0)
+    for n in (2, 4, 8):  # the fit is of the declared batch's curve
+        assert scaling.curve.rate(n) == pytest.approx(truth.rate(n), rel=0.03)

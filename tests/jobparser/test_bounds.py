@@ -42,3 +42,15 @@ def test_every_valid_count_renders_int32_fields(count: int) -> None:
     trainer_job = JobParser().parse_to_trainer(parsed)
     spec = trainer_job["spec"]
     assert 0 <= spec["parallelism"] <= INT32_MAX and 0 <= spec["backoffLimit"] <= INT32_MAX
+
+
+def test_a_batch_section_needs_its_initial_batch_and_a_max_not_below_it() -> None:
+    found = dict(parser_problems(job(**{"spec.batch.max": 8})))
+    assert found == {"spec.batch.initial": "required when spec.batch is given"}
+    found = dict(parser_problems(job(**{"spec.batch.initial": 64, "spec.batch.max": 32})))
+    assert found == {"spec.batch.max": "must be >= initial (64)"}
+    parsed = JobParser().validate(job(**{"spec.batch.initial": 64, "spec.batch.max": 512,
+                                         "spec.batch.per-trainer-max": 128}))
+    assert parsed.spec.batch is not None and parsed.spec.batch.per_trainer_max == 128
+    assert parsed.to_dict()["spec"]["batch"] == {"initial": 64, "max": 512,
+                                                 "per-trainer-max": 128}

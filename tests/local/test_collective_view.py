@@ -117,3 +117,10 @@ def test_epochs_count_from_the_scripts_figures_with_progress_and_an_eta() -> Non
     plain = apply_collective(RunSnapshot(job="ddp", mode="collective"),
                              fold(CollectiveView(), {}, {"epoch": 5}), 1.0)
     assert overall(plain) is None and "epoch 5," in summary_line(plain, "Running")
+
+
+def test_display_shows_the_batch_noise_scale_and_efficiency_of_an_adapting_script() -> None:
+    s = RunSnapshot(job="ddp", mode="collective", world_size=2, restarts=0, epoch=3,
+                    batch=256.0, noise_scale=812.4, efficiency=0.83)
+    line = summary_line(s, "Running")
+    assert "epoch 3, batch 256, noise scale 812, efficiency 0.83" in line

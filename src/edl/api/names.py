@@ -18,6 +18,9 @@ ANNOTATION_JOIN_COST = "edl.dev/join-cost-s"
 # on a trainer Job: the nodes the Autoscaler's plan gave the trainers of its last growth
 # (JSON, `edl.control.placement`); the trainer controller makes them preferred nodes
 ANNOTATION_TRAINER_PLACEMENT = "edl.dev/trainer-placement"
+# on a trainer Job of a job with spec.batch: the total batch the Autoscaler's policy
+# chose; the job applies it at its next restart or epoch boundary
+ANNOTATION_BATCH_SIZE = "edl.dev/batch-size"
 # the node label kubelets set to the node's hostname (preferred-node affinity matches it)
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 

@@ -166,12 +166,27 @@ class CollectiveSpec(_Strict):
     max_restarts: StrictInt | None = Field(default=None, alias="max-restarts")
 
 
+class BatchSpec(_Strict):
+    """`spec.batch`: the job adapts its total batch (and learning rate) to its trainers.
+
+    `initial` is the total batch at min-instance trainers (its per-trainer share is
+    what the job runs with when no policy adapts it); the Autoscaler's `goodput` policy
+    may choose any total batch up to `max`, at most `per-trainer-max` per trainer
+    (memory). Without it the batch is the script's own business, as before.
+    """
+
+    initial: Int32 | None = None
+    max: Int32 | None = None
+    per_trainer_max: Int32 | None = Field(default=None, alias="per-trainer-max")
+
+
 class TrainingJobSpec(_Strict):
     """`spec`: every field of the original TrainingJobSpec, original spellings as aliases."""
 
     # `parameter-server` (the original's, the default) or `collective` (torch's elastic agent)
     mode: Literal["parameter-server", "collective"] | None = None
     collective: CollectiveSpec | None = None
+    batch: BatchSpec | None = None
     image: StrictStr | None = None
     port: Int32 | None = None
     ports_num: Int32 | None = None

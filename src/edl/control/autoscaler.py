@@ -36,7 +36,7 @@ from typing import Any
 from edl.accounting import ClusterResource, trainer_request
 from edl.accounting.eligibility import constraints_of
 from edl.accounting.request import extended_request
-from edl.api.names import job_key, trainer_job_name
+from edl.api.names import ANNOTATION_BATCH_SIZE, job_key, trainer_job_name
 from edl.api.trainingjob import TrainingJob
 from edl.cluster.port import (
     Cluster,
@@ -52,6 +52,7 @@ from edl.control.scaling import ScalingTracker
 from edl.jobparser.collective import job_allowed_counts
 from edl.policy import Decision, JobView, Policy, Trainer, get_policy
 from edl.policy.collective import CollectiveResizes, ResizeRule
+from edl.throughput.batch import BatchLimits, limits_from_spec
 from edl.throughput.board import ThroughputSource
 
 log = logging.getLogger(__name__)
@@ -123,6 +124,25 @@ def _resize_rule(job: TrainingJob) -> ResizeRule | None:
     return ResizeRule(job_allowed_counts(job), float(cooldown if cooldown is not None else 0))
 
 
+def _batch_limits(job: TrainingJob) -> BatchLimits | None:
+    """A job's batch bounds from ``spec.batch`` (None: it does not adapt its batch)."""
+    batch = job.spec.batch
+    if batch is None:
+        return None
+    return limits_from_spec(
+        batch.initial, batch.max, batch.per_trainer_max, int(job.spec.trainer.min_instance or 1)
+    )
+
+
+def _chosen_batch(trainer: Manifest) -> float | None:
+    """The batch the Autoscaler last wrote on a trainer Job (None: none, or unreadable)."""
+    text = ((trainer.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_BATCH_SIZE)
+    try:
+        return float(text) if text is not None else None
+    except ValueError:
+        return None
+
+
 class Autoscaler:
     """Scales the trainers of elastic TrainingJobs to fit the cluster.
 
@@ -158,6 +178,7 @@ class Autoscaler:
         self.ticks = 0
         self.last_decisions: list[Decision] = []
         self.scaling = ScalingTracker(throughput)
+        self._batches: dict[tuple[str, str], float | None] = {}  # chosen, per trainer Job
 
     # -- PaddlePaddle EDL's notifications -----------------------------------------------
     def on_add(self, job: TrainingJob) -> None:
@@ -265,6 +286,10 @@ class Autoscaler:
                 )
                 await self._scale(decision)
                 self.collective.resized((decision.namespace, decision.name), now)
+            elif self._batch_changes(decision):
+                log.info("batch %s/%s -> %d: %s", decision.namespace, decision.name,
+                         decision.batch, decision.reason)
+                await self._scale(decision)
         self.last_decisions = decisions
         return decisions
 
@@ -276,6 +301,11 @@ class Autoscaler:
         return None
 
     # -- internals ---------------------------------------------------------------------------
+    def _batch_changes(self, decision: Decision) -> bool:
+        if decision.batch is None:
+            return False
+        return self._batches.get((decision.namespace, decision.name)) != float(decision.batch)
+
     def _remember(self, job: TrainingJob) -> None:
         key = job_key(job)
         if not job.elastic():
@@ -283,7 +313,7 @@ class Autoscaler:
             return
         self._jobs[key] = job
         self._trainer_resources[key] = trainer_request(job)
-        self.scaling.remember(key, job.metadata.annotations)
+        self.scaling.remember(key, job.metadata.annotations, _batch_limits(job))
         self.collective.remember(key, _resize_rule(job))
 
     async def _trainer_job(self, job: TrainingJob) -> Manifest | None:
@@ -313,7 +343,10 @@ class Autoscaler:
         now = asyncio.get_running_loop().time()
         live = [(key, job, trainer) for (key, job), trainer in zip(jobs, trainers, strict=True)
                 if trainer is not None and not trainer_job_done(trainer)]
-        scalings = [await self.scaling.scaling(key, now) for key, _, _ in live]
+        self._batches = {key: _chosen_batch(trainer) for key, _, trainer in live}
+        scalings = [
+            await self.scaling.scaling(key, now, self._batches[key]) for key, _, _ in live
+        ]
         # From here on: cache reads only (nothing yields to the event loop).
         resources = await self.cluster.inquiry_resource()
         views = []
@@ -365,6 +398,9 @@ class Autoscaler:
                     namespace, trainer_job_name(name)
                 )
                 trainer["spec"]["parallelism"] = target
+                if decision.batch is not None:  # the job applies it at its next restart
+                    annotations = trainer["metadata"].setdefault("annotations", {})
+                    annotations[ANNOTATION_BATCH_SIZE] = str(int(decision.batch))
                 if target > decision.parallelism and decision.placement:
                     # the plan's nodes for the new trainers: their preferred nodes
                     annotate(trainer, decision.placement[-(target - decision.parallelism):],

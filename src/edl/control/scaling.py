@@ -10,17 +10,21 @@ fresh cooldowns and refits from the measurements the source still holds.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from collections import deque
 from dataclasses import dataclass, field
 
 from edl.policy.base import Scaling
 from edl.throughput.annotations import read_hints
+from edl.throughput.batch import BatchLimits, at_declared_batch
 from edl.throughput.board import ThroughputSource
-from edl.throughput.fit import OnlineFit
+from edl.throughput.fit import Observation, OnlineFit
 
 log = logging.getLogger(__name__)
 
 Key = tuple[str, str]
+_NOISE_WINDOW = 8  # φ is the mean of the newest measurements (each one is noisy)
 
 
 @dataclass
@@ -31,6 +35,9 @@ class _Entry:
     grown_at: float | None = None
     shrunk_at: float | None = None
     warned: set[str] = field(default_factory=set)
+    limits: BatchLimits | None = None  # spec.batch: the job adapts its batch
+    noise: deque[float] = field(default_factory=lambda: deque(maxlen=_NOISE_WINDOW))
+    compute: deque[float] = field(default_factory=lambda: deque(maxlen=_NOISE_WINDOW))
 
 
 class ScalingTracker:
@@ -38,7 +45,9 @@ class ScalingTracker:
         self.source = source
         self._jobs: dict[Key, _Entry] = {}
 
-    def remember(self, key: Key, annotations: dict[str, str] | None) -> None:
+    def remember(
+        self, key: Key, annotations: dict[str, str] | None, batch: BatchLimits | None = None
+    ) -> None:
         prior, join, problems = read_hints(annotations)
         entry = self._jobs.get(key)
         if entry is None:
@@ -46,6 +55,7 @@ class ScalingTracker:
         else:
             entry.fit.set_prior(prior)
             entry.join_cost_s = join
+        entry.limits = batch
         for problem in problems:
             if problem not in entry.warned:
                 entry.warned.add(problem)
@@ -67,15 +77,16 @@ class ScalingTracker:
         entry = self._jobs.get(key)
         return entry.fit if entry is not None else None
 
-    async def scaling(self, key: Key, now: float) -> Scaling | None:
-        """The job's `Scaling` now (None when neither a prior nor a measurement exists)."""
+    async def scaling(self, key: Key, now: float, batch: float | None = None) -> Scaling | None:
+        """The job's `Scaling` now (None when neither a prior nor a measurement exists);
+        ``batch``: the total batch the policy last chose for it (None: none chosen)."""
         entry = self._jobs.get(key)
         if entry is None:
             return None
         if self.source is not None:
             fresh = await self.source.job_throughput(*key, entry.seen_until)
             if fresh:
-                entry.fit.extend(fresh)
+                entry.fit.extend(self._declared(entry, fresh))
                 entry.seen_until = max(o.at for o in fresh)
         curve = entry.fit.curve()
         if curve is None:
@@ -90,4 +101,32 @@ class ScalingTracker:
             since_shrink_s=None if entry.shrunk_at is None else now - entry.shrunk_at,
             remaining_samples=latest.remaining_samples if latest is not None else None,
             measured_samples_per_s=latest.samples_per_s if latest is not None else None,
+            batch_limits=entry.limits,
+            noise_scale=sum(entry.noise) / len(entry.noise) if entry.noise else None,
+            batch=batch,
+            compute_rate=sum(entry.compute) / len(entry.compute) if entry.compute else None,
         )
+
+    @staticmethod
+    def _declared(entry: _Entry, fresh: list[Observation]) -> list[Observation]:
+        """Measurements at a chosen batch, in the fit's unit (the declared per-trainer
+        batch, through the compute rate measured with them); the φ and compute rate
+        they carry join the job's windows (means of the newest few: each is noisy)."""
+        limits = entry.limits
+        if limits is None:
+            return fresh
+        out = []
+        for observation in fresh:
+            if observation.noise_scale is not None and observation.noise_scale > 0:
+                entry.noise.append(observation.noise_scale)
+            if observation.compute_rate is not None and observation.compute_rate > 0:
+                entry.compute.append(observation.compute_rate)
+            if observation.batch is not None:
+                single = sum(entry.compute) / len(entry.compute) if entry.compute else None
+                rate = at_declared_batch(
+                    single, observation.trainers, observation.batch,
+                    observation.samples_per_s, limits.base,
+                )
+                observation = dataclasses.replace(observation, samples_per_s=rate)
+            out.append(observation)
+        return out

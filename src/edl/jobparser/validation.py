@@ -74,6 +74,7 @@ MAX_INSTANCES = 10_000
 MAX_PASSES = 1_000_000
 # [minimum, maximum] of every integer field, dot-joined original spellings. One table
 # for JobParser.validate and the CRD (edl.kube.crd), so both reject the same values.
+MAX_BATCH = 2**24  # samples in one step of one job: far beyond any batch trained with
 INT_BOUNDS: dict[str, tuple[int, int]] = {
     "spec.port": (1, MAX_PORT),
     "spec.ports_num": (1, MAX_PORT),
@@ -83,6 +84,9 @@ INT_BOUNDS: dict[str, tuple[int, int]] = {
     "spec.trainer.max-instance": (1, MAX_INSTANCES),
     "spec.pserver.min-instance": (1, MAX_INSTANCES),
     "spec.pserver.max-instance": (1, MAX_INSTANCES),
+    "spec.batch.initial": (1, MAX_BATCH),
+    "spec.batch.max": (1, MAX_BATCH),
+    "spec.batch.per-trainer-max": (1, MAX_BATCH),
 }
 
 Loc = tuple[str | int, ...]
@@ -165,6 +169,17 @@ def _semantic_problems(job: TrainingJob) -> Iterator[tuple[Loc, str]]:
     yield from _etcd_problems(job)
     yield from _volume_problems(job)
     yield from collective_problems(job)
+    yield from _batch_problems(job)
+
+
+def _batch_problems(job: TrainingJob) -> Iterator[tuple[Loc, str]]:
+    batch = job.spec.batch
+    if batch is None:
+        return
+    if batch.initial is None:
+        yield ("spec", "batch", "initial"), "required when spec.batch is given"
+    elif batch.max is not None and batch.max < batch.initial:
+        yield ("spec", "batch", "max"), f"must be >= initial ({batch.initial})"
 
 
 def _name_problems(job: TrainingJob) -> Iterator[tuple[Loc, str]]:

@@ -147,6 +147,9 @@ def apply_collective(s: RunSnapshot, view: CollectiveView, elapsed_s: float) -> 
         epochs=int(epochs) if epochs is not None and epochs >= 1 else s.epochs,
         loss=metrics.get("loss", s.loss),
         accuracy=metrics.get("accuracy", s.accuracy),
+        batch=metrics.get("batch", s.batch),  # `edl.runtime.collective.adaptive`
+        noise_scale=metrics.get("noise_scale", s.noise_scale),
+        efficiency=metrics.get("efficiency", s.efficiency),
     )
 
 

@@ -237,4 +237,10 @@ def _collective_parts(s: RunSnapshot) -> list[str]:
     parts.append(f"restarts {s.restarts}")
     if s.epoch is not None:
         parts.append(f"epoch {s.epoch}" + (f"/{s.epochs}" if s.epochs else ""))
+    if s.batch is not None:
+        parts.append(f"batch {s.batch:.0f}")
+    if s.noise_scale is not None:
+        parts.append(f"noise scale {s.noise_scale:.0f}")
+    if s.efficiency is not None:
+        parts.append(f"efficiency {s.efficiency:.2f}")
     return parts

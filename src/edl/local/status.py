@@ -78,6 +78,11 @@ class RunSnapshot:
     restarts: int = 0  # rendezvous rounds after the first: every worker restarted
     epoch: int | None = None  # from the script's `epoch=N ...` metric lines: epochs finished
     epochs: int | None = None  # the script's `epochs=M`: the total, for progress and the ETA
+    # a script adapting its batch (`edl.runtime.collective.adaptive`): its total batch,
+    # measured gradient noise scale (samples) and that batch's statistical efficiency
+    batch: float | None = None
+    noise_scale: float | None = None
+    efficiency: float | None = None
     # [seconds since start, world size, round] at every new rendezvous round
     world_history: list[list[float]] = field(default_factory=list)
     # faults and decisions, one line each: [seconds since start, text]; the last few only,

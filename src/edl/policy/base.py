@@ -14,6 +14,7 @@ from typing import NamedTuple, Protocol
 
 from edl.accounting.eligibility import NO_CONSTRAINTS, PodConstraints
 from edl.accounting.types import ClusterResource, PodResources
+from edl.throughput.batch import BatchLimits
 from edl.throughput.curve import Curve
 
 __all__ = [
@@ -46,6 +47,10 @@ class Scaling:
     since_shrink_s: float | None = None
     remaining_samples: float | None = None
     measured_samples_per_s: float | None = None
+    batch_limits: BatchLimits | None = None
+    noise_scale: float | None = None
+    batch: float | None = None
+    compute_rate: float | None = None
 
 
 class Trainer(NamedTuple):
@@ -186,6 +191,9 @@ class Decision:
     placement picks them like the scheduler's preemption); `placement`: on a growth,
     the node the plan gave each of the ``target - parallelism`` trainers the Job will
     create (the Autoscaler makes them the trainers' preferred nodes, `edl.control.placement`).
+    `batch`: for a job that adapts its batch, the total batch the policy chose (the
+    Autoscaler writes it on the trainer Job; the job applies it at its next restart or
+    epoch boundary); None leaves the job's batch as it is.
     """
 
     namespace: str
@@ -196,6 +204,7 @@ class Decision:
     victim_nodes: tuple[str, ...] = ()
     victims: tuple[str, ...] = ()
     placement: tuple[str, ...] = ()
+    batch: int | None = None  # a job with spec.batch: the total batch to run at
 
     @property
     def diff(self) -> int:

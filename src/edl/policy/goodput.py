@@ -17,6 +17,16 @@ with a payback rule for growth and a cooldown between opposite resizes
 is assumed to scale linearly, which makes `goodput` behave like a fair share that
 favours jobs with a small min-instance.
 
+A job that adapts its batch (`spec.batch`) and whose gradient noise scale φ has been
+measured is sized by *goodput*: its curve becomes the best goodput at each trainer
+count (`edl.throughput.batch.GoodputCurve`: throughput at the best total batch times
+that batch's statistical efficiency), so its speed-up at n trainers is the best
+goodput at n over the best at its minimum, and trainers that would only buy a batch
+too large to help are not worth their resources. Each of its decisions carries the
+batch for its new trainer count; the batch changes only when the new one is
+predicted ``batch_gain`` (5 %) faster than the one it runs (AdaptDL saw batches flap
+without such a threshold), and the job applies it at its next restart or epoch.
+
 Every decision's reason names the goodput share, the fair share and floor it came
 from, the job's speed-up, the gain of one more trainer and what ended its growth.
 """
@@ -28,10 +38,12 @@ from collections.abc import Sequence
 
 from edl.accounting.types import ClusterResource
 from edl.policy.base import Decision, JobView
+from edl.policy.batching import with_batch
 from edl.policy.default import DefaultPolicy
 from edl.policy.marginal import Allocation, GoodputParams, Want, allocate, trainer_value
 from edl.policy.plan_state import Budget, JobPlan
 from edl.policy.room import Room
+from edl.throughput.batch import FixedBatchCurve, GoodputCurve
 from edl.throughput.curve import Curve, UslCurve
 
 __all__ = ["GoodputPolicy"]
@@ -67,7 +79,31 @@ class GoodputPolicy(DefaultPolicy):
         self, jobs: Sequence[JobView], resources: ClusterResource, max_load_desired: float
     ) -> tuple[list[Decision], dict[tuple[str, str], list[str]]]:
         self._notes, self._wants, self._floors = {}, {}, {}
-        return super().plan_with_placement(jobs, resources, max_load_desired)
+        decisions, placement = super().plan_with_placement(jobs, resources, max_load_desired)
+        views = {view.key: view for view in jobs}
+        return [self._with_batch(d, views.get((d.namespace, d.name))) for d in decisions], placement
+
+    # -- the batch ------------------------------------------------------------------------
+    def _goodput_curve(self, view: JobView) -> GoodputCurve | FixedBatchCurve | None:
+        """The job's goodput curve, when it adapts its batch and φ has been measured
+        (``adapt_batch`` off: the goodput of its declared per-trainer batch)."""
+        scaling = view.scaling
+        if scaling is None or scaling.batch_limits is None or scaling.noise_scale is None:
+            return None
+        phi = scaling.noise_scale if self.params.efficiency else None
+        if not self.params.adapt_batch:
+            return FixedBatchCurve(scaling.curve, scaling.batch_limits, phi)
+        return GoodputCurve(scaling.curve, scaling.batch_limits, phi, scaling.compute_rate)
+
+    def _with_batch(self, decision: Decision, view: JobView | None) -> Decision:
+        """The decision with the batch for its target (`edl.policy.batching`)."""
+        if view is None or view.scaling is None:
+            return decision
+        want = self._wants.get(view.key) or self._early.get(view.key)
+        curve = want.curve if want is not None else self._goodput_curve(view)
+        if not isinstance(curve, GoodputCurve):
+            return decision
+        return with_batch(decision, curve, view.scaling.batch, self.params.batch_gain)
 
     # -- the replaced step ----------------------------------------------------------------
     def _fair_shares(self, plans: list[JobPlan], budget: Budget, room: Room) -> None:
@@ -155,6 +191,9 @@ class GoodputPolicy(DefaultPolicy):
         scaling = view.scaling
         cooldown = self.params.cooldown_s
         curve: Curve = scaling.curve if scaling is not None else _LINEAR
+        goodput = self._goodput_curve(view)
+        if goodput is not None:
+            curve = goodput
         return Want(
             key=view.key,
             min_instance=view.min_instance,

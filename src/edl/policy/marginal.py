@@ -54,6 +54,11 @@ class GoodputParams:
     logs — proportional fairness, -1: favours slow jobs more); ``baseline``: what a
     speed-up is relative to ("min": min-instance, "fair": the fair share) — at p = 0
     it cancels out; ``urgency``: weight jobs by (horizon / time left) ** urgency.
+    ``efficiency``: value a job that adapts its batch by goodput (throughput x
+    statistical efficiency; off: throughput alone, at its best batch); ``adapt_batch``:
+    choose such a job's batch (off: it keeps its declared per-trainer batch and is
+    valued by that batch's goodput); ``batch_gain``: a job's batch changes only when
+    the new one is predicted this much faster.
 
     Defaults chosen on generated scenarios (bench/goodput.py, seeds 2000-2003), not on
     the ones reported."""
@@ -66,6 +71,9 @@ class GoodputParams:
     baseline: str = "min"
     power: float = 0.0
     deadband: float = 0.1
+    efficiency: bool = True
+    adapt_batch: bool = True
+    batch_gain: float = 0.05
 
 
 @dataclass(frozen=True, slots=True)

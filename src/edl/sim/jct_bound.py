@@ -8,6 +8,15 @@ bound no policy, placement or ordering can beat; contention only adds to it. It
 says how much room a policy has: on `mixed-scaling` it is what a 10x larger
 cluster reaches under any policy (docs/performance.md).
 
+A job with ``noise_scale`` (`sim/noisy_work.py`) progresses at goodput, throughput
+times statistical efficiency, and its φ rises with its progress: its bound is the
+integral over its progress of the work at the best goodput over trainer counts and
+(``adapt_batch``) batches, φ taken at the end of each of ``_SLICES`` slices of its
+progress (goodput only rises with φ at batches from the initial one up, so that
+under-states the time: still a bound). With ``adapt_batch=False`` the batch is the
+declared per-trainer batch times the trainers, what a policy that does not adapt
+batches can best do.
+
 Only compact-form jobs with work are counted (a full manifest gives None).
 """
 
@@ -15,12 +24,37 @@ from __future__ import annotations
 
 from statistics import fmean
 
-from edl.sim.scenario import Scenario, expand_jobs
+from edl.sim.noisy_work import NoiseRamp
+from edl.sim.scenario import JobPlan, Scenario, expand_jobs
+from edl.sim.work_spec import Work
+from edl.throughput.batch import BatchLimits, best_batch, fixed_goodput
+
+_SLICES = 200
 
 __all__ = ["jct_lower_bounds", "mean_jct_lower_bound"]
 
 
-def jct_lower_bounds(scenario: Scenario) -> dict[str, float] | None:
+def _noisy_seconds(plan: JobPlan, work: Work, low: int, high: int, adapt_batch: bool) -> float:
+    """Seconds of a noise-limited job's work at its best goodput, slice by slice."""
+    assert work.noise_scale is not None and work.initial_batch is not None
+    curve = work.throughput.curve()
+    start = plan.start_trainers or low
+    limits = BatchLimits(work.initial_batch, start, max(work.initial_batch, work.max_batch or 0))
+    ramp = NoiseRamp(work.noise_scale.start, work.noise_scale.end)
+    seconds = 0.0
+    for index in range(_SLICES):
+        phi = ramp.at((index + 1) / _SLICES)
+        if adapt_batch:
+            best = max(best_batch(curve, n, limits, phi)[1] for n in range(low, high + 1))
+        else:
+            best = max(fixed_goodput(curve, n, limits, phi) for n in range(low, high + 1))
+        if best <= 0:
+            return float("inf")
+        seconds += work.total_samples / _SLICES / best
+    return seconds
+
+
+def jct_lower_bounds(scenario: Scenario, adapt_batch: bool = True) -> dict[str, float] | None:
     """Per job with work: its JCT on an otherwise empty, unbounded cluster."""
     bounds: dict[str, float] = {}
     for plan in expand_jobs(scenario):
@@ -29,15 +63,22 @@ def jct_lower_bounds(scenario: Scenario) -> dict[str, float] | None:
             continue
         if group.trainer is None:
             return None
-        curve = group.work.throughput.curve()
-        peak = max(curve.rate(n) for n in range(group.trainer.min, group.trainer.max + 1))
+        work, low, high = group.work, group.trainer.min, group.trainer.max
+        if work.noise_scale is not None:
+            seconds = _noisy_seconds(plan, work, low, high, adapt_batch)
+            if seconds == float("inf"):
+                return None
+            bounds[plan.name] = work.join_cost_s + seconds
+            continue
+        curve = work.throughput.curve()
+        peak = max(curve.rate(n) for n in range(low, high + 1))
         if peak <= 0:
             return None
-        bounds[plan.name] = group.work.join_cost_s + group.work.total_samples / peak
+        bounds[plan.name] = work.join_cost_s + work.total_samples / peak
     return bounds
 
 
-def mean_jct_lower_bound(scenario: Scenario) -> float | None:
+def mean_jct_lower_bound(scenario: Scenario, adapt_batch: bool = True) -> float | None:
     """The mean of `jct_lower_bounds` (None: no job with work, or one not modelled)."""
-    bounds = jct_lower_bounds(scenario)
+    bounds = jct_lower_bounds(scenario, adapt_batch)
     return fmean(bounds.values()) if bounds else None

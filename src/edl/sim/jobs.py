@@ -44,6 +44,18 @@ def _compact_manifest(plan: JobPlan, image: str) -> dict[str, Any]:
     }
 
 
+def batch_spec(plan: JobPlan, manifest: dict[str, Any]) -> dict[str, int]:
+    """``spec.batch`` of a job with ``noise_scale``: the scenario's initial batch is at the
+    start trainer count, the spec's at min-instance (same per-trainer batch)."""
+    work = plan.work
+    assert work is not None and work.initial_batch is not None
+    low = int(manifest["spec"]["trainer"]["min-instance"])
+    start = plan.start_trainers or low
+    initial = max(1, round(work.initial_batch * low / start))
+    top = max(initial, work.max_batch or work.initial_batch)
+    return {"initial": initial, "max": top}
+
+
 def training_job_manifest(plan: JobPlan, image: str, *, elastic: bool) -> dict[str, Any]:
     """The TrainingJob object the simulator submits for ``plan``."""
     if plan.group.spec is not None:
@@ -61,6 +73,8 @@ def training_job_manifest(plan: JobPlan, image: str, *, elastic: bool) -> dict[s
                 curve_to_dict(work.prior.curve()), sort_keys=True
             )
         annotations[ANNOTATION_JOIN_COST] = f"{work.join_cost_s:g}"
+    if work is not None and work.initial_batch is not None:  # the job adapts its batch
+        manifest["spec"]["batch"] = batch_spec(plan, manifest)
     if not elastic:
         trainer = manifest["spec"]["trainer"]
         trainer["min-instance"] = trainer["max-instance"] = plan.static_trainers

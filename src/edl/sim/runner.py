@@ -25,6 +25,7 @@ from edl.cluster.inproc.simulated_pods import Fixed, SimulatedPodRunner, Uniform
 from edl.cluster.port import ConflictError, NotFoundError
 from edl.control.loops import ControlLoops
 from edl.jobparser import JobParser
+from edl.policy import Policy
 from edl.sim.jobs import training_job_manifest
 from edl.sim.metrics import Metrics, compute_metrics
 from edl.sim.scenario import JobPlan, Scenario, Workload, expand_jobs
@@ -151,10 +152,14 @@ class Recorder:
 class _Run:
     """One scenario under one policy."""
 
-    def __init__(self, scenario: Scenario, policy: str, seed: int, managed: bool = True) -> None:
+    def __init__(
+        self, scenario: Scenario, policy: str, seed: int, managed: bool = True,
+        planner: Policy | None = None,
+    ) -> None:
         self.scenario = scenario
         self.managed = managed
         self.policy = policy
+        self.planner = planner
         self.elastic = policy != STATIC
         warmup = scenario.pod_start_latency_s.max + 1.0
         # Background pods start before t = 0 so they are Running when sampling begins.
@@ -276,7 +281,7 @@ class _Run:
         loops = ControlLoops.new(
             self.cluster,
             self.scenario.autoscaler.max_load_desired if self.elastic else None,
-            policy=self.policy,
+            policy=self.planner if self.planner is not None else self.policy,
             interval=self.scenario.autoscaler.interval_s,
             throughput=self.board,
             parser=JobParser(managed_trainers=self.managed),
@@ -303,9 +308,12 @@ TRAINER_WORKLOADS = ("managed", "job")
 
 def run_policy(
     scenario: Scenario, policy: str, seed: int | None = None, progress: Progress | None = None,
-    *, trainer_workload: str = "managed",
+    *, trainer_workload: str = "managed", planner: Policy | None = None,
 ) -> RunResult:
     """Run ``scenario`` under one policy (``default``, ``reference`` or ``static``).
+
+    ``planner``: a policy object to plan with instead of the named one (benchmarks
+    compare variants of a policy this way; ``policy`` then only names the run).
 
     ``trainer_workload``: ``managed`` (edl's controller runs the trainer pods) or ``job``
     (the cluster's Job controller does: the design before issue 10, for comparisons).
@@ -313,7 +321,7 @@ def run_policy(
     if trainer_workload not in TRAINER_WORKLOADS:
         raise ValueError(f"trainer_workload must be one of {TRAINER_WORKLOADS}")
     seed = scenario.seed if seed is None else seed
-    run = _Run(scenario, policy, seed, managed=trainer_workload == "managed")
+    run = _Run(scenario, policy, seed, managed=trainer_workload == "managed", planner=planner)
     try:
         timeline = run.clock.run(run.main(progress))
     finally:

@@ -12,6 +12,14 @@ What it models, and how faithfully:
 * the simulated master publishes what a real master measures: samples/s with
   multiplicative Gaussian noise (``noise``, seeded) against the contributing
   count, every ``publish_every_s``, with the samples left;
+* a job with ``noise_scale`` counts its work in samples at its initial batch
+  (`sim/noisy_work.py`): a larger total batch makes each sample worth less. Its
+  batch is the per-trainer batch it declared times its contributing trainers,
+  unless a policy chose one (annotation ``edl.dev/batch-size`` on its trainer Job);
+  the job takes the chosen batch only when its trainers change (a restart) or at an
+  epoch boundary (`Work.epoch_samples`), and its master publishes the batch, a
+  noisy φ and a noisy compute rate (one trainer's samples/s without the per-step
+  overhead) with each measurement;
 * when the work is done its running trainers exit 0 and pending ones are deleted,
   so the trainer Job completes and the Controller marks the TrainingJob
   Succeeded through the real path; ``cleanup_after_s`` later the job is deleted
@@ -21,16 +29,21 @@ What it models, and how faithfully:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import math
 import random
 from dataclasses import dataclass, field
 
+from edl.api.names import ANNOTATION_BATCH_SIZE, trainer_job_name
 from edl.cluster.inproc.clock import VirtualClock
 from edl.cluster.inproc.cluster import InProcessCluster
 from edl.cluster.inproc.pods import PodRecord
 from edl.cluster.inproc.simulated_pods import SimulatedPodRunner
 from edl.cluster.port import NotFoundError, Timer
+from edl.sim.noisy_work import NoiseRamp, progress_after, seconds_to
 from edl.sim.scenario import JobPlan
 from edl.sim.work_spec import Work
+from edl.throughput.batch import BatchLimits, compute_rate, throughput_at
 from edl.throughput.board import ThroughputBoard
 from edl.throughput.curve import Curve
 from edl.throughput.fit import Observation
@@ -53,10 +66,33 @@ class _JobWork:
     finish_timer: Timer | None = None
     publish_timer: Timer | None = None
     finished_at: float | None = None
+    limits: BatchLimits | None = None  # with a noise ramp: the job's batch bounds
+    ramp: NoiseRamp | None = None
+    chosen: float | None = None  # the batch a policy chose and the job applied
+
+    @property
+    def batch(self) -> float:
+        """The total batch it runs at now (noise-limited jobs only)."""
+        assert self.limits is not None
+        n = len(self.contributing)
+        return self.chosen if self.chosen is not None else self.limits.fixed(n)
 
     @property
     def rate(self) -> float:
-        return self.curve.rate(len(self.contributing))
+        n = len(self.contributing)
+        if self.limits is None or self.chosen is None:
+            return self.curve.rate(n)
+        return throughput_at(self.curve, n, self.chosen, self.limits.base)
+
+    def seconds_to(self, target: float) -> float:
+        """Seconds until ``target`` samples are done at the current rate and batch."""
+        if self.ramp is None or self.limits is None:
+            rate = self.rate
+            return (target - self.done) / rate if rate > 0 else float("inf")
+        return seconds_to(
+            self.done / self.total, target / self.total, rate=self.rate, batch=self.batch,
+            initial=self.limits.initial, ramp=self.ramp, total=self.total,
+        )
 
 
 class SimulatedTraining:
@@ -87,6 +123,12 @@ class SimulatedTraining:
         job = self._jobs[key] = _JobWork(
             plan, work, work.throughput.curve(), work.total_samples, updated_at=self.clock.now()
         )
+        if work.noise_scale is not None and work.initial_batch is not None:
+            start = plan.start_trainers or _min_trainers(plan)
+            job.limits = BatchLimits(
+                work.initial_batch, start, max(work.initial_batch, work.max_batch or 0)
+            )
+            job.ramp = NoiseRamp(work.noise_scale.start, work.noise_scale.end)
         job.publish_timer = self.clock.call_later(work.publish_every_s, self._publish, key)
 
     # -- pods ------------------------------------------------------------------------------
@@ -109,6 +151,7 @@ class SimulatedTraining:
             if pod.uid in job.contributing:
                 self._advance(job)
                 job.contributing.discard(pod.uid)
+                self._restart_batch(job)
                 self._reschedule(job)
 
     def _join(self, job: _JobWork, uid: str) -> None:
@@ -117,12 +160,39 @@ class SimulatedTraining:
             return
         self._advance(job)
         job.contributing.add(uid)
+        self._restart_batch(job)
         self._reschedule(job)
+
+    def _restart_batch(self, job: _JobWork) -> None:
+        """At a restart or epoch boundary: take the batch the policy chose, if any."""
+        if job.limits is None:
+            return
+        namespace, name = job.plan.namespace, job.plan.name
+        try:
+            trainer = self.cluster.store.get("Job", namespace, trainer_job_name(name))
+        except NotFoundError:
+            return
+        text = (trainer["metadata"].get("annotations") or {}).get(ANNOTATION_BATCH_SIZE)
+        try:
+            chosen = float(text) if text is not None else None
+        except ValueError:
+            chosen = None
+        if chosen is not None:
+            low, high = job.limits.bounds(len(job.contributing))
+            chosen = min(float(high), max(float(low), chosen))
+        job.chosen = chosen
 
     # -- progress --------------------------------------------------------------------------
     def _advance(self, job: _JobWork) -> None:
         now = self.clock.now()
-        job.done = min(job.total, job.done + job.rate * (now - job.updated_at))
+        if job.ramp is None or job.limits is None:
+            job.done = min(job.total, job.done + job.rate * (now - job.updated_at))
+        else:
+            progress = progress_after(
+                job.done / job.total, now - job.updated_at, rate=job.rate, batch=job.batch,
+                initial=job.limits.initial, ramp=job.ramp, total=job.total,
+            )
+            job.done = min(job.total, progress * job.total)
         job.updated_at = now
 
     def _reschedule(self, job: _JobWork) -> None:
@@ -130,15 +200,24 @@ class SimulatedTraining:
             job.finish_timer.cancel()
             job.finish_timer = None
         rate = job.rate
-        if rate > 0:
+        if rate <= 0:
+            return
+        if job.ramp is None:
             left = max(0.0, job.total - job.done)
             job.finish_timer = self.clock.call_later(left / rate, self._finish, job)
+            return
+        # the next epoch boundary or the end, whichever comes first
+        epoch = job.work.epoch_samples
+        boundary = (math.floor(job.done / epoch * (1 + 1e-12)) + 1) * epoch
+        delay = max(0.0, job.seconds_to(min(job.total, boundary)))
+        job.finish_timer = self.clock.call_later(delay, self._finish, job)
 
     def _finish(self, job: _JobWork) -> None:
         job.finish_timer = None
         self._advance(job)
         if job.total - job.done > _EPSILON_SAMPLES * max(1.0, job.total):
-            self._reschedule(job)  # float drift: not quite there yet
+            self._restart_batch(job)  # an epoch boundary (or float drift)
+            self._reschedule(job)
             return
         now = self.clock.now()
         job.finished_at = now
@@ -186,10 +265,19 @@ class SimulatedTraining:
         count = len(job.contributing)
         if count:
             noise = max(0.0, 1.0 + self._rng.gauss(0.0, job.work.noise)) if job.work.noise else 1.0
-            self.board.publish(
-                *key,
-                Observation(self.clock.now(), count, job.rate * noise, job.total - job.done),
+            observation = Observation(
+                self.clock.now(), count, job.rate * noise, job.total - job.done
             )
+            if job.ramp is not None:  # the runtime measures φ too (noisily)
+                phi = job.ramp.at(job.done / job.total)
+                single = compute_rate(job.curve, count)
+                if job.work.noise:
+                    phi *= max(0.1, 1.0 + self._rng.gauss(0.0, job.work.noise))
+                    single *= max(0.1, 1.0 + self._rng.gauss(0.0, job.work.noise))
+                observation = dataclasses.replace(
+                    observation, batch=job.batch, noise_scale=phi, compute_rate=single
+                )
+            self.board.publish(*key, observation)
         job.publish_timer = self.clock.call_later(job.work.publish_every_s, self._publish, key)
 
     def progress(self, name: str, namespace: str = "default") -> float | None:
@@ -200,3 +288,10 @@ class SimulatedTraining:
         if job.finished_at is None:
             self._advance(job)
         return job.done / job.total
+
+
+def _min_trainers(plan: JobPlan) -> int:
+    if plan.group.trainer is not None:
+        return plan.group.trainer.min
+    spec = plan.group.spec or {}
+    return int(spec.get("spec", {}).get("trainer", {}).get("min-instance", 1))

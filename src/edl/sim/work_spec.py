@@ -43,9 +43,22 @@ class ThroughputSpec(Strict):
         return UslCurve(float(self.per_trainer), float(self.serial), float(self.comm))
 
 
+class NoiseScaleSpec(Strict):
+    """The job's gradient noise scale φ (samples): ``start`` at its first sample, ``end``
+    at its last, linear in its progress in between."""
+
+    start: PositiveFloat
+    end: PositiveFloat
+
+
 class Work(Strict):
     """``samples`` or ``passes`` x ``dataset_samples``; the true ``throughput``; the ``prior``
-    the job declares to the autoscaler (none: it learns from measurements only)."""
+    the job declares to the autoscaler (none: it learns from measurements only).
+
+    With ``noise_scale`` the work is counted in samples at ``initial_batch`` (the job's
+    total batch at its start trainer count) and a larger batch is worth less per sample
+    (`sim/noisy_work.py`); the job declares ``spec.batch`` (initial, ``max_batch``), so
+    a policy may adapt its batch. Without it the batch plays no part, as before."""
 
     samples: PositiveFloat | None = None
     passes: Annotated[int, Field(ge=1)] | None = None
@@ -56,6 +69,9 @@ class Work(Strict):
     noise: Annotated[float, Field(ge=0, le=0.5)] = 0.05
     publish_every_s: Annotated[float, Field(gt=0)] = 5.0
     cleanup_after_s: Seconds = 30.0
+    initial_batch: Annotated[int, Field(ge=1)] | None = None
+    max_batch: Annotated[int, Field(ge=1)] | None = None
+    noise_scale: NoiseScaleSpec | None = None
 
     @model_validator(mode="after")
     def _amount(self) -> Work:
@@ -66,7 +82,21 @@ class Work(Strict):
             raise ValueError("give either samples or passes and dataset_samples, not both")
         if per_pass and (self.passes is None or self.dataset_samples is None):
             raise ValueError("passes and dataset_samples go together")
+        if (self.noise_scale is None) != (self.initial_batch is None):
+            raise ValueError("noise_scale and initial_batch go together")
+        if self.max_batch is not None and self.initial_batch is None:
+            raise ValueError("max_batch needs initial_batch and noise_scale")
+        if self.max_batch is not None and self.max_batch < (self.initial_batch or 0):
+            raise ValueError(f"max_batch is below initial_batch ({self.initial_batch})")
         return self
+
+    @property
+    def epoch_samples(self) -> float:
+        """Where a batch change may happen besides a resize: each pass over the data, or
+        a tenth of the work when the work is not given in passes."""
+        if self.dataset_samples is not None:
+            return float(self.dataset_samples)
+        return self.total_samples / 10
 
     @property
     def total_samples(self) -> float:

@@ -47,12 +47,22 @@ _COMM = np.concatenate([[0.0], np.geomspace(1e-5, 0.2, 60)])
 
 @dataclass(frozen=True, slots=True)
 class Observation:
-    """The job's throughput at one moment: ``trainers`` contributing, ``samples_per_s``."""
+    """The job's throughput at one moment: ``trainers`` contributing, ``samples_per_s``.
+
+    A job that adapts its batch also reports the total ``batch`` it ran at, its
+    measured gradient ``noise_scale`` (samples) and ``compute_rate``: one trainer's
+    samples/s in its forward and backward passes alone (no synchronisation), which
+    splits a step into the part a batch scales and the part it does not
+    (`edl.throughput.batch`); its ``remaining_samples`` are then counted at its
+    initial batch (`edl.throughput.efficiency`)."""
 
     at: float
     trainers: int
     samples_per_s: float
     remaining_samples: float | None = None
+    batch: float | None = None
+    noise_scale: float | None = None
+    compute_rate: float | None = None
 
 
 def fit_usl(

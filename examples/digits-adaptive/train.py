@@ -1,0 +1,108 @@
+"""Digits classifier with DDP and batch adaptation: examples/digits-ddp plus edl's helper.
+
+The same torchrun script as examples/digits-ddp, with the two calls of
+`edl.runtime.collective.adaptive.AdaptiveBatch` (docs/collective.md): it measures the
+gradient noise scale through a DDP communication hook, scales the learning rate by
+AdaScale's gain for the batch this round runs at (EDL_BATCH_SIZE, else the initial
+batch), and prints batch, noise scale and efficiency with each epoch's metrics. Its
+estimates are checkpointed with the model, so they survive a restart.
+
+    torchrun --nproc-per-node=2 train.py                 # plain PyTorch
+    edl run examples/digits-adaptive/job.yaml            # elastic, under edl
+"""
+
+import argparse
+import os
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from sklearn.datasets import load_digits
+from sklearn.model_selection import train_test_split
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
+
+from edl.runtime.collective.adaptive import AdaptiveBatch
+
+
+def parse_args():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--epochs", type=int, default=20)
+    parser.add_argument("--initial-batch", type=int, default=32, help="total, at one worker")
+    parser.add_argument("--lr", type=float, default=0.002)
+    parser.add_argument("--checkpoint", default="checkpoint.pt")
+    return parser.parse_args()
+
+
+def load_data():
+    digits = load_digits()
+    x = torch.tensor(digits.data / 16.0, dtype=torch.float32)
+    y = torch.tensor(digits.target, dtype=torch.long)
+    x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=0.2, random_state=0)
+    return TensorDataset(x_train, y_train), (x_test, y_test)
+
+
+def save_checkpoint(path, model, optimizer, adaptive, epoch):
+    """Written to a temporary file and renamed, so a kill never leaves half a checkpoint."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch,
+             "adaptive": adaptive.state_dict()}
+    torch.save(state, path + ".tmp")
+    os.replace(path + ".tmp", path)
+
+
+def main():
+    args = parse_args()
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+
+    train_set, (x_test, y_test) = load_data()
+    model = torch.nn.Sequential(
+        torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10)
+    )
+    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    start, state = 0, None
+    if os.path.exists(args.checkpoint):
+        state = torch.load(args.checkpoint)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        start = state["epoch"] + 1
+        if rank == 0:
+            print(f"resumed from epoch {state['epoch']} with {world_size} workers", flush=True)
+    ddp = DDP(model)
+    adaptive = AdaptiveBatch(ddp, optimizer, initial_batch=args.initial_batch)
+    if state is not None and "adaptive" in state:
+        adaptive.load_state_dict(state["adaptive"])
+    sampler = DistributedSampler(train_set, shuffle=True, seed=0)
+    loader = DataLoader(train_set, batch_size=adaptive.local_batch_size(), sampler=sampler)
+
+    for epoch in range(start, args.epochs):
+        sampler.set_epoch(epoch)
+        ddp.train()
+        for images, labels in loader:
+            optimizer.zero_grad()
+            loss = F.cross_entropy(ddp(images), labels)
+            loss.backward()
+            adaptive.step()  # instead of optimizer.step(): measures, scales the LR, steps
+        ddp.eval()
+        with torch.no_grad():
+            accuracy = (model(x_test).argmax(1) == y_test).float().mean().item()
+        if rank == 0:
+            save_checkpoint(args.checkpoint, model, optimizer, adaptive, epoch)
+            # a metric line edl shows: epochs finished (from 1) of the total, loss, accuracy,
+            # and the helper's batch, noise scale, efficiency and learning-rate gain
+            figures = " ".join(f"{k}={v:g}" for k, v in adaptive.metrics().items())
+            print(f"epoch={epoch + 1} epochs={args.epochs} loss={loss.item():.4f} "
+                  f"accuracy={accuracy:.4f} {figures}", flush=True)
+        dist.barrier()  # nobody starts the next epoch before its checkpoint exists
+
+    if rank == 0:
+        print(f"test accuracy {accuracy:.4f} with {world_size} workers", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
