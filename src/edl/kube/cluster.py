@@ -3,20 +3,19 @@
 The same Controller and Autoscaler that run in simulation drive this class.
 What it does that the in-process cluster does not need to:
 
-* children are written with **server-side apply** under the field manager
-  `edl-controller` and carry an **ownerReference** to their TrainingJob, so
-  deleting the TrainingJob garbage-collects them even if the controller is down.
-  Applying is idempotent, so `create_*` on an existing child updates the object
-  (a ReplicaSet's running pods keep their old template: only later pods get the
-  new one; docs/kubernetes.md). A batch/v1 Job's pod template is immutable, so an
+* children are written with **server-side apply** under the field manager `edl-controller` and
+  carry an **ownerReference** to their TrainingJob, so deleting the TrainingJob garbage-collects
+  them even if the controller is down. Applying is idempotent, so `create_*` on an existing
+  child updates the object (a ReplicaSet's running pods keep their old template: only later pods
+  get the new one; docs/kubernetes.md). A batch/v1 Job's pod template is immutable, so an
   existing trainer Job only gets its labels and its parallelism clamped into [min, max];
-* nodes, pods and ResourceQuotas come from list+watch caches (`reflector`, `state`),
-  so `inquiry_resource` and `job_pods` never list pods;
-* every call is retried on 5xx/429 and dropped connections; a stale
-  `update_trainer_job` raises `ConflictError` (409) for the caller to re-read;
+* nodes, pods and ResourceQuotas come from list+watch caches (`reflector`, `state`), so
+  `inquiry_resource` and `job_pods` never list pods;
+* every call is retried on 5xx/429 and dropped connections; a stale `update_trainer_job` raises
+  `ConflictError` (409) for the caller to re-read;
 * TrainingJob events come from kopf (`edl.kube.operator`), which calls
-  `dispatch_add/update/del`; status writes get Kubernetes bookkeeping
-  (`edl.kube.status`) and failures become Warning Events.
+  `dispatch_add/update/del`; status writes get Kubernetes bookkeeping (`edl.kube.status`) and
+  failures become Warning Events.
 """
 
 from __future__ import annotations
@@ -55,7 +54,7 @@ from edl.cluster.port import (
     TrainingJobHandler,
     Unsubscribe,
 )
-from edl.control.trainers import CRASH_BACKOFF_BASE_S, CRASH_BACKOFF_MAX_S
+from edl.control.trainers import CRASH_BACKOFF_S
 from edl.kube.client import FIELD_MANAGER
 from edl.kube.crd import GROUP, KIND, PLURAL, VERSION
 from edl.kube.events import EventRecorder, make_event
@@ -95,14 +94,11 @@ class KubeCluster(KubeManagedTrainers):
     """`edl.cluster.port.Cluster` over lightkube; start() before use, stop() after."""
 
     def __init__(self, client: AsyncClient, *, namespace: str | None = None,
-                 events: EventRecorder | None = None,
+                 events: EventRecorder | None = None, fence: Callable[[], bool] | None = None,
                  watch_client: AsyncClient | None = None, delete_victims: bool = True,
-                 fence: Callable[[], bool] | None = None,
-                 crash_backoff_s: tuple[float, float] = (CRASH_BACKOFF_BASE_S,
-                                                         CRASH_BACKOFF_MAX_S)) -> None:
+                 crash_backoff_s: tuple[float, float] = CRASH_BACKOFF_S) -> None:
         self.client = client
-        # `CrashBackoff`: first delay and cap between a crashed trainer and its replacement
-        self.crash_backoff_s = crash_backoff_s
+        self.crash_backoff_s = crash_backoff_s  # `CrashBackoff`: a crash replacement's delay
         # every write first asks fence() (the leader still holds its Lease), each attempt
         self.fence = fence
         # Watch streams get their own connection pool: cancelling a stream must never
