@@ -119,8 +119,74 @@ def test_crd_names_subresources_and_columns() -> None:
         "Desired": ".status.trainers.desired",
         "Min": ".spec.trainer.min-instance",
         "Max": ".spec.trainer.max-instance",
+        "Waiting": ".status.waiting",
         "Age": ".metadata.creationTimestamp",
+        "Pending": ".status.trainers.pending",
+        "Image": ".spec.image",
+        "Message": ".status.message",
     }
+    wide = [c["name"] for c in version["additionalPrinterColumns"] if c.get("priority")]
+    assert wide == ["Pending", "Image", "Message"]  # `kubectl get tj -o wide` adds these
+
+
+def _properties(node: dict[str, Any], path: str = "") -> list[tuple[str, dict[str, Any]]]:
+    """Every (path, schema) under `properties`, array items included."""
+    found = []
+    for prop, sub in (node.get("properties") or {}).items():
+        found.append((f"{path}.{prop}", sub))
+        found += _properties(sub, f"{path}.{prop}")
+    if isinstance(node.get("items"), dict):
+        found += _properties(node["items"], f"{path}[]")
+    return found
+
+
+def test_every_schema_property_has_a_description() -> None:
+    """What `kubectl explain trainingjob.spec.trainer` shows comes from these."""
+    schema = openapi_schema()
+    assert schema["description"]
+    undocumented = [path for path, sub in _properties(schema)
+                    # the API server forbids anything on metadata but name/generateName
+                    # (kubectl explain shows ObjectMeta's own descriptions there)
+                    if not path.startswith(".metadata") and not sub.get("description")]
+    assert undocumented == []
+    assert ".spec.trainer.min-instance" in dict(_properties(schema))
+    assert "\n" not in str(schema)  # one paragraph each, as kubectl explain wraps it
+    trainer = schema["properties"]["spec"]["properties"]["trainer"]["properties"]
+    assert "kubectl scale" in trainer["min-instance"]["description"]
+
+
+def test_the_model_documents_every_field() -> None:
+    """Descriptions come from the pydantic model (`Field(description=...)`), so a new field
+    without one fails here before it reaches the CRD."""
+    from pydantic import BaseModel
+
+    from edl.api import trainingjob as model
+
+    missing = [f"{cls.__name__}.{name}"
+               for cls in vars(model).values()
+               if isinstance(cls, type) and issubclass(cls, BaseModel) and cls.__module__ ==
+               model.__name__ and cls is not model.ObjectMeta
+               for name, field in cls.model_fields.items()
+               if name != "metadata" and not field.description]
+    assert missing == []
+
+
+def test_every_rule_names_its_field_and_reason() -> None:
+    """Without a fieldPath a root rule is reported at `<nil>`; the reason makes it a 422
+    FieldValueInvalid like the schema's own errors."""
+    def rules(node: dict[str, Any]) -> list[dict[str, Any]]:
+        found = list(node.get("x-kubernetes-validations") or [])
+        for sub in (node.get("properties") or {}).values():
+            found += rules(sub)
+        return found
+
+    found = rules(openapi_schema())
+    assert len(found) == 5
+    for rule in found:
+        assert rule["fieldPath"].startswith("."), rule
+        assert rule["reason"] == "FieldValueInvalid", rule
+    name_rule = openapi_schema()["x-kubernetes-validations"][0]
+    assert name_rule["fieldPath"] == ".metadata.name"
 
 
 def test_schema_is_structural() -> None:
@@ -168,16 +234,18 @@ def test_min_greater_than_max_is_rejected_by_the_cel_rule() -> None:
     problems = admit(_job(**{"min-instance": 5, "max-instance": 3}))
     assert problems == [
         ".spec.trainer: spec.trainer.min-instance must be <= spec.trainer.max-instance"
+        " (kubectl scale --replicas sets spec.trainer.min-instance)"
     ]
 
 
 def test_fixed_size_unless_fault_tolerant() -> None:
     job = _job(**{"min-instance": 2, "max-instance": 4})
     job["spec"]["fault_tolerant"] = False
-    assert admit(job) == [
-        ".spec: spec.trainer.max-instance must equal min-instance"
-        " unless spec.fault_tolerant is true"
-    ]
+    (problem,) = admit(job)
+    assert problem.startswith(".spec: spec.trainer.max-instance must equal min-instance"
+                              " unless spec.fault_tolerant is true")
+    # the refusal a `kubectl scale` of such a job meets says what replicas means
+    assert "kubectl scale --replicas (which sets min-instance)" in problem
     job["spec"]["trainer"]["max-instance"] = 2
     assert admit(job) == []
 

@@ -102,8 +102,12 @@ class _Strict(BaseModel):
 class ResourceRequirements(_Strict):
     """A container's `resources`: limits and requests as quantity texts."""
 
-    limits: ResourceListModel | None = None
-    requests: ResourceListModel | None = None
+    limits: ResourceListModel | None = Field(
+        default=None, description="Most a container may use: cpu, memory, nvidia.com/gpu "
+        "(quantities such as 1, 500m, 1Gi). A GPU limit is what the autoscaler counts.")
+    requests: ResourceListModel | None = Field(
+        default=None, description="What the scheduler reserves for a container (quantities); "
+        "the autoscaler plans with these.")
 
 
 class ObjectMeta(BaseModel):
@@ -121,31 +125,53 @@ class ObjectMeta(BaseModel):
 class TrainerSpec(_Strict):
     """`spec.trainer`: what each trainer runs and how many may run."""
 
-    entrypoint: StrictStr | None = None
-    workspace: StrictStr | None = None
-    min_instance: Int32 | None = Field(default=None, alias="min-instance")
-    max_instance: Int32 | None = Field(default=None, alias="max-instance")
+    entrypoint: StrictStr | None = Field(
+        default=None, description="The command each trainer runs in its workspace, e.g. "
+        "`python train.py` ($(VAR) expands the pod's environment, as Kubernetes does).")
+    workspace: StrictStr | None = Field(
+        default=None, description="The directory the entrypoint runs in, inside the image "
+        "(the runtime image ships its examples under /home/edl/examples); empty: the "
+        "image's working directory.")
+    min_instance: Int32 | None = Field(
+        default=None, alias="min-instance",
+        description="Trainers the job is guaranteed: the autoscaler never goes below it. "
+        "`kubectl scale tj NAME --replicas=N` sets this field.")
+    max_instance: Int32 | None = Field(
+        default=None, alias="max-instance",
+        description="Most trainers the autoscaler gives the job when the cluster has room "
+        "(default: min-instance). Above min-instance only when fault_tolerant.")
     resources: Annotated[ResourceRequirements, EmptyIfNone] = Field(
-        default_factory=ResourceRequirements
+        default_factory=ResourceRequirements,
+        description="Requests and limits of each trainer pod.",
     )
 
 
 class PserverSpec(_Strict):
     """`spec.pserver`: parameter servers (not scaled; replicas = min-instance)."""
 
-    min_instance: Int32 | None = Field(default=None, alias="min-instance")
-    max_instance: Int32 | None = Field(default=None, alias="max-instance")
+    min_instance: Int32 | None = Field(
+        default=None, alias="min-instance",
+        description="Parameter servers the job runs (default 1); each holds one shard.")
+    max_instance: Int32 | None = Field(
+        default=None, alias="max-instance",
+        description="Kept for the original API: pservers are not scaled (default: "
+        "min-instance; must not be below it).")
     resources: Annotated[ResourceRequirements, EmptyIfNone] = Field(
-        default_factory=ResourceRequirements
+        default_factory=ResourceRequirements,
+        description="Requests and limits of each pserver pod.",
     )
 
 
 class MasterSpec(_Strict):
     """`spec.master`: the task master; an external etcd replaces the built-in sidecar."""
 
-    etcd_endpoint: StrictStr | None = Field(default=None, alias="etcd-endpoint")
+    etcd_endpoint: StrictStr | None = Field(
+        default=None, alias="etcd-endpoint",
+        description="An external etcd (comma-separated http(s)://host[:port] URLs) instead of "
+        "the etcd sidecar in the master pod.")
     resources: Annotated[ResourceRequirements, EmptyIfNone] = Field(
-        default_factory=ResourceRequirements
+        default_factory=ResourceRequirements,
+        description="Requests and limits of the master pod's master container.",
     )
 
 
@@ -159,11 +185,22 @@ class CollectiveSpec(_Strict):
     `resize-cooldown` seconds.
     """
 
-    nproc_per_node: StrictInt | None = Field(default=None, alias="nproc-per-node")
-    world_sizes: list[StrictInt] | None = Field(default=None, alias="world-sizes")
-    world_size_multiple: StrictInt | None = Field(default=None, alias="world-size-multiple")
-    resize_cooldown: StrictInt | None = Field(default=None, alias="resize-cooldown")
-    max_restarts: StrictInt | None = Field(default=None, alias="max-restarts")
+    nproc_per_node: StrictInt | None = Field(
+        default=None, alias="nproc-per-node",
+        description="Worker processes per trainer pod (torchrun's --nproc-per-node).")
+    world_sizes: list[StrictInt] | None = Field(
+        default=None, alias="world-sizes",
+        description="The only trainer counts the autoscaler may choose (e.g. [1, 2, 4]).")
+    world_size_multiple: StrictInt | None = Field(
+        default=None, alias="world-size-multiple",
+        description="Trainer counts must be a multiple of this (instead of world-sizes).")
+    resize_cooldown: StrictInt | None = Field(
+        default=None, alias="resize-cooldown",
+        description="Seconds between two resizes: each restarts every worker from its "
+        "last checkpoint.")
+    max_restarts: StrictInt | None = Field(
+        default=None, alias="max-restarts",
+        description="Rendezvous rounds (restarts) allowed before the job fails.")
 
 
 class BatchSpec(_Strict):
@@ -175,35 +212,67 @@ class BatchSpec(_Strict):
     (memory). Without it the batch is the script's own business, as before.
     """
 
-    initial: Int32 | None = None
-    max: Int32 | None = None
-    per_trainer_max: Int32 | None = Field(default=None, alias="per-trainer-max")
+    initial: Int32 | None = Field(default=None, description="Total batch at min-instance.")
+    max: Int32 | None = Field(default=None, description="Largest total batch a policy may set.")
+    per_trainer_max: Int32 | None = Field(default=None, alias="per-trainer-max",
+                                          description="Largest batch per trainer (memory).")
 
 
 class TrainingJobSpec(_Strict):
     """`spec`: every field of the original TrainingJobSpec, original spellings as aliases."""
 
     # `parameter-server` (the original's, the default) or `collective` (torch's elastic agent)
-    mode: Literal["parameter-server", "collective"] | None = None
-    collective: CollectiveSpec | None = None
-    batch: BatchSpec | None = None
-    image: StrictStr | None = None
-    port: Int32 | None = None
-    ports_num: Int32 | None = None
-    ports_num_for_sparse: Int32 | None = None
-    fault_tolerant: StrictBool | None = None
-    passes: Int32 | None = None
-    volumes: list[dict[str, Any]] | None = None
+    mode: Literal["parameter-server", "collective"] | None = Field(
+        default=None,
+        description="parameter-server (default: master, pservers, trainers using the edl "
+        "trainer API) or collective (an unmodified PyTorch DDP script under torch's elastic "
+        "agent; no pservers).")
+    collective: CollectiveSpec | None = Field(
+        default=None, description="A collective job's rendezvous and resizes: the world size "
+        "is trainers x nproc-per-node; world-sizes or world-size-multiple (not both) restrict "
+        "the sizes the autoscaler may choose; a resize restarts every worker, so it happens at "
+        "most once per resize-cooldown.")
+    batch: BatchSpec | None = Field(default=None, description="The job adapts its total "
+        "batch (and learning rate) to its trainers; without it the script chooses.")
+    image: StrictStr | None = Field(
+        default=None, description="The container image of every pod of the job (default: "
+        "the edl runtime image of this version).")
+    port: Int32 | None = Field(
+        default=None, description="First port of the master and pservers (default 7164).")
+    ports_num: Int32 | None = Field(
+        default=None, description="Dense-parameter ports per pserver, from port on (default 1).")
+    ports_num_for_sparse: Int32 | None = Field(
+        default=None, description="Sparse-parameter ports per pserver, after the dense ones "
+        "(default 1; 0 for none).")
+    fault_tolerant: StrictBool | None = Field(
+        default=None, description="Whether trainers may come and go while the job runs; only "
+        "a fault-tolerant job is elastic (max-instance above min-instance). Default false.")
+    passes: Int32 | None = Field(
+        default=None, description="Passes (epochs) over the training data (default 1).")
+    volumes: list[dict[str, Any]] | None = Field(
+        default=None, description="Pod volumes (core/v1 Volume) added to every pod of the job.")
     volume_mounts: list[dict[str, Any]] | None = Field(
         default=None,
         validation_alias=AliasChoices("volumeMounts", "VolumeMounts", "volume_mounts"),
         serialization_alias="volumeMounts",
+        description="Mounts (core/v1 VolumeMount) of the volumes in every container of the "
+        "job; each must name a volume.",
     )
-    image_pull_secrets: list[dict[str, Any]] | None = Field(default=None, alias="imagePullSecrets")
-    host_network: StrictBool | None = Field(default=None, alias="hostNetwork")
-    master: Annotated[MasterSpec, EmptyIfNone] = Field(default_factory=MasterSpec)
-    pserver: Annotated[PserverSpec, EmptyIfNone] = Field(default_factory=PserverSpec)
-    trainer: Annotated[TrainerSpec, EmptyIfNone] = Field(default_factory=TrainerSpec)
+    image_pull_secrets: list[dict[str, Any]] | None = Field(
+        default=None, alias="imagePullSecrets",
+        description="Secrets (core/v1 LocalObjectReference) for pulling the image.")
+    host_network: StrictBool | None = Field(
+        default=None, alias="hostNetwork",
+        description="Run the job's pods in the node's network namespace (default false).")
+    master: Annotated[MasterSpec, EmptyIfNone] = Field(
+        default_factory=MasterSpec,
+        description="The master: the task queue (and its etcd) of the job.")
+    pserver: Annotated[PserverSpec, EmptyIfNone] = Field(
+        default_factory=PserverSpec,
+        description="Parameter servers (parameter-server mode only).")
+    trainer: Annotated[TrainerSpec, EmptyIfNone] = Field(
+        default_factory=TrainerSpec,
+        description="What each trainer runs and how many may run.")
 
 
 class TrainingJobStatus(_Strict):
@@ -215,18 +284,27 @@ class TrainingJobStatus(_Strict):
 
     model_config = ConfigDict(extra="allow", populate_by_name=True, frozen=True)
 
-    state: Literal["Created", "Running", "Failed", "Succeeded"] | None = None
-    message: StrictStr | None = None
+    state: Literal["Created", "Running", "Failed", "Succeeded"] | None = Field(
+        default=None, description="The job's phase: Created, Running, Failed or Succeeded.")
+    message: StrictStr | None = Field(
+        default=None, description="Why the job is in its state, in words: what it waits for, "
+        "or every problem that failed it.")
 
 
 class TrainingJob(_Strict):
     """A TrainingJob object: elastic trainers, parameter servers and a master."""
 
-    api_version: Literal["edl.dev/v1", "paddlepaddle.org/v1"] = Field(alias="apiVersion")
-    kind: Literal["TrainingJob"]
+    api_version: Literal["edl.dev/v1", "paddlepaddle.org/v1"] = Field(
+        alias="apiVersion",
+        description="edl.dev/v1 (a cluster serves only this) or the original "
+        "paddlepaddle.org/v1, which edl run and edl validate read.")
+    kind: Literal["TrainingJob"] = Field(description="TrainingJob.")
     metadata: Annotated[ObjectMeta, EmptyIfNone] = Field(default_factory=ObjectMeta)
-    spec: Annotated[TrainingJobSpec, EmptyIfNone] = Field(default_factory=TrainingJobSpec)
-    status: TrainingJobStatus | None = None
+    spec: Annotated[TrainingJobSpec, EmptyIfNone] = Field(
+        default_factory=TrainingJobSpec,
+        description="What to run: image, ports, trainers, pservers and master.")
+    status: TrainingJobStatus | None = Field(
+        default=None, description="Written by the controller.")
 
     # -- the original's methods ---------------------------------------------------------
 

@@ -41,6 +41,7 @@ from edl.cluster.port import (
     AlreadyExistsError,
     Cluster,
     ClusterError,
+    JobPods,
     ManagedTrainers,
     Manifest,
     NotFoundError,
@@ -77,6 +78,34 @@ def _generation(obj: Mapping[str, Any]) -> int | None:
 def _status(obj: Mapping[str, Any]) -> dict[str, Any]:
     status = obj.get("status")
     return dict(status) if isinstance(status, Mapping) else {}
+
+
+def _trainers(count: int) -> str:
+    return f"{count} trainer{'' if count == 1 else 's'}"
+
+
+def waiting_reason(desired: int, pods: JobPods) -> str:
+    """What a job's missing trainers wait for, in a few words (pure); "" when none is missing.
+
+    Shown as `status.waiting` (the WAITING column of `kubectl get tj`): a trainer not yet
+    bound to a node waits for room the scheduler can use; a bound one is starting; one the
+    Job has not created yet waits for the trainer controller.
+    """
+    if pods.running >= desired:
+        return ""
+    unscheduled = pods.unscheduled if pods.unscheduled is not None else 0
+    starting = pods.pending - unscheduled
+    parts = []
+    if unscheduled:
+        parts.append(f"{_trainers(unscheduled)} unscheduled (no node fits yet)")
+    if pods.unscheduled is None and pods.pending:
+        parts.append(f"{_trainers(pods.pending)} pending")
+    elif starting > 0:
+        parts.append(f"{_trainers(starting)} starting")
+    missing = desired - pods.running - pods.pending
+    if missing > 0:
+        parts.append(f"{_trainers(missing)} not created yet")
+    return "; ".join(parts)
 
 
 def trainer_job_outcome(
@@ -351,6 +380,9 @@ class Controller:
         plan = self._plan(key)
         if plan is not None and outcome is None:
             status["plan"] = plan
+        waiting = waiting_reason(desired, pods) if outcome is None else ""
+        if waiting:
+            status["waiting"] = waiting
         await self._write_status(*key, known, status)
 
     def _plan(self, key: tuple[str, str]) -> dict[str, Any] | None:

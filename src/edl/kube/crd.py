@@ -22,7 +22,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from edl.api.trainingjob import TrainingJob
+from edl.api.trainingjob import TrainingJob, TrainingJobStatus
 from edl.jobparser import (
     DEFAULT_IMAGE,
     DEFAULT_PASSES,
@@ -74,11 +74,18 @@ MIN = _cel("min-instance")
 MAX = _cel("max-instance")
 
 
+# `kubectl scale tj NAME --replicas=N` writes spec.trainer.min-instance (the scale
+# subresource): the trainer rules say so, since a refused scale shows only their message.
+SCALE_NOTE = " (kubectl scale --replicas sets spec.trainer.min-instance)"
+
+
 def _min_max_rule(role: str) -> dict[str, str]:
     return {
         "rule": f"!has(self.{MAX}) || self.{MIN} <= self.{MAX}",
-        "message": f"spec.{role}.min-instance must be <= spec.{role}.max-instance",
+        "message": (f"spec.{role}.min-instance must be <= spec.{role}.max-instance"
+                    + (SCALE_NOTE if role == "trainer" else "")),
         "fieldPath": ".max-instance",
+        "reason": "FieldValueInvalid",
     }
 
 
@@ -89,14 +96,18 @@ SPEC_RULES = [{
     "rule": (f"self.fault_tolerant || !has(self.trainer.{MAX}) "
              f"|| self.trainer.{MAX} == self.trainer.{MIN}"),
     "message": ("spec.trainer.max-instance must equal min-instance "
-                "unless spec.fault_tolerant is true"),
+                "unless spec.fault_tolerant is true: a job that is not fault-tolerant has a "
+                "fixed trainer count, so kubectl scale --replicas (which sets min-instance) "
+                "cannot change it; edit both min-instance and max-instance"),
     "fieldPath": ".trainer.max-instance",
+    "reason": "FieldValueInvalid",
 }, {
     # Defaults are applied before validation, so the three fields are present.
     "rule": (f"!has(self.port) || !has(self.ports_num) || !has(self.ports_num_for_sparse) "
              f"|| self.port + self.ports_num + self.ports_num_for_sparse - 1 <= {MAX_PORT}"),
     "message": f"spec.port + ports_num + ports_num_for_sparse - 1 must be <= {MAX_PORT}",
     "fieldPath": ".port",
+    "reason": "FieldValueInvalid",
 }]
 _NAME_LIMIT = MAX_NAME_LENGTH - max(len(s) for s in ROLE_SUFFIXES)
 ROOT_RULES = [{
@@ -105,7 +116,14 @@ ROOT_RULES = [{
     "message": (f"metadata.name must be a DNS-1035 label of at most {_NAME_LIMIT} characters "
                 "(lowercase letters, digits and '-', starting with a letter), so that the "
                 "children's names fit"),
+    # without a fieldPath the API server reports the root rule at "<nil>"
+    "fieldPath": ".metadata.name",
+    "reason": "FieldValueInvalid",
 }]
+API_VERSION_DESCRIPTION = (
+    f"{GROUP}/{VERSION}: the only version a cluster serves. Files in the original "
+    "paddlepaddle.org/v1 (which edl run and edl validate read) apply once their "
+    f"apiVersion is changed to {GROUP}/{VERSION}; the spec is the same.")
 
 # Constraints and defaults per field path (dot-joined, original spellings). The
 # structure comes from the model; the values from edl.jobparser's validation.
@@ -158,6 +176,12 @@ def _unwrap_optional(node: dict[str, Any]) -> dict[str, Any]:
     return node
 
 
+def _plain(description: str) -> str:
+    """A docstring or field description as `kubectl explain` shows it: one paragraph, no
+    Markdown backticks."""
+    return " ".join(description.replace("`", "").split())
+
+
 def _quantity() -> dict[str, Any]:
     # The shape controller-gen emits for resource.Quantity; `pattern` only constrains
     # strings and `minimum` only integers (JSON-schema semantics).
@@ -176,7 +200,10 @@ def _convert(
     ref = node.get("$ref")
     if ref:
         name = ref.rsplit("/", 1)[-1]
-        return _convert(defs[name], defs, path, name)
+        converted = _convert(defs[name], defs, path, name)
+        if node.get("description"):  # the field's own words beat its type's docstring
+            converted["description"] = _plain(node["description"])
+        return converted
     description = node.get("description")
     kind = node.get("type")
     out: dict[str, Any]
@@ -208,8 +235,8 @@ def _convert(
         out = {"type": kind}
     else:  # pragma: no cover - a model type this generator does not know yet
         raise ValueError(f"cannot express {path or '<root>'} ({node}) in a structural schema")
-    if description and out.get("type") == "object":
-        out["description"] = description.replace("`", "")
+    if description:
+        out["description"] = _plain(description)
     out.update(FIELD_RULES.get(path, {}))
     if path in REQUIRED:
         out["required"] = REQUIRED[path]
@@ -218,53 +245,84 @@ def _convert(
     return out
 
 
+def _int_field(description: str, fmt: str = "int32") -> dict[str, Any]:
+    top = INT32_MAX if fmt == "int32" else None
+    return {"type": "integer", "format": fmt, "minimum": 0, "description": description,
+            **({"maximum": top} if top is not None else {})}
+
+
+CONDITION_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "One aspect of the job's state (Ready, Scaling, Failed), with why.",
+    "required": ["type", "status"],
+    "properties": {
+        "type": {"type": "string", "enum": ["Ready", "Scaling", "Failed"],
+                 "description": "Ready (running or succeeded), Scaling (trainers running "
+                                "differ from desired) or Failed."},
+        "status": {"type": "string", "enum": ["True", "False", "Unknown"],
+                   "description": "True, False or Unknown."},
+        "reason": {"type": "string",
+                   "description": "One CamelCase word saying why, e.g. ScalingUp, "
+                                  "InvalidSpec, TrainerJobFailed."},
+        "message": {"type": "string", "description": "The reason in words."},
+        "lastTransitionTime": {"type": "string", "format": "date-time",
+                               "description": "When status last changed."},
+        "observedGeneration": {"type": "integer", "format": "int64", "minimum": 0,
+                               "description": "The spec generation this condition is "
+                                              "about."},
+    },
+}
+
+
 def status_schema() -> dict[str, Any]:
     """The status the controller writes: the model's state/message plus Kubernetes bookkeeping."""
-    condition = {
-        "type": "object",
-        "required": ["type", "status"],
-        "properties": {
-            "type": {"type": "string", "enum": ["Ready", "Scaling", "Failed"]},
-            "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
-            "reason": {"type": "string"},
-            "message": {"type": "string"},
-            "lastTransitionTime": {"type": "string", "format": "date-time"},
-            "observedGeneration": {"type": "integer", "format": "int64", "minimum": 0},
-        },
-    }
     model_status = TrainingJob.model_json_schema(by_alias=True)["$defs"]["TrainingJobStatus"]
-    state_enum = _unwrap_optional(model_status["properties"]["state"])["enum"]
+    state = _unwrap_optional(model_status["properties"]["state"])
+    message = _unwrap_optional(model_status["properties"]["message"])
     return {
         "type": "object",
+        "description": _plain(TrainingJobStatus.__doc__ or ""),
         "properties": {
-            "state": {"type": "string", "enum": state_enum},
-            "message": {"type": "string"},
-            "observedGeneration": {"type": "integer", "format": "int64", "minimum": 0},
-            "replicas": {"type": "integer", "format": "int32", "minimum": 0,
-                         "maximum": INT32_MAX,
-                         "description": "Trainer parallelism now (scale subresource status)."},
+            "state": {"type": "string", "enum": state["enum"],
+                      "description": _plain(state["description"])},
+            "message": {"type": "string", "description": _plain(message["description"])},
+            "waiting": {"type": "string",
+                        "description": "Why the job has fewer trainers running than "
+                                       "desired, or why it has not started (empty when "
+                                       "nothing waits); the WAITING column of kubectl get."},
+            "observedGeneration": _int_field(
+                "The spec generation (metadata.generation) the controller last acted on.",
+                "int64"),
+            "replicas": _int_field(
+                "Trainers the job has now (the trainer Job's parallelism, set by the "
+                "autoscaler): the scale subresource's status.replicas. kubectl scale "
+                "--replicas sets spec.trainer.min-instance, the floor under it."),
             "selector": {"type": "string",
-                         "description": "Label selector of the trainer pods (scale subresource)."},
+                         "description": "Label selector of the trainer pods (the scale "
+                                        "subresource's, which an HPA reads)."},
             "trainers": {
                 "type": "object",
+                "description": "Trainer counts: desired (parallelism), running, pending.",
                 "properties": {
-                    role: {"type": "integer", "format": "int32", "minimum": 0,
-                           "maximum": INT32_MAX}
-                    for role in ("desired", "running", "pending")
+                    "desired": _int_field("Trainers the autoscaler asks for (parallelism)."),
+                    "running": _int_field("Trainer pods running."),
+                    "pending": _int_field("Trainer pods created but not running yet."),
                 },
             },
             "plan": {
                 "type": "object",
                 "description": "The autoscaler's last decision: trainer target and why.",
                 "properties": {
-                    "target": {"type": "integer", "format": "int32", "minimum": 0,
-                               "maximum": INT32_MAX},
-                    "reason": {"type": "string"},
+                    "target": _int_field("Trainers the autoscaler's last decision set."),
+                    "reason": {"type": "string",
+                               "description": "Why: what bounds the job (a quota, the nodes "
+                                              "it may use, its fair share)."},
                 },
             },
             "conditions": {
                 "type": "array",
-                "items": condition,
+                "description": "Ready, Scaling and Failed, each with a reason and message.",
+                "items": copy.deepcopy(CONDITION_SCHEMA),
                 "x-kubernetes-list-type": "map",
                 "x-kubernetes-list-map-keys": ["type"],
             },
@@ -281,9 +339,12 @@ def openapi_schema() -> dict[str, Any]:
         "type": "object",
         "description": "An elastic training job: trainers, parameter servers and a master.",
         "properties": {
-            "apiVersion": {"type": "string"},
-            "kind": {"type": "string"},
-            "metadata": {"type": "object"},
+            "apiVersion": {"type": "string", "description": API_VERSION_DESCRIPTION},
+            "kind": {"type": "string", "description": "TrainingJob."},
+            # No description: the API server allows nothing on metadata but name and
+            # generateName (kubectl explain shows ObjectMeta's own). `name` is declared so
+            # the name rule can point at it (fieldPath).
+            "metadata": {"type": "object", "properties": {"name": {"type": "string"}}},
             "spec": spec,
             "status": status_schema(),
         },
@@ -294,15 +355,26 @@ def openapi_schema() -> dict[str, Any]:
 
 
 def printer_columns() -> list[dict[str, Any]]:
+    """`kubectl get tj`: state, trainer counts and what the job waits for; `-o wide` adds
+    pending trainers, the image and the status message."""
     return [
         {"name": "State", "type": "string", "jsonPath": ".status.state"},
         {"name": "Running", "type": "integer", "jsonPath": ".status.trainers.running",
          "description": "Trainer pods running"},
         {"name": "Desired", "type": "integer", "jsonPath": ".status.trainers.desired",
          "description": "Trainer parallelism the autoscaler set"},
-        {"name": "Min", "type": "integer", "jsonPath": ".spec.trainer.min-instance"},
-        {"name": "Max", "type": "integer", "jsonPath": ".spec.trainer.max-instance"},
+        {"name": "Min", "type": "integer", "jsonPath": ".spec.trainer.min-instance",
+         "description": "Trainers guaranteed (kubectl scale --replicas sets it)"},
+        {"name": "Max", "type": "integer", "jsonPath": ".spec.trainer.max-instance",
+         "description": "Most trainers the autoscaler gives the job"},
+        {"name": "Waiting", "type": "string", "jsonPath": ".status.waiting",
+         "description": "What the missing trainers wait for (empty: none missing)"},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        {"name": "Pending", "type": "integer", "jsonPath": ".status.trainers.pending",
+         "description": "Trainer pods not running yet", "priority": 1},
+        {"name": "Image", "type": "string", "jsonPath": ".spec.image", "priority": 1},
+        {"name": "Message", "type": "string", "jsonPath": ".status.message",
+         "description": "Why the job is in its state", "priority": 1},
     ]
 
 

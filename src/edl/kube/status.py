@@ -14,7 +14,8 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
-STATUS_KEYS = ("state", "message", "trainers", "replicas", "observedGeneration", "conditions")
+STATUS_KEYS = ("state", "message", "waiting", "trainers", "replicas", "observedGeneration",
+               "conditions")
 
 
 def now_rfc3339() -> str:
@@ -64,6 +65,11 @@ def kube_status(
     }
     failed = state == "Failed"
     out: dict[str, Any] = {"state": state, "message": message}
+    waiting = status.get("waiting")
+    if message.startswith("creating children, retrying"):
+        waiting = "its children to be created (retrying, see message)"
+    if waiting and not failed:
+        out["waiting"] = str(waiting)
     if trainers is not None:
         out["trainers"] = dict(trainers)
         out["replicas"] = int(trainers.get("desired", 0))
