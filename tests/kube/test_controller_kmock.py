@@ -174,7 +174,7 @@ async def test_create_makes_owned_children_status_and_a_scale_event(
                 break
             await asyncio.sleep(0.2)
     assert 'edl_cluster_allocatable{resource="cpu_milli"} 8000.0' in text
-    assert 'edl_scale_decisions_total{direction="up"' in text
+    assert 'edl_scale_decisions_total{kind="grow"}' in text
     assert running_gauge in text
     assert "edl_plan_duration_seconds_count" in text
     assert "edl_leader 1.0" in text

@@ -34,7 +34,7 @@ pytestmark = pytest.mark.slow
 
 
 def holder(emulator: Any) -> str | None:
-    key = (LEASES, "default", "edl-controller")
+    key = (LEASES, "edl-system", "edl-controller")  # the default --lease-namespace
     if key not in emulator.objects or emulator.objects[key].deleted:
         return None
     return dict(emulator.objects[key]).get("spec", {}).get("holderIdentity")

@@ -7,12 +7,15 @@ which is what makes two racing candidates resolve to one leader.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 from lightkube import AsyncClient
 from lightkube.resources.coordination_v1 import Lease
 
+from edl.kube.client import make_client
 from edl.kube.leader import LeaderElector, LeaseLost
+from edl.procs import free_port
 
 
 class FakeClock:
@@ -150,3 +153,35 @@ async def test_a_renewal_completing_as_the_leader_stops_does_not_keep_it_renewin
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     assert stopped
+
+
+async def test_a_refused_lease_is_remembered_with_the_lease_and_a_hint(
+        api: AsyncClient, emulator: Any) -> None:
+    a = elector(api, "a", retry_period=0.05, renew_deadline=0.5, lease_duration=1.0)
+    fault = emulator.fail_next(lambda r: r.resource is not None
+                               and r.resource.plural == "leases", 403, times=10_000)
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(a.acquire(), 0.5)
+    assert fault.hits > 0 and not a.is_leader
+    assert a.last_error is not None
+    assert a.last_error.startswith("Lease edl-system/edl-controller: 403")
+    assert "--lease-namespace=edl-system" in a.last_error  # the hint names the flag
+    fault.remaining = 0  # RBAC fixed: the next round wins and the error is gone
+    await asyncio.wait_for(a.acquire(), 20)
+    assert a.is_leader and a.last_error is None
+
+
+async def test_an_unreachable_api_server_is_named_by_its_url() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    client = make_client(url, timeout=2)
+    try:
+        candidate = LeaderElector(client, namespace="edl-system", name="edl-controller",
+                                  identity="a", lease_duration=2.0, renew_deadline=1.5,
+                                  retry_period=0.1, server=url)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(candidate.acquire(), 1.0)
+        assert not candidate.is_leader
+        assert candidate.last_error is not None
+        assert f"cannot reach the API server at {url}" in candidate.last_error
+    finally:
+        await client.close()

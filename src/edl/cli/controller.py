@@ -8,6 +8,9 @@ import sys
 
 import click
 
+# The HTTP clients' loggers (lightkube's httpx2, kopf's aiohttp): INFO per request.
+REQUEST_LOGGERS = ("httpx2", "httpx", "httpcore", "aiohttp.access", "aiohttp.client")
+
 
 def _listen(value: str) -> tuple[str, int]:
     host, _, port = value.rpartition(":")
@@ -31,8 +34,9 @@ def _listen(value: str) -> tuple[str, int]:
               help="Seconds between TrainingJob status refreshes.")
 @click.option("--listen", default="127.0.0.1:8080", show_default=True, metavar="HOST:PORT",
               help="Where to serve /metrics, /healthz and /readyz.")
-@click.option("--lease-namespace", default="default", show_default=True,
-              help="Namespace of the leader-election Lease.")
+@click.option("--lease-namespace", default="edl-system", show_default=True,
+              help="Namespace of the leader-election Lease (deploy/rbac.yaml grants it in "
+                   "edl-system; the Deployment passes its own namespace).")
 @click.option("--lease-name", default="edl-controller", show_default=True,
               help="Name of the leader-election Lease.")
 @click.option("--identity", default="", help="Leader-election identity (default: pod name).")
@@ -51,7 +55,8 @@ def _listen(value: str) -> tuple[str, int]:
               help="On a shrink, delete the trainer pods the policy chose (needs `delete` on "
                    "pods, which deploy/rbac.yaml does not grant); default: the Job "
                    "controller chooses.")
-@click.option("-v", "--verbose", is_flag=True, help="Log at debug level.")
+@click.option("-v", "--verbose", is_flag=True,
+              help="Log at debug level, every API request included.")
 def controller(server: str | None, namespace: str | None, policy: str, max_load_desired: float,
                interval: float, status_interval: float, listen: str, lease_namespace: str,
                lease_name: str, identity: str, lease_duration: float, renew_deadline: float,
@@ -73,6 +78,9 @@ def controller(server: str | None, namespace: str | None, policy: str, max_load_
         raise click.UsageError(str(error)) from None
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not verbose:  # one INFO line per API request would drown everything else
+        for name in REQUEST_LOGGERS:
+            logging.getLogger(name).setLevel(logging.WARNING)
     options = ControllerOptions(
         server=server, namespace=namespace, policy=policy, max_load_desired=max_load_desired,
         interval=interval, status_interval=status_interval, host=host, port=port,

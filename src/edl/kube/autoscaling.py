@@ -2,8 +2,9 @@
 
 `edl.control.autoscaler.Autoscaler.tick` decides and scales; this subclass only
 reports: a Kubernetes Event per applied decision (before -> after, reason,
-cluster load vs max_load_desired), the decision counter and the plan-duration
-histogram. No scaling logic lives here.
+cluster load vs max_load_desired), the decision counter (by kind: grow, shrink,
+hold; the reason's text goes to the Event, never to a label) and the
+plan-duration histogram. No scaling logic lives here.
 """
 
 from __future__ import annotations
@@ -54,9 +55,9 @@ class KubeAutoscaler(Autoscaler):
         if resources is not None:
             self.metrics.observe_resources(resources)
         for decision in decisions:
+            self.metrics.observe_decision(decision.parallelism, decision.target)
             if decision.target == decision.parallelism:
                 continue
-            self.metrics.observe_decision(decision.reason, decision.parallelism, decision.target)
             body = self.kube.training_job(decision.namespace, decision.name) or {}
             uid = (body.get("metadata") or {}).get("uid")
             await self.events.post(scale_event(

@@ -26,7 +26,7 @@ from lightkube import AsyncClient
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.types import PatchType
 
-from edl.kube.retry import is_conflict, is_not_found
+from edl.kube.retry import describe_failure, http_status, is_conflict, is_not_found
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +61,7 @@ class LeaderElector:
         renew_deadline: float = 10.0,
         retry_period: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
+        server: str = "the API server",
     ) -> None:
         if not retry_period < renew_deadline < lease_duration:
             raise ValueError("need retry_period < renew_deadline < lease_duration")
@@ -72,7 +73,11 @@ class LeaderElector:
         self.renew_deadline = renew_deadline
         self.retry_period = retry_period
         self.clock = clock
+        self.server = server
         self.is_leader = False
+        # Why the last election round failed (None: it worked, whoever holds the Lease):
+        # readiness reports it, since a replica that cannot reach its Lease cannot lead.
+        self.last_error: str | None = None
         self._observed: _Observed | None = None
         self._renewed_at: float | None = None  # our last successful write of the Lease
 
@@ -168,16 +173,38 @@ class LeaderElector:
 
     # -- loops ---------------------------------------------------------------
 
+    def explain(self, exc: BaseException) -> str:
+        """Why an election round failed, in words an admin can act on."""
+        lease = f"Lease {self.namespace}/{self.name}"
+        text = f"{lease}: {describe_failure(exc, self.server)}"
+        if http_status(exc) == 403:
+            text += (f" (the ServiceAccount may use only the Lease its Role grants: "
+                     f"deploy/rbac.yaml grants {self.name} in edl-system; "
+                     f"is --lease-namespace={self.namespace} right?)")
+        return text
+
+    def _failed(self, exc: BaseException, doing: str) -> None:
+        """Remember and log a failed round; the same error again is logged at debug level."""
+        text = self.explain(exc)
+        level = logging.DEBUG if text == self.last_error else logging.WARNING
+        log.log(level, "%s failed: %s", doing, text)
+        self.last_error = text
+
     async def acquire(self) -> None:
         """Wait until we hold the Lease."""
         while True:
             try:
                 if await self.try_acquire_or_renew():
                     self.is_leader = True
+                    self.last_error = None
                     log.info("%s acquired lease %s/%s", self.identity, self.namespace, self.name)
                     return
+                if self.last_error is not None:
+                    log.info("lease %s/%s readable again; held by %s", self.namespace,
+                             self.name, self._observed.holder if self._observed else "nobody")
+                self.last_error = None  # read it; another replica holds it
             except Exception as exc:  # API trouble: keep trying, we are not leading anyway
-                log.warning("lease acquire failed: %s", exc)
+                self._failed(exc, "lease acquire")
             await asyncio.sleep(self.retry_period)
 
     async def keep_renewing(self) -> None:
@@ -191,9 +218,10 @@ class LeaderElector:
                 async with asyncio.timeout(self.renew_deadline):
                     ok = await self.try_acquire_or_renew()
             except Exception as exc:
-                log.warning("lease renew failed: %s", exc)
+                self._failed(exc, "lease renew")
                 ok = False
             if ok:
+                self.last_error = None
                 last_success = self.clock()
             elif self.clock() - last_success > self.renew_deadline:
                 self.is_leader = False

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -20,12 +20,31 @@ if TYPE_CHECKING:
     from edl.accounting import ClusterResource
 
 
+# The kinds of scale decision: the label's only values (Prometheus keeps one series per
+# label value, so the decision's text, with its counts and shares, must never be a label).
+DECISION_KINDS = ("grow", "shrink", "hold")
+
+
+def decision_kind(before: int, after: int) -> str:
+    """grow, shrink or hold: what a decision does to a job's trainer count."""
+    return "grow" if after > before else "shrink" if after < before else "hold"
+
+
 class ControllerMetrics:
-    """Every gauge/counter the controller exports, on a private registry."""
+    """Every gauge/counter the controller exports, on private registries.
+
+    What only the leader knows (the cluster, the jobs, the decisions, its caches) is on
+    `leader_registry` and exported only while this replica leads: a standby exports
+    `edl_leader 0` and nothing else, so Prometheus, which scrapes every replica, stores
+    no zeros or stale figures beside the leader's.
+    """
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        r = self.registry
+        self.leader = Gauge("edl_leader", "1 while this replica holds the leader Lease",
+                            registry=self.registry)
+        self.leading = False
+        self.leader_registry = r = CollectorRegistry()
         self.requested = Gauge(
             "edl_cluster_requested", "Resources requested by pods that are not finished",
             ["resource"], registry=r)
@@ -40,18 +59,28 @@ class ControllerMetrics:
             "edl_job_trainers_running", "Running trainer pods of a TrainingJob",
             ["namespace", "job"], registry=r)
         self.scale_decisions = Counter(
-            "edl_scale_decisions", "Scale decisions applied, by reason and direction",
-            ["reason", "direction"], registry=r)
+            "edl_scale_decisions",
+            "Scale decisions by kind (grow, shrink, hold; one per elastic job per tick)",
+            ["kind"], registry=r)
+        for kind in DECISION_KINDS:  # every series exists from the start (rate() needs it)
+            self.scale_decisions.labels(kind)
         self.plan_duration = Histogram(
             "edl_plan_duration_seconds", "Time to inquire resources and plan one autoscaler tick",
             buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5), registry=r)
-        self.leader = Gauge("edl_leader", "1 while this replica holds the leader Lease", registry=r)
         self.watch_restarts = Gauge(
             "edl_watch_restarts", "Times a list/watch stream was restarted", ["kind"], registry=r)
         self.watch_stale = Gauge(
             "edl_watch_stale_seconds",
             "Seconds a node/pod cache has been failing to follow the API server (0: live)",
             ["kind"], registry=r)
+        self._jobs: set[tuple[str, str]] = set()
+
+    def set_leading(self, leading: bool) -> None:
+        """Export the leader's metrics from now on (its caches are synced), or stop and
+        forget its jobs. `edl_leader` itself is set apart: it is 1 from the Lease on."""
+        self.leading = leading
+        if not leading:
+            self.observe_jobs({})
 
     def observe_resources(self, res: ClusterResource) -> None:
         """Export cluster totals: requested vs allocatable for CPU (milli), memory (Mi), GPU."""
@@ -67,18 +96,35 @@ class ControllerMetrics:
     def observe_job(self, namespace: str, job: str, desired: int, running: int) -> None:
         self.trainers_desired.labels(namespace, job).set(desired)
         self.trainers_running.labels(namespace, job).set(running)
+        self._jobs.add((namespace, job))
+
+    def observe_jobs(self, counts: Mapping[tuple[str, str], tuple[int, int]]) -> None:
+        """The jobs that exist now, (desired, running) each; a job gone loses its series."""
+        for namespace, job in self._jobs - set(counts):
+            self.forget_job(namespace, job)
+        for (namespace, job), (desired, running) in counts.items():
+            self.observe_job(namespace, job, desired, running)
 
     def forget_job(self, namespace: str, job: str) -> None:
         for gauge in (self.trainers_desired, self.trainers_running):
             with contextlib.suppress(KeyError):
                 gauge.remove(namespace, job)
+        self._jobs.discard((namespace, job))
 
-    def observe_decision(self, reason: str, before: int, after: int) -> None:
-        direction = "up" if after > before else "down" if after < before else "none"
-        self.scale_decisions.labels(reason or "unspecified", direction).inc()
+    def observe_decision(self, before: int, after: int) -> None:
+        self.scale_decisions.labels(decision_kind(before, after)).inc()
+
+    def names(self) -> set[str]:
+        """Every metric name a scrape of the leader can show (the dashboard's vocabulary)."""
+        found = set()
+        for registry in (self.registry, self.leader_registry):
+            for family in registry.collect():
+                found |= {sample.name for sample in family.samples} | {family.name}
+        return found
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        text = generate_latest(self.registry)
+        return text + generate_latest(self.leader_registry) if self.leading else text
 
 
 class HealthState:
@@ -93,6 +139,7 @@ class HealthState:
         self.stale_after = 60.0
         self.cache_stale_after = 60.0
         self.stale_caches: dict[str, float] = {}  # kind -> seconds failing to follow
+        self.lease_error: str | None = None  # why the last Lease round failed; None: it worked
 
     def beat(self) -> None:
         """Called by the autoscaler loop every tick (and by the standby loop)."""
@@ -105,8 +152,12 @@ class HealthState:
         return True, "ok"
 
     def ready(self) -> tuple[bool, str]:
+        """Ready means able to do its job now: lead, or take over the Lease when it frees."""
+        if self.lease_error is not None:
+            role = "leader" if self.leader else "standby"
+            return False, f"{role}, cannot use the leader {self.lease_error}"
         if not self.leader:
-            return True, "standby (waiting for the leader Lease)"
+            return True, "standby (the Lease is readable; waiting to hold it)"
         if not self.synced:
             return False, "leader, caches not synced yet"
         stale = {kind: age for kind, age in self.stale_caches.items()

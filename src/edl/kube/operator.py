@@ -30,6 +30,19 @@ from edl.kube.crd import GROUP, PLURAL, VERSION
 log = logging.getLogger(__name__)
 
 ANNOTATION_PREFIX = "edl.dev"
+# kopf warns on every start that it runs off the main thread and so cannot handle signals.
+# In edl that is by design and not a loss: the main thread owns SIGTERM/SIGINT
+# (`ControllerProcess.stop_on_signals`) and stops kopf through its stop_flag. Only this one
+# record is dropped; everything else kopf logs passes.
+THREAD_SIGNALS_WARNING = "OS signals are ignored: running not in the main thread"
+
+
+class _OwnSignals(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(THREAD_SIGNALS_WARNING)
+
+
+_REACTOR_LOG = logging.getLogger("kopf._core.reactor.running")
 
 
 def build_settings() -> kopf.OperatorSettings:
@@ -130,6 +143,8 @@ class OperatorThread:
         main_loop = asyncio.get_running_loop()
         self._done = main_loop.create_future()
         bridge = _Bridge(self.cluster, main_loop)
+        if not any(isinstance(f, _OwnSignals) for f in _REACTOR_LOG.filters):
+            _REACTOR_LOG.addFilter(_OwnSignals())
         # _Bridge has KubeCluster's dispatch_* methods, all the handlers call
         registry = build_registry(bridge, self.server)  # type: ignore[arg-type]
 

@@ -50,6 +50,21 @@ def is_transient(exc: BaseException) -> bool:
     return status in RETRIABLE_SERVER
 
 
+def describe_failure(exc: BaseException, server: str) -> str:
+    """One line saying why an API call failed, naming the API server when it was not reached.
+
+    lightkube's own texts ("All connection attempts failed") say neither where nor what.
+    """
+    status = http_status(exc)
+    if status is None and is_transient(exc):
+        detail = " ".join(str(exc).split()) or type(exc).__name__
+        return f"cannot reach the API server at {server}: {detail}"
+    if status is not None:
+        message = getattr(getattr(exc, "status", None), "message", None) or str(exc)
+        return f"{status}: {' '.join(str(message).split())}"
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+
+
 async def retry_call(
     call: Callable[[], Awaitable[T]],
     *,

@@ -17,11 +17,12 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import edl
 from edl.control.controller import Controller
 from edl.control.loops import ControlLoops
 from edl.control.trainers import CRASH_BACKOFF_BASE_S, CRASH_BACKOFF_MAX_S
 from edl.kube.autoscaling import KubeAutoscaler
-from edl.kube.client import make_client
+from edl.kube.client import kube_config, make_client
 from edl.kube.cluster import KubeCluster
 from edl.kube.events import EventRecorder
 from edl.kube.leader import LeaderElector
@@ -29,6 +30,10 @@ from edl.kube.metrics import ControllerMetrics, HealthState, bound_port, make_ap
 from edl.kube.operator import OperatorThread
 
 log = logging.getLogger(__name__)
+
+# Where deploy/rbac.yaml grants the Lease (and deploy/namespace.yaml creates): the default
+# works with the shipped manifests both in the cluster and from a laptop.
+DEFAULT_LEASE_NAMESPACE = "edl-system"
 
 
 def default_identity() -> str:
@@ -47,7 +52,7 @@ class ControllerOptions:
     status_interval: float = 5.0
     host: str = "127.0.0.1"
     port: int = 8080
-    lease_namespace: str = "default"
+    lease_namespace: str = DEFAULT_LEASE_NAMESPACE
     lease_name: str = "edl-controller"
     identity: str = ""
     lease_duration: float = 15.0
@@ -68,6 +73,7 @@ class ControllerProcess:
         self.options = options
         self.metrics = ControllerMetrics()
         self.health = HealthState()
+        self.server_url = kube_config(options.server).get().cluster.server
         self.client = make_client(options.server)
         self.watch_client = make_client(options.server)
         self.events = EventRecorder(self.client)
@@ -75,7 +81,7 @@ class ControllerProcess:
             self.client, namespace=options.lease_namespace, name=options.lease_name,
             identity=options.identity or default_identity(),
             lease_duration=options.lease_duration, renew_deadline=options.renew_deadline,
-            retry_period=options.retry_period,
+            retry_period=options.retry_period, server=self.server_url,
         )
         self.stop = asyncio.Event()
         self.cluster: KubeCluster | None = None
@@ -89,10 +95,20 @@ class ControllerProcess:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop.set)
 
+    def startup_line(self) -> str:
+        """Everything an admin checks first: where, who, what it watches, which Lease."""
+        o = self.options
+        return (f"edl controller {edl.__version__}: API server {self.server_url}, identity "
+                f"{self.elector.identity}, namespaces {o.namespace or 'all'}, Lease "
+                f"{o.lease_namespace}/{o.lease_name}, policy {o.policy} (max load "
+                f"{o.max_load_desired:g}, tick {o.interval:g}s), serving "
+                f"http://{o.host}:{self.http_port}/metrics, /healthz, /readyz")
+
     async def run(self) -> None:
         runner = await serve(make_app(self.metrics, self.health), self.options.host,
                              self.options.port)
         self.http_port = bound_port(runner)
+        log.info("%s", self.startup_line())
         beat = asyncio.create_task(self._heartbeat(), name="heartbeat")
         leading = asyncio.create_task(self.elector.run_as_leader(self._lead), name="leader")
         stopping = asyncio.create_task(self.stop.wait(), name="stop")
@@ -113,9 +129,13 @@ class ControllerProcess:
         while True:
             self.health.beat()
             self.health.leader = self.elector.is_leader
+            self.health.lease_error = self.elector.last_error
             self.metrics.leader.set(1 if self.elector.is_leader else 0)
+            exporting = self.elector.is_leader and self.health.synced
+            if exporting != self.metrics.leading:
+                self.metrics.set_leading(exporting)
             cluster = self.cluster
-            if cluster is not None:
+            if cluster is not None and exporting:
                 for reflector in (cluster.pod_reflector, cluster.node_reflector):
                     self.metrics.watch_restarts.labels(reflector.kind).set(
                         reflector.watch_restarts)
@@ -126,6 +146,7 @@ class ControllerProcess:
             await asyncio.sleep(1.0)
 
     def _observe_jobs(self, cluster: KubeCluster) -> None:
+        counts: dict[tuple[str, str], tuple[int, int]] = {}
         for (namespace, name), body in cluster.training_jobs():
             status = body.get("status")
             trainers = status.get("trainers") if isinstance(status, Mapping) else None
@@ -133,7 +154,8 @@ class ControllerProcess:
                 continue  # not written by this controller yet (or written in another shape)
             desired, running = trainers.get("desired", 0), trainers.get("running", 0)
             if isinstance(desired, int) and isinstance(running, int):
-                self.metrics.observe_job(namespace, name, desired, running)
+                counts[namespace, name] = (desired, running)
+        self.metrics.observe_jobs(counts)  # a deleted job's series go with it
 
     async def _lead(self) -> None:
         options = self.options
