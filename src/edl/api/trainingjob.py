@@ -128,10 +128,8 @@ class TrainerSpec(_Strict):
     entrypoint: StrictStr | None = Field(
         default=None, description="The command each trainer runs in its workspace, e.g. "
         "`python train.py` ($(VAR) expands the pod's environment, as Kubernetes does).")
-    workspace: StrictStr | None = Field(
-        default=None, description="The directory the entrypoint runs in, inside the image "
-        "(the runtime image ships its examples under /home/edl/examples); empty: the "
-        "image's working directory.")
+    workspace: StrictStr | None = Field(default=None, description="The directory the "
+        "entrypoint runs in, in the image (examples: /home/edl/examples/NAME); empty: the cwd.")
     min_instance: Int32 | None = Field(
         default=None, alias="min-instance",
         description="Trainers the job is guaranteed: the autoscaler never goes below it. "
@@ -176,14 +174,7 @@ class MasterSpec(_Strict):
 
 
 class CollectiveSpec(_Strict):
-    """`spec.collective`: how a collective job's trainers rendezvous and may be resized.
-
-    Trainers are nodes of torch's elastic agent; each runs `nproc-per-node`
-    workers, so the world size is trainers x nproc-per-node. `world-sizes` or
-    `world-size-multiple` (not both) restrict the world sizes the Autoscaler may
-    choose; a resize restarts every worker, so it happens at most once per
-    `resize-cooldown` seconds.
-    """
+    """`spec.collective`: trainers are nodes of torch's elastic agent (fields: see each)."""
 
     nproc_per_node: StrictInt | None = Field(
         default=None, alias="nproc-per-node",
@@ -204,15 +195,10 @@ class CollectiveSpec(_Strict):
 
 
 class BatchSpec(_Strict):
-    """`spec.batch`: the job adapts its total batch (and learning rate) to its trainers.
+    """`spec.batch`: the job adapts its total batch (and learning rate) to its trainers."""
 
-    `initial` is the total batch at min-instance trainers (its per-trainer share is
-    what the job runs with when no policy adapts it); the Autoscaler's `goodput` policy
-    may choose any total batch up to `max`, at most `per-trainer-max` per trainer
-    (memory). Without it the batch is the script's own business, as before.
-    """
-
-    initial: Int32 | None = Field(default=None, description="Total batch at min-instance.")
+    initial: Int32 | None = Field(default=None, description="Total batch at min-instance "
+        "trainers; its per-trainer share is the batch when no policy adapts it.")
     max: Int32 | None = Field(default=None, description="Largest total batch a policy may set.")
     per_trainer_max: Int32 | None = Field(default=None, alias="per-trainer-max",
                                           description="Largest batch per trainer (memory).")
@@ -222,23 +208,17 @@ class TrainingJobSpec(_Strict):
     """`spec`: every field of the original TrainingJobSpec, original spellings as aliases."""
 
     # `parameter-server` (the original's, the default) or `collective` (torch's elastic agent)
-    mode: Literal["parameter-server", "collective"] | None = Field(
-        default=None,
-        description="parameter-server (default: master, pservers, trainers using the edl "
-        "trainer API) or collective (an unmodified PyTorch DDP script under torch's elastic "
-        "agent; no pservers).")
-    collective: CollectiveSpec | None = Field(
-        default=None, description="A collective job's rendezvous and resizes: the world size "
-        "is trainers x nproc-per-node; world-sizes or world-size-multiple (not both) restrict "
-        "the sizes the autoscaler may choose; a resize restarts every worker, so it happens at "
-        "most once per resize-cooldown.")
+    mode: Literal["parameter-server", "collective"] | None = Field(default=None, description=
+        "parameter-server (default: master, pservers, trainers using the edl trainer API) or "
+        "collective (a PyTorch DDP script under torch's elastic agent; no pservers).")
+    collective: CollectiveSpec | None = Field(default=None, description="A collective job's "
+        "rendezvous and resizes (world size = trainers x nproc-per-node; a resize restarts "
+        "every worker, so it happens at most once per resize-cooldown).")
     batch: BatchSpec | None = Field(default=None, description="The job adapts its total "
         "batch (and learning rate) to its trainers; without it the script chooses.")
-    image: StrictStr | None = Field(
-        default=None, description="The container image of every pod of the job (default: "
-        "the edl runtime image of this version).")
-    port: Int32 | None = Field(
-        default=None, description="First port of the master and pservers (default 7164).")
+    image: StrictStr | None = Field(default=None, description="The container image of "
+        "every pod of the job (default: the edl runtime image of this version).")
+    port: Int32 | None = Field(default=None, description="First master/pserver port (7164).")
     ports_num: Int32 | None = Field(
         default=None, description="Dense-parameter ports per pserver, from port on (default 1).")
     ports_num_for_sparse: Int32 | None = Field(
@@ -247,16 +227,14 @@ class TrainingJobSpec(_Strict):
     fault_tolerant: StrictBool | None = Field(
         default=None, description="Whether trainers may come and go while the job runs; only "
         "a fault-tolerant job is elastic (max-instance above min-instance). Default false.")
-    passes: Int32 | None = Field(
-        default=None, description="Passes (epochs) over the training data (default 1).")
+    passes: Int32 | None = Field(default=None, description="Passes over the data (default 1).")
     volumes: list[dict[str, Any]] | None = Field(
         default=None, description="Pod volumes (core/v1 Volume) added to every pod of the job.")
     volume_mounts: list[dict[str, Any]] | None = Field(
         default=None,
         validation_alias=AliasChoices("volumeMounts", "VolumeMounts", "volume_mounts"),
         serialization_alias="volumeMounts",
-        description="Mounts (core/v1 VolumeMount) of the volumes in every container of the "
-        "job; each must name a volume.",
+        description="Mounts (core/v1 VolumeMount) of the volumes in every container.",
     )
     image_pull_secrets: list[dict[str, Any]] | None = Field(
         default=None, alias="imagePullSecrets",
@@ -303,8 +281,7 @@ class TrainingJob(_Strict):
     spec: Annotated[TrainingJobSpec, EmptyIfNone] = Field(
         default_factory=TrainingJobSpec,
         description="What to run: image, ports, trainers, pservers and master.")
-    status: TrainingJobStatus | None = Field(
-        default=None, description="Written by the controller.")
+    status: TrainingJobStatus | None = Field(default=None, description="Written by the controller.")
 
     # -- the original's methods ---------------------------------------------------------
 
