@@ -91,7 +91,16 @@ def test_the_installed_binary() -> None:
         check=False,
     )
     assert valid.returncode == 0, valid.stderr
-    assert len(valid.stdout.splitlines()) == 1 and valid.stderr == ""
+    assert len(valid.stdout.splitlines()) == 1
+    # valid for edl, and what `kubectl apply` needs changed, one note per change
+    notes = valid.stderr.splitlines()
+    assert notes == [
+        'note: for kubectl apply: apiVersion paddlepaddle.org/v1: a cluster serves only '
+        'edl.dev/v1 (kubectl apply answers no matches for kind "TrainingJob" in version '
+        '"paddlepaddle.org/v1"); write apiVersion: edl.dev/v1, the spec stays the same',
+        "note: for kubectl apply: spec.VolumeMounts: a cluster knows this field only as "
+        "spec.volumeMounts (kubectl apply refuses or drops the other spelling); rename it",
+    ]
     invalid = subprocess.run(
         [str(EDL), "render", str(EXAMPLES / "invalid" / "many-problems.yaml")],
         capture_output=True,
@@ -124,3 +133,14 @@ def test_validate_and_render_a_collective_job(tmp_path: Path) -> None:
     assert any(line.startswith("spec.pserver: only for parameter-server jobs") for line in lines)
     assert any(line.startswith("spec.trainer.min-instance: must give an allowed world size")
                for line in lines)
+
+
+def test_validate_notes_nothing_for_a_job_a_cluster_admits_and_json_carries_the_notes() -> None:
+    import json
+
+    clean = run("validate", str(EXAMPLES / "mnist.yaml"), "-o", "json")
+    assert json.loads(clean.stdout)["cluster"] == []
+    original = run("validate", str(EXAMPLES / "paddle-original.yaml"), "-o", "json")
+    notes = json.loads(original.stdout)["cluster"]
+    assert [n.split(":")[0] for n in notes] == ["apiVersion paddlepaddle.org/v1",
+                                                "spec.VolumeMounts"]

@@ -397,7 +397,7 @@ def _spellings() -> dict[str, tuple[str, ...]]:
     return table
 
 
-_SPELLINGS = _spellings()
+FIELD_SPELLINGS = _spellings()
 
 
 def user_parts(loc: tuple[str | int, ...], data: Any) -> list[str | int]:
@@ -406,7 +406,7 @@ def user_parts(loc: tuple[str | int, ...], data: Any) -> list[str | int]:
     node = data
     for key in loc:
         if isinstance(node, Mapping) and isinstance(key, str) and key not in node:
-            written = [s for s in _SPELLINGS.get(key, ()) if s in node]
+            written = [s for s in FIELD_SPELLINGS.get(key, ()) if s in node]
             key = written[0] if written else key
         parts.append(key)
         if isinstance(node, Mapping):
@@ -429,7 +429,7 @@ def schema_errors(error: ValidationError, data: Any) -> list[tuple[list[str | in
         loc = tuple(part for part in item["loc"] if not _is_union_tag(part))
         message = _message(item)
         if item["type"] == "extra_forbidden" and loc and isinstance(loc[-1], str):
-            close = difflib.get_close_matches(loc[-1], _SPELLINGS, n=1, cutoff=0.75)
+            close = difflib.get_close_matches(loc[-1], FIELD_SPELLINGS, n=1, cutoff=0.75)
             message += f" (did you mean {close[0]!r}?)" if close else ""
         entry = (user_parts(loc, data), message)
         if entry not in found:

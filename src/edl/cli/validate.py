@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import click
 
@@ -24,10 +24,18 @@ def validate(file: str, output: str) -> None:
 
     Exit 0 with one summary line when valid; otherwise exit 1 with one
     `field.path: problem` line per problem, or one line when FILE cannot be read.
+    A valid job a cluster would still refuse (the original paddlepaddle.org/v1, an
+    original spelling such as VolumeMounts) gets a `note:` line on stderr per change
+    `kubectl apply` needs.
     """
-    job = load_valid_job(file, problems_to_stderr=False, as_json=output == "json")
+    from edl.kube.admission import cluster_notes
+
+    document, job = load_valid_document(file, problems_to_stderr=False,
+                                        as_json=output == "json")
+    notes = cluster_notes(document)  # valid for edl; what a cluster would still refuse
     if output == "json":
-        click.echo(json.dumps({"valid": True, "job": job.to_dict()}, indent=2))
+        click.echo(json.dumps({"valid": True, "job": job.to_dict(), "cluster": notes},
+                              indent=2))
         return
     trainer = job.spec.trainer
     scaling = (
@@ -45,6 +53,8 @@ def validate(file: str, output: str) -> None:
         f"{file}: valid TrainingJob {namespace}/{job.metadata.name} ({job.api_version}, {scaling}, "
         f"{workers})"
     )
+    for note in notes:
+        click.echo(f"note: for kubectl apply: {note}", err=True)
 
 
 def load_valid_job(file: str, problems_to_stderr: bool, as_json: bool = False) -> TrainingJob:
@@ -52,9 +62,16 @@ def load_valid_job(file: str, problems_to_stderr: bool, as_json: bool = False) -
 
     With `as_json` the problems are one JSON document on stdout instead of lines.
     """
+    return load_valid_document(file, problems_to_stderr, as_json)[1]
+
+
+def load_valid_document(file: str, problems_to_stderr: bool,
+                        as_json: bool = False) -> tuple[Any, TrainingJob]:
+    """The document as written and the validated job (see `load_valid_job`)."""
     try:
         source: str | Path = sys.stdin.read() if file == "-" else Path(file)
-        return JobParser().validate(load_job_document(source))
+        document = load_job_document(source)
+        return document, JobParser().validate(document)
     except JobLoadError as error:
         problems = [("", f"{file}: {error}")]
         code = error.exit_code

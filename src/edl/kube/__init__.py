@@ -5,7 +5,7 @@ Kubernetes deployment needs (CRD, kopf operator, Lease election, metrics, the
 Layers, each importing only from those above it in this list:
 
 1. leaves: `client`, `retry`, `crd`, `status`, `events`, `failures`;
-2. the watch cache: `reflector`, `state`;
+2. the watch cache: `reflector`, `state`; `admission` (what a cluster refuses, from `crd`);
 3. `cluster.KubeCluster`;
 4. on top: `operator`, `autoscaling`, `leader`, `metrics`, `runner`.
 """
