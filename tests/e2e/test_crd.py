@@ -60,7 +60,8 @@ def _rejected(rest: Rest, namespace: str, job: dict[str, Any], strict: bool = Fa
     (lambda s: s["pserver"].update({"min-instance": 3, "max-instance": 2}),
      ["spec.pserver.min-instance must be <= spec.pserver.max-instance"]),
     (lambda s: s.update({"fault_tolerant": False}),
-     ["spec.trainer.max-instance must equal min-instance unless spec.fault_tolerant"]),
+     ["spec.trainer.max-instance: Invalid value",
+      "spec.trainer.max-instance must equal min-instance unless spec.fault_tolerant"]),
     (lambda s: s.update({"port": 65535, "ports_num": 2}),
      ["spec.port + ports_num + ports_num_for_sparse - 1 must be <= 65535"]),
     (lambda s: s["trainer"]["resources"]["requests"].update({"cpu": "lots"}),
@@ -89,7 +90,10 @@ def test_several_problems_are_named_in_one_answer_and_names_are_checked(
     assert "min-instance must be <= spec.trainer.max-instance" in message, message
     assert "spec.trainer.resources.requests.cpu" in message, message
     long_name = trainingjob("a" * 56)
-    assert "DNS-1035 label of at most 55" in _rejected(rest, namespace, long_name)
+    message = _rejected(rest, namespace, long_name)
+    assert "DNS-1035 label of at most 55" in message
+    # the rule sits at the root, but the answer names the field (it said `* <nil>: ...`)
+    assert "metadata.name: Invalid value" in message and "<nil>" not in message, message
 
 
 def test_unknown_fields_rejected_when_strict_and_pruned_otherwise(
@@ -121,9 +125,13 @@ def test_defaults_printer_columns_and_scale_subresource(
     with urllib.request.urlopen(request, context=plane.ssl_context(), timeout=30) as answer:
         table = json.loads(answer.read())
     columns = [c["name"] for c in table["columnDefinitions"]]
-    assert columns == ["Name", "State", "Running", "Desired", "Min", "Max", "Age"]
+    assert columns == ["Name", "State", "Running", "Desired", "Min", "Max", "Waiting", "Age",
+                       "Pending", "Image", "Message"]
+    wide = [c["name"] for c in table["columnDefinitions"] if c.get("priority")]
+    assert wide == ["Pending", "Image", "Message"]  # what `kubectl get -o wide` adds
     (row,) = [r for r in table["rows"] if r["cells"][0] == "defaults"]
     assert row["cells"][4:6] == [1, 3]  # Min, Max
+    assert row["cells"][columns.index("Image")] == DEFAULT_IMAGE
 
     scale = rest.get("TrainingJob", "defaults", namespace, sub="scale")
     assert scale["kind"] == "Scale" and scale["spec"]["replicas"] == 1
@@ -133,3 +141,47 @@ def test_defaults_printer_columns_and_scale_subresource(
         rest.merge("TrainingJob", "defaults", {"spec": {"replicas": 4}}, namespace, sub="scale")
     assert caught.value.code == 422
     assert "min-instance must be <= spec.trainer.max-instance" in caught.value.message
+    assert "kubectl scale --replicas sets spec.trainer.min-instance" in caught.value.message
+
+
+def test_scaling_a_job_that_is_not_fault_tolerant_says_what_replicas_means(
+        rest: Rest, namespace: str) -> None:
+    """min = max is the only shape such a job has, so no `kubectl scale` can succeed; the
+    refusal says that --replicas sets min-instance and what to edit instead."""
+    job = trainingjob("fixed", min_instance=2, max_instance=2, fault_tolerant=False)
+    rest.create(job, namespace)
+    scale = rest.get("TrainingJob", "fixed", namespace, sub="scale")
+    assert scale["spec"]["replicas"] == 2
+    with pytest.raises(ApiError) as caught:
+        rest.merge("TrainingJob", "fixed", {"spec": {"replicas": 3}}, namespace, sub="scale")
+    assert caught.value.code == 422
+    message = caught.value.message
+    assert "spec.trainer.max-instance: Invalid value" in message, message
+    assert "kubectl scale --replicas (which sets min-instance) cannot change it" in message
+    assert rest.get("TrainingJob", "fixed", namespace)["spec"]["trainer"]["min-instance"] == 2
+
+
+def test_kubectl_explain_finds_a_description_for_every_field(plane: ControlPlane) -> None:
+    """`kubectl explain` reads the API server's OpenAPI v3 document for the group; every
+    property of the CRD's schema must arrive there with its description."""
+    index = plane.request("GET", "/openapi/v3")
+    group = plane.request("GET", "/" + index["paths"]["apis/edl.dev/v1"]["serverRelativeURL"]
+                          .lstrip("/"))
+    served = group["components"]["schemas"]["dev.edl.v1.TrainingJob"]
+    shipped = load_yaml("crd.yaml")[0]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+
+    def walk(mine: dict[str, Any], theirs: dict[str, Any], path: str) -> int:
+        count = 0
+        for prop, sub in (mine.get("properties") or {}).items():
+            if path == "" and prop == "metadata":
+                continue  # ObjectMeta's own descriptions, from the API server
+            there = theirs["properties"][prop]
+            if "allOf" in there:  # the server wraps a described $ref this way
+                there = {**there, **there["allOf"][0]}
+            assert there.get("description") == sub["description"], f"{path}.{prop}"
+            count += 1 + walk(sub, there, f"{path}.{prop}")
+        return count
+
+    assert walk(shipped, served, "") > 40
+    trainer = served["properties"]["spec"]["properties"]["trainer"]["properties"]
+    assert "kubectl scale" in trainer["min-instance"]["description"]
