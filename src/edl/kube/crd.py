@@ -337,7 +337,8 @@ def openapi_schema() -> dict[str, Any]:
     spec = _convert(model["properties"]["spec"], defs, "spec", None)
     schema: dict[str, Any] = {
         "type": "object",
-        "description": "An elastic training job: trainers, parameter servers and a master.",
+        "description": ("An elastic training job: trainers, parameter servers and a master. "
+                        + API_VERSION_DESCRIPTION),
         "properties": {
             "apiVersion": {"type": "string", "description": API_VERSION_DESCRIPTION},
             "kind": {"type": "string", "description": "TrainingJob."},
