@@ -96,6 +96,7 @@ def test_the_controller_from_a_laptop_with_the_shipped_manifests(
                      "namespaces all", "Lease edl-system/edl-controller", "policy default"):
             assert part in startup, startup
         assert "HTTP Request:" not in log  # one line per API request: only with -v
+        assert "Handler '" not in log  # kopf's line per handled event: only with -v
         assert "OS signals are ignored" not in log
     # the refusal is logged once, not at every retry (every 0.5 s)
     refusals = [line for line in started[2].text().splitlines() if "lease acquire failed" in line]

@@ -92,7 +92,8 @@ async def test_the_leader_logs_no_request_lines_and_no_signal_warning(
     try:
         job = yaml.safe_load((ROOT / "deploy/example-trainingjob.yaml").read_text())
         await api.create(TrainingJobResource.from_dict(job), namespace="default")
-        await eventually(lambda: (JOBS, "default", "digits-trainer") in emulator.objects)
+        trainer = f"{job['metadata']['name']}-trainer"
+        await eventually(lambda: (JOBS, "default", trainer) in emulator.objects)
         answer = await eventually(lambda: (r := readyz(port)) and r[0] == 200 and r)
         assert answer[1].startswith("leader"), answer
         await asyncio.sleep(1.5)  # a few ticks and status writes: requests that would log
@@ -101,6 +102,7 @@ async def test_the_leader_logs_no_request_lines_and_no_signal_warning(
     text = log.read_text()
     assert proc.returncode == 0, text
     assert "HTTP Request:" not in text  # httpx's one INFO line per request: only with -v
+    assert "Handler '" not in text  # kopf's line per handled event, status writes included
     assert "OS signals are ignored" not in text
     assert "replica-a acquired lease edl-system/edl-controller" in text
 

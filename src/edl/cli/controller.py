@@ -8,8 +8,11 @@ import sys
 
 import click
 
-# The HTTP clients' loggers (lightkube's httpx2, kopf's aiohttp): INFO per request.
-REQUEST_LOGGERS = ("httpx2", "httpx", "httpcore", "aiohttp.access", "aiohttp.client")
+# Loggers with an INFO line per API request (lightkube's httpx2, kopf's aiohttp) or per
+# TrainingJob event handled (kopf.objects: "Handler ... succeeded", every status write
+# included); their warnings and errors still show.
+REQUEST_LOGGERS = ("httpx2", "httpx", "httpcore", "aiohttp.access", "aiohttp.client",
+                   "kopf.objects")
 
 
 def _listen(value: str) -> tuple[str, int]:
