@@ -73,7 +73,8 @@ class ControllerProcess:
         self.options = options
         self.metrics = ControllerMetrics()
         self.health = HealthState()
-        self.server_url = kube_config(options.server).get().cluster.server
+        current = kube_config(options.server).get()  # the context in use (None: no context)
+        self.server_url = current.cluster.server if current is not None else "the API server"
         self.client = make_client(options.server)
         self.watch_client = make_client(options.server)
         self.events = EventRecorder(self.client)
