@@ -156,7 +156,9 @@ class CollectiveSpec(_Strict):
     workers, so the world size is trainers x nproc-per-node. `world-sizes` or
     `world-size-multiple` (not both) restrict the world sizes the Autoscaler may
     choose; a resize restarts every worker, so it happens at most once per
-    `resize-cooldown` seconds.
+    `resize-cooldown` seconds. `live: true` says the script uses `edl.elastic`: a
+    resize re-forms the world inside the living workers instead (about a second), so
+    its default cooldown is much shorter.
     """
 
     nproc_per_node: StrictInt | None = Field(default=None, alias="nproc-per-node")
@@ -164,6 +166,7 @@ class CollectiveSpec(_Strict):
     world_size_multiple: StrictInt | None = Field(default=None, alias="world-size-multiple")
     resize_cooldown: StrictInt | None = Field(default=None, alias="resize-cooldown")
     max_restarts: StrictInt | None = Field(default=None, alias="max-restarts")
+    live: StrictBool | None = None
 
 
 class BatchSpec(_Strict):

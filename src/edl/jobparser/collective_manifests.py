@@ -89,6 +89,7 @@ def collective_env(job: TrainingJob) -> list[dict[str, Any]]:
         "EDL_RDZV_ENDPOINT": rendezvous_endpoint(job),
         "EDL_USE_GPU": 1 if job.need_gpu() else 0,
         "EDL_ETCD_ENDPOINTS": m.etcd_endpoints(job),
+        "EDL_LIVE": 1 if collective.live else 0,
     }
     env: list[dict[str, Any]] = [{"name": k, "value": str(v)} for k, v in values.items()]
     env.insert(1, m._field_env("EDL_NAMESPACE", "metadata.namespace"))
