@@ -22,6 +22,8 @@ Without ``EDL_LIVE_STORE`` (plain ``torchrun``, or one process) the world is fix
 
 from __future__ import annotations
 
+import faulthandler
+import gc
 import os
 import signal
 import sys
@@ -154,8 +156,14 @@ class ElasticLoop:
         except _Left:
             return False
         finally:
+            self.ddp = self.state.model
             group.leave_group()
             signal.signal(signal.SIGTERM, previous)
+            self._debug("left the group")
+            self._members = None
+            self._store = None
+            gc.collect()
+            self._debug("collected")
 
     # -- starting ---------------------------------------------------------------------
     def _start(self) -> None:
@@ -164,6 +172,7 @@ class ElasticLoop:
             return
         from torch.distributed import TCPStore
 
+        faulthandler.register(signal.SIGUSR1)  # `kill -USR1` prints where a worker is
         host, _, port = self.config.store.rpartition(":")
         self._store = TCPStore(host, int(port), is_master=False,
                                timeout=timedelta(seconds=self.config.group_timeout_s))
@@ -374,6 +383,10 @@ class ElasticLoop:
 
     def _drain(self, signum: int, frame: object) -> None:
         self.leaving = True
+
+    def _debug(self, message: str) -> None:
+        if os.environ.get("EDL_ELASTIC_DEBUG"):
+            self._log(f"{message} time={time.time():.3f}")
 
     def _log(self, message: str) -> None:
         who = self.config.ident if self.config is not None else f"rank {self.rank}"

@@ -12,7 +12,9 @@ finished, 143 when drained, else the last failure's code.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -23,10 +25,36 @@ from collections.abc import Mapping
 from typing import Any
 
 from edl.procs import die_with_parent
+from edl.runtime.collective import gateway, keys
 from edl.runtime.collective.launch import PYTHONS, AgentConfig
 from edl.runtime.collective.supervise import SIGTERM_EXIT, AgentError, _Metrics, _pump
 
 POLL_S = 0.1
+_FORMED = re.compile(r"edl-elastic \[.*\] formed gen=(\d+) world=(\d+)")
+
+
+class _Generations:
+    """Writes each generation a worker of this pod formed as rank 0 to the pod's agent
+    record in etcd, as the torchrun agent writes its rounds: `edl run` and `edl status`
+    show the world size and its changes the same way for both kinds of job."""
+
+    def __init__(self, env: Mapping[str, str], config: AgentConfig) -> None:
+        self.endpoints = env.get("EDL_ETCD_ENDPOINTS") or ""
+        pod = env.get("EDL_POD_NAME") or f"agent-{os.getpid()}"
+        self.key = keys.agent_key(config.namespace, config.job, pod)
+        self.nproc = config.nproc_per_node
+
+    def feed(self, line: str) -> None:
+        found = _FORMED.search(line)
+        if not found or not self.endpoints:
+            return
+        gen, world = int(found.group(1)), int(found.group(2))
+        record = {"round": gen, "rank": 0, "nodes": max(1, world // self.nproc),
+                  "world_size": world, "rendezvous": gen + 1, "time": time.time()}
+        try:
+            gateway.put(self.endpoints, self.key, json.dumps(record))
+        except OSError as error:  # the display misses one generation; training goes on
+            print(f"edl agent: generation not reported: {error}", file=sys.stderr, flush=True)
 
 
 def live_prefix(config: AgentConfig) -> str:
@@ -91,6 +119,7 @@ def run_live(env: Mapping[str, str], config: AgentConfig, endpoint: str, workspa
     print(f"edl agent: live, {config.nproc_per_node} worker(s): {' '.join(command)}",
           file=sys.stderr, flush=True)
     metrics = _Metrics(env, config)
+    generations = _Generations(env, config)
     gone = _Gone(endpoint, live_prefix(config))
     drained = threading.Event()
     workers: dict[int, tuple[subprocess.Popen[bytes], str]] = {}
@@ -105,7 +134,7 @@ def run_live(env: Mapping[str, str], config: AgentConfig, endpoint: str, workspa
         )
         assert child.stdout is not None and child.stderr is not None
         for source, sink, feed in ((child.stdout, sys.stdout, metrics.feed),
-                                   (child.stderr, sys.stderr, lambda _line: None)):
+                                   (child.stderr, sys.stderr, generations.feed)):
             threading.Thread(target=_pump, args=(source, sink, feed), daemon=True).start()
         workers[local_rank] = (child, child_env["EDL_LIVE_IDENT"])
 
