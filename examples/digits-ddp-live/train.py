@@ -29,8 +29,8 @@ def parse_args():
     parser.add_argument("--lr", type=float, default=0.002)
     parser.add_argument("--step-pause", type=float, default=0.0,
                         help="seconds to sleep after each step (tests, benches)")
-    parser.add_argument("--audit", action="store_true",
-                        help="print the samples each worker trains on, step by step")
+    parser.add_argument("--audit", default=None, metavar="FILE",
+                        help="append the samples each worker trains on, step by step, to FILE")
     return parser.parse_args()
 
 def main():

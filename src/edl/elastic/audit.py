@@ -1,12 +1,12 @@
 """Reading back what a live world trained on, from its workers' output (pure).
 
-With ``audit=True`` every worker prints one line per step as it starts it (``trained
-gen= step= epoch= rank= world= from= to=``: its positions of the epoch's order) and
-rank 0 one line per generation formed (``formed gen= step= ...``: the step the new
-world starts from). A step finished in one generation and started again by a later
-one (a rollback after a lost worker) was *redone*; the other records must cover every
-epoch's positions exactly once. Tests and the bench check both from the logs of
-every process, the dead ones' included.
+With ``audit=<file>`` every worker appends one line per step as it starts it
+(``trained gen= step= epoch= rank= world= from= to=``: its positions of the epoch's
+order) and rank 0 one line per generation formed (``formed gen= step= ...``: the step
+the new world starts from) to one shared file. A step finished in one generation
+and started again by a later one (a rollback after a lost worker) was *redone*; the
+other records must cover every epoch's positions exactly once. Tests and the bench
+check both from the lines of every process, the dead ones' included.
 """
 
 from __future__ import annotations

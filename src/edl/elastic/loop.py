@@ -112,12 +112,16 @@ class ElasticLoop:
         *,
         seed: int = 0,
         shuffle: bool = True,
-        audit: bool = False,
+        audit: str | None = None,
         env: Mapping[str, str] | None = None,
     ) -> None:
         self.state = state
         self.size, self.batch, self.epochs = dataset_size, batch_size, epochs
-        self.seed, self.shuffle, self.audit = seed, shuffle, audit
+        self.seed, self.shuffle = seed, shuffle
+        # the audit file: appended to with O_APPEND (one write per line, whole lines even
+        # from many processes, kept by the kernel when the writer is SIGKILLed next)
+        self._audit_fd = (os.open(audit, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                          if audit else None)
         self.config = live_config(os.environ if env is None else env)
         self.ddp: torch.nn.Module = state.model
         self.rank, self.world, self.gen = 0, 1, -1
@@ -276,9 +280,11 @@ class ElasticLoop:
         if self.rank == 0:
             self._members.beat()
             p = self.state.progress
-            self._log(f"formed gen={plan.gen} world={self.world} step={p.step} epoch={p.epoch} "
-                      f"consumed={p.consumed} copied={int(copied)} "
-                      f"seconds={time.time() - started:.3f} time={time.time():.3f}")
+            line = (f"formed gen={plan.gen} world={self.world} step={p.step} epoch={p.epoch} "
+                    f"consumed={p.consumed} copied={int(copied)} "
+                    f"seconds={time.time() - started:.3f} time={time.time():.3f}")
+            self._log(line)
+            self._audit(line)
         return True
 
     def _reform_after_failure(self) -> None:
@@ -318,10 +324,9 @@ class ElasticLoop:
             mine = parts[self.rank]
             order = self._epoch_order(progress.epoch)
             step_total = sum(len(p) for p in parts)
-            if self.audit:  # before the step: a worker killed in it has still said so
-                print(f"edl-elastic trained gen={self.gen} step={progress.step} "
-                      f"epoch={progress.epoch} rank={self.rank} world={self.world} "
-                      f"from={mine.start} to={mine.stop}", flush=True)
+            # before the step: a worker killed in it has still said so
+            self._audit(f"trained gen={self.gen} step={progress.step} epoch={progress.epoch} "
+                        f"rank={self.rank} world={self.world} from={mine.start} to={mine.stop}")
             train_step(Batch([order[i] for i in range(mine.start, mine.stop)], progress.epoch,
                              progress.step, step_total, self.world))
             self._done_step()
@@ -337,7 +342,9 @@ class ElasticLoop:
 
     def _done_step(self) -> None:
         if self._first_step_pending and self.rank == 0:
-            self._log(f"first-step gen={self.gen} time={time.time():.3f}")
+            line = f"first-step gen={self.gen} time={time.time():.3f}"
+            self._log(line)
+            self._audit(line)
         self._first_step_pending = False
 
     def _boundary(self) -> bool:
@@ -384,13 +391,19 @@ class ElasticLoop:
     def _drain(self, signum: int, frame: object) -> None:
         self.leaving = True
 
+    def _audit(self, line: str) -> None:
+        if self._audit_fd is not None:
+            os.write(self._audit_fd, f"edl-elastic [{self._who()}] {line}\n".encode())
+
+    def _who(self) -> str:
+        return self.config.ident if self.config is not None else f"rank {self.rank}"
+
     def _debug(self, message: str) -> None:
         if os.environ.get("EDL_ELASTIC_DEBUG"):
             self._log(f"{message} time={time.time():.3f}")
 
     def _log(self, message: str) -> None:
-        who = self.config.ident if self.config is not None else f"rank {self.rank}"
-        print(f"edl-elastic [{who}] {message}", file=sys.stderr, flush=True)
+        print(f"edl-elastic [{self._who()}] {message}", file=sys.stderr, flush=True)
 
 
 def _short(error: BaseException) -> str:
