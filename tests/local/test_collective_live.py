@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 LIVE = REPO / "examples" / "digits-ddp-live"
 TRAIN_SAMPLES = 1437  # digits: 80 % of 1797 images
-EPOCHS = 16
+EPOCHS = 20  # the default; the growth test runs longer (its joiners must start in time)
 HALF_CORE = {"requests": {"cpu": "500m", "memory": "256Mi"},
              "limits": {"cpu": "1", "memory": "1Gi"}}
 
@@ -42,14 +42,16 @@ async def until(predicate: Any, timeout: float, what: str) -> None:
         await asyncio.sleep(0.2)
 
 
-def live_job(tmp_path: Path, name: str, pause_s: float = 0.08, **trainer: Any) -> dict[str, Any]:
-    """The live example, paced (each step also sleeps, so changes land mid-epoch) and
-    auditing into one file under the test's directory."""
+def live_job(tmp_path: Path, name: str, pause_s: float = 0.08, epochs: int = EPOCHS,
+             **trainer: Any) -> dict[str, Any]:
+    """The live example, paced (each step also sleeps, so changes land mid-epoch, and
+    a replacement has time to start on a loaded machine) and auditing into one file
+    under the test's directory."""
     job = yaml.safe_load((LIVE / "job.yaml").read_text())
     job["metadata"]["name"] = name
     spec = job["spec"]["trainer"]
     spec["workspace"] = str(LIVE)
-    spec["entrypoint"] = (f"python train.py --epochs {EPOCHS} --step-pause {pause_s} "
+    spec["entrypoint"] = (f"python train.py --epochs {epochs} --step-pause {pause_s} "
                           f"--audit {tmp_path / 'audit.log'}")
     spec.update(trainer)
     return job
@@ -78,17 +80,18 @@ def live_workers(run: LocalRun) -> list[int]:
     return found
 
 
-def assert_trained_exactly_once(tmp_path: Path, run: LocalRun, result: Any) -> int:
+def assert_trained_exactly_once(tmp_path: Path, run: LocalRun, result: Any,
+                                epochs: int = EPOCHS) -> int:
     """Succeeded, accurate, every sample of every epoch once; returns the steps redone."""
     assert result is not None and result.state == "Succeeded", result
     assert run.snapshot.accuracy is not None and run.snapshot.accuracy >= 0.95, run.snapshot
     assert procs.pids_with_env(RUN_MARKER_ENV, str(run.run_dir)) == []
     trained, formed = parse((tmp_path / "audit.log").read_text().splitlines())
-    seen = coverage(trained, formed, TRAIN_SAMPLES, EPOCHS)
+    seen = coverage(trained, formed, TRAIN_SAMPLES, epochs)
     assert seen.exact, (
         f"missing {({e: len(v) for e, v in seen.missing.items()})}, "
         f"doubled {({e: len(v) for e, v in seen.doubled.items()})}")
-    assert {r.epoch for r in trained} == set(range(EPOCHS))
+    assert {r.epoch for r in trained} == set(range(epochs))
     return seen.redone_steps
 
 
@@ -184,7 +187,8 @@ async def test_reservation_shrinks_the_live_world_and_release_grows_it_back(
 async def test_a_live_world_grows_from_one_to_three_in_the_middle_of_an_epoch(
     tmp_path: Path,
 ) -> None:
-    job = live_job(tmp_path, "live-grow", resources=HALF_CORE,
+    # long enough at a world of 1 for two new pods to start python and torch under load
+    job = live_job(tmp_path, "live-grow", pause_s=0.1, epochs=40, resources=HALF_CORE,
                    **{"min-instance": 1, "max-instance": 3})
     job["spec"]["collective"]["world-sizes"] = [1, 3]
     options = RunOptions(runs_root=tmp_path / "runs", cpu="2", memory="8Gi",
@@ -198,7 +202,7 @@ async def test_a_live_world_grows_from_one_to_three_in_the_middle_of_an_epoch(
         await until(lambda: worlds(tmp_path)[-1] == 3, 200, "a live world of 3")
 
     run, result = await run_job(job, options, act)
-    assert assert_trained_exactly_once(tmp_path, run, result) == 0
+    assert assert_trained_exactly_once(tmp_path, run, result, epochs=40) == 0
     formed = generations(tmp_path)
     assert [f.world for f in formed] == [1, 3], formed  # one step, never 2
     grown = formed[1]
