@@ -29,6 +29,8 @@ def parse_args():
     parser.add_argument("--lr", type=float, default=0.002)
     parser.add_argument("--step-pause", type=float, default=0.0,
                         help="seconds to sleep after each step (tests, benches)")
+    parser.add_argument("--pause-below-world", type=int, default=0, metavar="N",
+                        help="sleep after a step only while the world is smaller than N")
     parser.add_argument("--audit", default=None, metavar="FILE",
                         help="append the samples each worker trains on, step by step, to FILE")
     return parser.parse_args()
@@ -56,7 +58,8 @@ def main():
         (loss * batch.scale).backward()
         optimizer.step()
         last["loss"] = loss.item() / max(1, len(batch.indices))
-        if args.step_pause:
+        if args.step_pause and (not args.pause_below_world
+                                or loop.world < args.pause_below_world):
             time.sleep(args.step_pause)
 
     def end_of_epoch(epoch: int) -> None:

@@ -78,7 +78,7 @@ def test_a_live_job_gets_the_short_cooldown_and_its_agents_are_told() -> None:
     spec["spec"]["collective"]["resize-cooldown"] = 0  # the user's own value wins
     assert resize_cooldown_s(parser.validate(spec)) == 0
     spec["spec"]["collective"]["live"] = "yes"
-    assert ("spec.collective.live", ) == tuple(f for f, _ in problems(spec))[:1]
+    assert tuple(f for f, _ in problems(spec))[:1] == ("spec.collective.live", )
 
 
 def test_parameter_server_stays_the_default() -> None:

@@ -43,7 +43,7 @@ async def until(predicate: Any, timeout: float, what: str) -> None:
 
 
 def live_job(tmp_path: Path, name: str, pause_s: float = 0.08, epochs: int = EPOCHS,
-             **trainer: Any) -> dict[str, Any]:
+             pause_below_world: int = 0, **trainer: Any) -> dict[str, Any]:
     """The live example, paced (each step also sleeps, so changes land mid-epoch, and
     a replacement has time to start on a loaded machine) and auditing into one file
     under the test's directory."""
@@ -52,6 +52,7 @@ def live_job(tmp_path: Path, name: str, pause_s: float = 0.08, epochs: int = EPO
     spec = job["spec"]["trainer"]
     spec["workspace"] = str(LIVE)
     spec["entrypoint"] = (f"python train.py --epochs {epochs} --step-pause {pause_s} "
+                          f"--pause-below-world {pause_below_world} "
                           f"--audit {tmp_path / 'audit.log'}")
     spec.update(trainer)
     return job
@@ -187,9 +188,10 @@ async def test_reservation_shrinks_the_live_world_and_release_grows_it_back(
 async def test_a_live_world_grows_from_one_to_three_in_the_middle_of_an_epoch(
     tmp_path: Path,
 ) -> None:
-    # long enough at a world of 1 for two new pods to start python and torch under load
-    job = live_job(tmp_path, "live-grow", pause_s=0.1, epochs=40, resources=HALF_CORE,
-                   **{"min-instance": 1, "max-instance": 3})
+    # paced only below a world of 3: as long at a world of 1 as two new pods need to
+    # start python and torch (minutes at a load of 20), then at full speed
+    job = live_job(tmp_path, "live-grow", pause_s=0.1, epochs=40, pause_below_world=3,
+                   resources=HALF_CORE, **{"min-instance": 1, "max-instance": 3})
     job["spec"]["collective"]["world-sizes"] = [1, 3]
     options = RunOptions(runs_root=tmp_path / "runs", cpu="2", memory="8Gi",
                          autoscale_interval_s=1.0, job_dir=LIVE, timeout_s=400)
