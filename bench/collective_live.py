@@ -71,7 +71,7 @@ def restart_script(workdir: Path) -> Path:
     assert marker in text
     text = text.replace(marker, marker + (
         "            if rank == 0:\n"
-        "                print(f\"rstep epoch={epoch} time={time.time():.3f}\", flush=True)\n"
+        "                print(f\"rstep epoch={epoch + 1} time={time.time():.3f}\", flush=True)\n"
         "            if not FIRST:\n"
         "                FIRST.append(1)\n"
         "                print(f\"first_step time={time.time():.3f} workers={world_size}\", "

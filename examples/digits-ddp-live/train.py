@@ -66,7 +66,9 @@ def main():
         with torch.no_grad():
             last["accuracy"] = (model(x_test).argmax(1) == y_test).float().mean().item()
         if loop.rank == 0:
-            print(f"epoch={epoch} loss={last['loss']:.4f} accuracy={last['accuracy']:.4f} "
+            # a metric line edl shows: epochs finished (from 1) of the total, loss, accuracy
+            print(f"epoch={epoch + 1} epochs={args.epochs} loss={last['loss']:.4f} "
+                  f"accuracy={last['accuracy']:.4f} "
                   f"workers={loop.world}", flush=True)
 
     if loop.run(train_step, end_of_epoch) and loop.rank == 0:
