@@ -14,7 +14,14 @@ from torch.distributed import TCPStore
 
 from edl.elastic import codec
 from edl.elastic.audit import Formed, Trained, coverage
-from edl.elastic.membership import Arrival, Membership, Plan, next_plan, order_arrivals
+from edl.elastic.membership import (
+    Arrival,
+    Membership,
+    Plan,
+    admissible,
+    next_plan,
+    order_arrivals,
+)
 from edl.elastic.sampler import epoch_order, shares, step_size
 from edl.elastic.state import State
 from edl.runtime.collective.launch import AgentConfig
@@ -98,6 +105,21 @@ def test_next_plan_keeps_the_stayers_in_order_then_the_joiners(members, data) ->
     assert plan.members == tuple(m for m in members if m not in leaving) + tuple(
         j for _, j in joiners)
     assert plan.admitted == tuple(s for s, _ in joiners) and plan.joiners_upto >= 5
+
+
+@given(st.integers(0, 8), st.integers(0, 8),
+       st.one_of(st.none(), st.sets(st.integers(1, 16), max_size=5)))
+def test_joiners_are_admitted_only_to_an_allowed_world_size(stay, pending, allowed) -> None:
+    sizes = sorted(allowed) if allowed is not None else None
+    count = admissible(stay, pending, sizes)
+    assert 0 <= count <= pending
+    if not sizes:
+        assert count == pending
+    elif count:
+        assert stay + count in sizes
+        assert not any(stay + more in sizes for more in range(count + 1, pending + 1))
+    else:
+        assert not any(stay + more in sizes for more in range(1, pending + 1))
 
 
 def test_the_most_advanced_worker_is_rank_zero() -> None:

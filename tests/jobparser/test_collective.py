@@ -75,6 +75,7 @@ def test_a_live_job_gets_the_short_cooldown_and_its_agents_are_told() -> None:
     env = {e["name"]: e.get("value") for e in parser.parse_to_trainer(job)["spec"]["template"][
         "spec"]["containers"][0]["env"]}
     assert env["EDL_LIVE"] == "1"
+    assert env["EDL_WORLD_SIZES"] == ",".join(str(n) for n in job_allowed_counts(job))
     spec["spec"]["collective"]["resize-cooldown"] = 0  # the user's own value wins
     assert resize_cooldown_s(parser.validate(spec)) == 0
     spec["spec"]["collective"]["live"] = "yes"

@@ -38,7 +38,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from edl.elastic import group
-from edl.elastic.membership import Membership, Plan, next_plan
+from edl.elastic.membership import Membership, Plan, admissible, next_plan
 from edl.elastic.sampler import epoch_order, shares
 from edl.elastic.state import State
 
@@ -77,6 +77,7 @@ class LiveConfig:
     group_timeout_s: float = 60.0
     last_call_s: float = 1.0
     orphan_s: float = 30.0
+    world_sizes: tuple[int, ...] = ()  # the spec's allowed world sizes (empty: any)
 
 
 def live_config(env: Mapping[str, str]) -> LiveConfig | None:
@@ -93,6 +94,8 @@ def live_config(env: Mapping[str, str]) -> LiveConfig | None:
         min_world=int(env.get("EDL_LIVE_MIN_WORLD") or 1),
         max_world=int(env.get("EDL_LIVE_MAX_WORLD") or 1),
         arrive_timeout_s=float(env.get("EDL_LIVE_ARRIVE_TIMEOUT") or 3.0),
+        world_sizes=tuple(int(n) for n in (env.get("EDL_WORLD_SIZES") or "").split(",")
+                          if n.strip()),
     )
 
 
@@ -224,8 +227,9 @@ class ElasticLoop:
                     enough_since = enough_since or time.monotonic()
                     if (seen >= self.config.max_world
                             or time.monotonic() - enough_since >= self.config.last_call_s):
-                        found = members.joiner_idents(0, seen)
-                        members.propose(Plan(0, tuple(i for _, i in found), seen,
+                        count = admissible(0, seen, self.config.world_sizes)
+                        found = members.joiner_idents(0, count)
+                        members.propose(Plan(0, tuple(i for _, i in found), count,
                                              tuple(s for s, _ in found)))
             elif time.monotonic() - waiting_since > self.config.orphan_s:
                 self._adopt_orphaned_job(slot)
@@ -368,7 +372,12 @@ class ElasticLoop:
             return False
         if self.state.progress.epoch >= self.epochs:
             return False  # finished: joiners are told by `_finish`, leavers end anyway
-        joiners = self._members.joiner_idents(self.plan.joiners_upto, seen)
+        upto = self.plan.joiners_upto
+        if not leaving:  # only joiners: as many as give an allowed world size, or none yet
+            seen = upto + admissible(self.world, seen - upto, self.config.world_sizes)
+            if seen == upto:
+                return False
+        joiners = self._members.joiner_idents(upto, seen)
         plan = next_plan(self.plan, leaving, joiners, seen)
         if self.leaving or not plan.members:
             self._log(f"leaving at step {self.state.progress.step}")

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol
 
-__all__ = ["Arrival", "Membership", "Plan", "next_plan", "order_arrivals"]
+__all__ = ["Arrival", "Membership", "Plan", "admissible", "next_plan", "order_arrivals"]
 
 
 class Store(Protocol):
@@ -76,6 +76,16 @@ def next_plan(
     fresh = [ident for _, ident in sorted(joiners) if ident not in stay]
     return Plan(current.gen + 1, (*stay, *fresh), max(upto, current.joiners_upto),
                 tuple(slot for slot, _ in sorted(joiners)))
+
+
+def admissible(stay: int, pending: int, allowed: Sequence[int] | None) -> int:
+    """How many of the ``pending`` joiners (first come first) to admit to a world of
+    ``stay`` workers (pure): all of them, or with ``allowed`` world sizes the most that
+    give one (0: they wait for more, so a spec's world sizes are kept)."""
+    if not allowed:
+        return pending
+    fits = [k for k in range(1, pending + 1) if stay + k in allowed]
+    return max(fits) if fits else 0
 
 
 def order_arrivals(plan: Plan, arrivals: Sequence[Arrival]) -> list[Arrival]:
