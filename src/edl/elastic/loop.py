@@ -353,7 +353,7 @@ class ElasticLoop:
 
     def _boundary(self) -> bool:
         """Agree on a change at this step boundary; True when the world was re-formed."""
-        if self._members is None or self.plan is None:
+        if self._members is None or self.plan is None or self.config is None:
             if self.leaving:
                 raise _Left()
             return False

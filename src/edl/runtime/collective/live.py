@@ -12,6 +12,7 @@ finished, 143 when drained, else the last failure's code.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -92,14 +93,17 @@ def worker_env(
 
 
 class _Gone:
-    """Tells the store a worker died (a store client made on first use)."""
+    """Tells the store a worker died. The store client (torch's) is made in the
+    background as the agent starts, so a death is reported in milliseconds, not after
+    an import of torch (seconds on a loaded machine) while the survivors wait."""
 
     def __init__(self, endpoint: str, prefix: str) -> None:
         self.endpoint, self.prefix = endpoint, prefix
         self.store: Any = None
+        self._lock = threading.Lock()
 
-    def __call__(self, ident: str) -> None:
-        try:
+    def connect(self) -> Any:
+        with self._lock:
             if self.store is None:
                 from datetime import timedelta
 
@@ -108,8 +112,19 @@ class _Gone:
                 host, _, port = self.endpoint.rpartition(":")
                 self.store = TCPStore(host, int(port), is_master=False,
                                       timeout=timedelta(seconds=10))
-            self.store.set(f"{self.prefix}/gone/{ident}", "1")
-        except Exception as error:
+            return self.store
+
+    def connect_soon(self) -> None:
+        def quietly() -> None:
+            with contextlib.suppress(Exception):  # reported when used, if it still fails
+                self.connect()
+
+        threading.Thread(target=quietly, daemon=True).start()
+
+    def __call__(self, ident: str) -> None:
+        try:
+            self.connect().set(f"{self.prefix}/gone/{ident}", "1")
+        except Exception as error:  # the survivors' arrival timeout still applies
             print(f"edl agent: could not report {ident} gone: {error}", file=sys.stderr, flush=True)
 
 
@@ -151,6 +166,7 @@ def run_live(env: Mapping[str, str], config: AgentConfig, endpoint: str, workspa
     signal.signal(signal.SIGINT, forward)
     for local_rank in range(config.nproc_per_node):
         start(local_rank)
+    gone.connect_soon()
     while workers:
         time.sleep(POLL_S)
         for local_rank, (child, ident) in list(workers.items()):
