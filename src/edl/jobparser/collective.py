@@ -37,10 +37,12 @@ __all__ = [
 COLLECTIVE = "collective"
 DEFAULT_NPROC_PER_NODE = 1
 DEFAULT_RESIZE_COOLDOWN_S = 60
-# A resize's pause of the whole world, measured by bench/collective_live.py on the
-# shared 2-core machine (median, decision -> first step of the new world): a restart
-# re-launches every worker and reloads the checkpoint; a live resize re-forms the
-# process group inside the workers. The goodput policy prices a resize with it.
+# A resize's pause of the whole world, measured on the shared 2-core machine
+# (decision -> first step of the new world, medians): a restart re-launches every
+# worker and reloads the checkpoint (18 s at load 6-12 by bench/collective.py; 19-59 s
+# at load 9-23 by bench/collective_live.py); a live resize re-forms the process group
+# inside the workers (0.12-0.20 s planned, 1.5 s after a SIGKILL, bench/collective_live.py).
+# The goodput policy prices a resize with it.
 RESTART_RESIZE_PAUSE_S = 18.0
 LIVE_RESIZE_PAUSE_S = 1.0
 # live: at most one resize per this many seconds by default (a few pauses' worth)
