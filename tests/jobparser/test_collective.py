@@ -13,7 +13,14 @@ from hypothesis import strategies as st
 
 from edl.api.trainingjob import load_trainingjob
 from edl.jobparser import JobParser, JobValidationError
-from edl.jobparser.collective import allowed_trainer_counts, job_allowed_counts
+from edl.jobparser.collective import (
+    DEFAULT_LIVE_RESIZE_COOLDOWN_S,
+    DEFAULT_RESIZE_COOLDOWN_S,
+    allowed_trainer_counts,
+    job_allowed_counts,
+    resize_cooldown_s,
+    resize_pause_s,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 parser = JobParser()
@@ -51,9 +58,28 @@ def test_defaults_have_no_pserver_fields_and_fill_the_collective_section() -> No
     assert job.collective() and job.elastic()
     data = job.to_dict()["spec"]
     assert "pserver" not in data and "passes" not in data and "ports_num" not in data
-    assert data["collective"] == {"nproc-per-node": 1, "resize-cooldown": 60, "max-restarts": 100}
+    assert data["collective"] == {
+        "nproc-per-node": 1, "resize-cooldown": 60, "max-restarts": 100, "live": False}
     assert data["port"] == 7164
     assert parser.validate(job) == job  # idempotent
+
+
+def test_a_live_job_gets_the_short_cooldown_and_its_agents_are_told() -> None:
+    spec = collective_job()
+    spec["spec"]["collective"] = {"live": True}
+    job = parser.validate(spec)
+    assert job.spec.collective is not None and job.spec.collective.live is True
+    assert job.spec.collective.resize_cooldown == DEFAULT_LIVE_RESIZE_COOLDOWN_S
+    assert DEFAULT_LIVE_RESIZE_COOLDOWN_S < DEFAULT_RESIZE_COOLDOWN_S
+    assert resize_pause_s(job) < resize_pause_s(parser.validate(collective_job()))
+    env = {e["name"]: e.get("value") for e in parser.parse_to_trainer(job)["spec"]["template"][
+        "spec"]["containers"][0]["env"]}
+    assert env["EDL_LIVE"] == "1"
+    assert env["EDL_WORLD_SIZES"] == ",".join(str(n) for n in job_allowed_counts(job))
+    spec["spec"]["collective"]["resize-cooldown"] = 0  # the user's own value wins
+    assert resize_cooldown_s(parser.validate(spec)) == 0
+    spec["spec"]["collective"]["live"] = "yes"
+    assert tuple(f for f, _ in problems(spec))[:1] == ("spec.collective.live", )
 
 
 def test_parameter_server_stays_the_default() -> None:

@@ -36,7 +36,8 @@ def test_the_core_never_imports_the_shells():
     # The functional core (names, parsing, planning, accounting) knows nothing of
     # Kubernetes, processes, etcd or the simulator.
     graph = package_graph()
-    shells = {"edl.kube", "edl.local", "edl.coord", "edl.sim", "edl.cli", "edl.runtime"}
+    shells = {"edl.kube", "edl.local", "edl.coord", "edl.sim", "edl.cli", "edl.runtime",
+              "edl.elastic"}
     for core in ("edl.api", "edl.accounting", "edl.jobparser", "edl.policy", "edl.cluster",
                  "edl.control", "edl.throughput"):
         assert not graph.get(core, set()) & shells, f"{core} imports {graph[core] & shells}"

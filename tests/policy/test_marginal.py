@@ -42,6 +42,7 @@ def wants(draw, index: int = 0):
         curve=draw(curves()),
         fair=draw(st.integers(low, high)),
         join_cost_s=draw(st.sampled_from([0.0, 10.0, 30.0, 120.0])),
+        resize_pause_s=draw(st.sampled_from([0.0, 1.0, 18.0])),
         remaining_samples=draw(st.one_of(st.none(), st.floats(0, 1e6))),
         grown_recently=draw(st.booleans()),
         shrunk_recently=draw(st.booleans()),
@@ -140,6 +141,25 @@ def test_payback_stops_growth_near_the_end_of_the_work() -> None:
     assert allocate([job], (20_000, 10**9, 0), GoodputParams(fairness=0.0))[0].target == 4
     longer = dataclasses.replace(job, remaining_samples=None)
     assert pays_back(longer, 4, 600.0)
+
+
+def test_a_resize_pause_is_paid_by_the_whole_world() -> None:
+    """A collective job stops every trainer for a resize: a restart's 18 s pause makes a
+    small gain not worth it where a live re-formation's 1 s does not."""
+    job = Want(("ns", "j"), 1, 20, 8, 8, (1000, 1000, 0), UslCurve(100.0, 0.05), fair=8,
+               remaining_samples=None)
+    live = dataclasses.replace(job, resize_pause_s=1.0)
+    restart = dataclasses.replace(job, resize_pause_s=18.0)
+    horizon = 60.0
+    assert pays_back(job, 8, horizon) and pays_back(live, 8, horizon)
+    assert not pays_back(restart, 8, horizon)
+
+
+@given(wants(), st.integers(1, 39), st.floats(0, 100), st.floats(0, 100))
+def test_a_dearer_pause_never_makes_a_growth_pay(want, n, cheap, dear) -> None:
+    low, high = sorted((cheap, dear))
+    if pays_back(dataclasses.replace(want, resize_pause_s=high), n, 600.0):
+        assert pays_back(dataclasses.replace(want, resize_pause_s=low), n, 600.0)
 
 
 def test_fairness_floor_and_min() -> None:

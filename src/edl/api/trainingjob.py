@@ -187,11 +187,15 @@ class CollectiveSpec(_Strict):
         description="Trainer counts must be a multiple of this (instead of world-sizes).")
     resize_cooldown: StrictInt | None = Field(
         default=None, alias="resize-cooldown",
-        description="Seconds between two resizes: each restarts every worker from its "
-        "last checkpoint.")
+        description="Seconds between two resizes (default 60, or 5 with live: a restart "
+        "re-runs every worker from its last checkpoint, a live resize re-forms the world).")
     max_restarts: StrictInt | None = Field(
         default=None, alias="max-restarts",
         description="Rendezvous rounds (restarts) allowed before the job fails.")
+    live: StrictBool | None = Field(
+        default=None,
+        description="The script trains through edl.elastic: a resize re-forms the world "
+        "inside the living workers (about a second) instead of restarting them.")
 
 
 class BatchSpec(_Strict):

@@ -49,8 +49,9 @@ from edl.cluster.port import (
 )
 from edl.control.placement import annotate
 from edl.control.scaling import ScalingTracker
-from edl.jobparser.collective import job_allowed_counts
+from edl.jobparser.collective import job_allowed_counts, resize_cooldown_s, resize_pause_s
 from edl.policy import Decision, JobView, Policy, Trainer, get_policy
+from edl.policy.base import Scaling
 from edl.policy.collective import CollectiveResizes, ResizeRule
 from edl.throughput.batch import BatchLimits, limits_from_spec
 from edl.throughput.board import ThroughputSource
@@ -120,8 +121,8 @@ def _resize_rule(job: TrainingJob) -> ResizeRule | None:
     """A collective job's allowed trainer counts and cooldown; None for other jobs."""
     if not job.collective() or job.spec.collective is None:
         return None
-    cooldown = job.spec.collective.resize_cooldown
-    return ResizeRule(job_allowed_counts(job), float(cooldown if cooldown is not None else 0))
+    return ResizeRule(job_allowed_counts(job), resize_cooldown_s(job), resize_pause_s(job),
+                      bool(job.spec.collective.live))
 
 
 def _batch_limits(job: TrainingJob) -> BatchLimits | None:
@@ -345,7 +346,8 @@ class Autoscaler:
                 if trainer is not None and not trainer_job_done(trainer)]
         self._batches = {key: _chosen_batch(trainer) for key, _, trainer in live}
         scalings = [
-            await self.scaling.scaling(key, now, self._batches[key]) for key, _, _ in live
+            self._priced(key, await self.scaling.scaling(key, now, self._batches[key]))
+            for key, _, _ in live
         ]
         # From here on: cache reads only (nothing yields to the event loop).
         resources = await self.cluster.inquiry_resource()
@@ -382,6 +384,13 @@ class Autoscaler:
                 )
             )
         return resources, views
+
+    def _priced(self, key: tuple[str, str], scaling: Scaling | None) -> Scaling | None:
+        """A collective job's Scaling carries the pause one resize costs its world."""
+        rule = self.collective.rules.get(key)
+        if scaling is None or rule is None:
+            return scaling
+        return replace(scaling, resize_pause_s=rule.pause_s)
 
     async def _scale(self, decision: Decision) -> None:
         """Set the trainer Job's parallelism (naming the leaving pods when the plan and

@@ -19,19 +19,34 @@ from edl.api.trainingjob import CollectiveSpec, TrainingJob
 
 __all__ = [
     "COLLECTIVE",
+    "DEFAULT_LIVE_RESIZE_COOLDOWN_S",
     "DEFAULT_MAX_RESTARTS",
     "DEFAULT_NPROC_PER_NODE",
     "DEFAULT_RESIZE_COOLDOWN_S",
+    "LIVE_RESIZE_PAUSE_S",
     "PS_ONLY_FIELDS",
+    "RESTART_RESIZE_PAUSE_S",
     "allowed_trainer_counts",
     "collective_defaults",
     "collective_problems",
     "job_allowed_counts",
+    "resize_cooldown_s",
+    "resize_pause_s",
 ]
 
 COLLECTIVE = "collective"
 DEFAULT_NPROC_PER_NODE = 1
 DEFAULT_RESIZE_COOLDOWN_S = 60
+# A resize's pause of the whole world, measured on the shared 2-core machine
+# (decision -> first step of the new world, medians): a restart re-launches every
+# worker and reloads the checkpoint (18 s at load 6-12 by bench/collective.py; 19-59 s
+# at load 9-23 by bench/collective_live.py); a live resize re-forms the process group
+# inside the workers (0.12-0.20 s planned, 1.5 s after a SIGKILL, bench/collective_live.py).
+# The goodput policy prices a resize with it.
+RESTART_RESIZE_PAUSE_S = 18.0
+LIVE_RESIZE_PAUSE_S = 1.0
+# live: at most one resize per this many seconds by default (a few pauses' worth)
+DEFAULT_LIVE_RESIZE_COOLDOWN_S = 5
 DEFAULT_MAX_RESTARTS = 100
 # spec fields that only mean something with pservers and a task master, with the
 # default a collective job may carry anyway (the CRD's defaulting fills them in on
@@ -73,6 +88,20 @@ def job_allowed_counts(job: TrainingJob) -> tuple[int, ...]:
         spec.world_sizes,
         spec.world_size_multiple,
     )
+
+
+def resize_cooldown_s(job: TrainingJob) -> float:
+    """The job's cooldown between resizes: its own, else the default for its mode."""
+    spec = job.spec.collective or CollectiveSpec()
+    if spec.resize_cooldown is not None:
+        return float(spec.resize_cooldown)
+    return float(DEFAULT_LIVE_RESIZE_COOLDOWN_S if spec.live else DEFAULT_RESIZE_COOLDOWN_S)
+
+
+def resize_pause_s(job: TrainingJob) -> float:
+    """Seconds the whole world stops for one resize of this collective job."""
+    spec = job.spec.collective or CollectiveSpec()
+    return LIVE_RESIZE_PAUSE_S if spec.live else RESTART_RESIZE_PAUSE_S
 
 
 def collective_problems(job: TrainingJob) -> Iterator[tuple[Loc, str]]:
@@ -161,5 +190,9 @@ def collective_defaults(spec: dict[str, Any]) -> None:
     """Fill a collective spec's defaults in place (plain data, original spellings)."""
     collective = spec.setdefault("collective", {})
     collective.setdefault("nproc-per-node", DEFAULT_NPROC_PER_NODE)
-    collective.setdefault("resize-cooldown", DEFAULT_RESIZE_COOLDOWN_S)
+    collective.setdefault("live", False)
+    collective.setdefault(
+        "resize-cooldown",
+        DEFAULT_LIVE_RESIZE_COOLDOWN_S if collective["live"] is True else DEFAULT_RESIZE_COOLDOWN_S,
+    )
     collective.setdefault("max-restarts", DEFAULT_MAX_RESTARTS)

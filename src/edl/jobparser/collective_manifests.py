@@ -20,6 +20,7 @@ from edl.jobparser import manifests as m
 from edl.jobparser.collective import (
     DEFAULT_MAX_RESTARTS,
     DEFAULT_NPROC_PER_NODE,
+    job_allowed_counts,
 )
 
 __all__ = [
@@ -89,6 +90,12 @@ def collective_env(job: TrainingJob) -> list[dict[str, Any]]:
         "EDL_RDZV_ENDPOINT": rendezvous_endpoint(job),
         "EDL_USE_GPU": 1 if job.need_gpu() else 0,
         "EDL_ETCD_ENDPOINTS": m.etcd_endpoints(job),
+        "EDL_LIVE": 1 if collective.live else 0,
+        # the world sizes a resize may give (a live world admits joiners to these only)
+        "EDL_WORLD_SIZES": ",".join(
+            str(count * (collective.nproc_per_node or DEFAULT_NPROC_PER_NODE))
+            for count in job_allowed_counts(job)
+        ),
     }
     env: list[dict[str, Any]] = [{"name": k, "value": str(v)} for k, v in values.items()]
     env.insert(1, m._field_env("EDL_NAMESPACE", "metadata.namespace"))

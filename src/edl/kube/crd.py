@@ -33,7 +33,6 @@ from edl.jobparser import (
 from edl.jobparser.collective import (
     DEFAULT_MAX_RESTARTS,
     DEFAULT_NPROC_PER_NODE,
-    DEFAULT_RESIZE_COOLDOWN_S,
 )
 from edl.jobparser.validation import (
     DEFAULT_PSERVERS,
@@ -141,7 +140,9 @@ FIELD_RULES: dict[str, dict[str, Any]] = {
     "spec.master.etcd-endpoint": {"pattern": ETCD_ENDPOINTS_PATTERN},
     "spec.collective.nproc-per-node": {"minimum": 1, "default": DEFAULT_NPROC_PER_NODE},
     "spec.collective.world-size-multiple": {"minimum": 1},
-    "spec.collective.resize-cooldown": {"minimum": 0, "default": DEFAULT_RESIZE_COOLDOWN_S},
+    # no schema default: it depends on `live` (the JobParser fills it in)
+    "spec.collective.resize-cooldown": {"minimum": 0},
+    "spec.collective.live": {"default": False},
     "spec.collective.max-restarts": {"minimum": 0, "default": DEFAULT_MAX_RESTARTS},
 }
 for _path, (_low, _high) in INT_BOUNDS.items():  # the JobParser's bounds, as the schema's

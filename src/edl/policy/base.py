@@ -36,6 +36,9 @@ class Scaling:
     `curve`: samples/s against contributing trainers (fitted online, or the declared
     prior); `source` says which ("prior", "prior scaled to N measurements", "fit of
     N counts"). `join_cost_s`: seconds before a new trainer contributes.
+    `resize_pause_s`: seconds the whole job stops for one resize (a collective job's
+    restart or live re-formation; 0 for parameter-server jobs, whose trainers come and
+    go without stopping the others).
     `since_grow_s` / `since_shrink_s`: seconds since the autoscaler last grew / shrank
     the job (None: never). `remaining_samples`: work left, when the job reports it.
     """
@@ -43,6 +46,7 @@ class Scaling:
     curve: Curve
     source: str = "prior"
     join_cost_s: float = 0.0
+    resize_pause_s: float = 0.0
     since_grow_s: float | None = None
     since_shrink_s: float | None = None
     remaining_samples: float | None = None

@@ -2,8 +2,10 @@
 
 A resize of a collective job is a restart of every worker: all agents
 re-rendezvous and the script resumes from its last checkpoint, losing the
-progress since then plus the restart time. A policy plans as if trainers were
-free to come and go one at a time; `CollectiveResizes` then bends each
+progress since then plus the restart time. A live job (`spec.collective.live`,
+`edl.elastic`) re-forms its world inside the living workers instead: a pause of
+about a second, nothing redone, so its default cooldown is much shorter. A policy
+plans as if trainers were free to come and go one at a time; `CollectiveResizes` then bends each
 collective job's Decision: the target snaps down to the nearest trainer count
 whose world size the spec allows (`world-sizes`, `world-size-multiple`), and a
 job resized less than `resize-cooldown` seconds ago keeps its size. Snapping
@@ -24,10 +26,18 @@ Key = tuple[str, str]
 
 @dataclass(frozen=True)
 class ResizeRule:
-    """One collective job's allowed trainer counts (ascending, non-empty) and cooldown."""
+    """One collective job's allowed trainer counts (ascending, non-empty), cooldown, the
+    pause of the whole world one resize costs, and whether it resizes live."""
 
     allowed: tuple[int, ...]
     cooldown_s: float
+    pause_s: float = 0.0
+    live: bool = False
+
+    @property
+    def how(self) -> str:
+        return ("re-forms the world in the living workers" if self.live
+                else "restarts every worker from the last checkpoint")
 
 
 def snap(target: int, allowed: Sequence[int]) -> int:
@@ -62,8 +72,7 @@ def gate(
             victims=(),
             placement=(),
             reason=f"{decision.reason}; collective: held at {decision.parallelism}, last "
-            f"resize {since:.0f} s ago (cooldown {rule.cooldown_s:g} s; a resize restarts "
-            f"every worker)",
+            f"resize {since:.0f} s ago (cooldown {rule.cooldown_s:g} s; a resize {rule.how})",
         )
     snapped = "" if target == decision.target else f" (snapped from {decision.target})"
     grown = max(0, target - decision.parallelism)
@@ -71,8 +80,7 @@ def gate(
         decision,
         target=target,
         placement=decision.placement[:grown],  # the nodes of the trainers still planned
-        reason=f"{decision.reason}; collective: resize to {target}{snapped} restarts every "
-        f"worker from the last checkpoint",
+        reason=f"{decision.reason}; collective: resize to {target}{snapped} {rule.how}",
     )
 
 

@@ -54,7 +54,8 @@ _STOPS = {
     "ceiling": "held by a cooldown after a shrink or by what its curve was measured at",
     "budget": "budget used by better gains",
     "no gain": "one more trainer adds no throughput",
-    "payback": "one more trainer would not repay its join cost within the horizon",
+    "payback": "one more trainer would not repay its join cost (and the resize's pause) "
+    "within the horizon",
     "deadband": "kept its size: the resize would change its throughput less than the deadband",
     "": "",
 }
@@ -204,6 +205,7 @@ class GoodputPolicy(DefaultPolicy):
             curve=curve,
             fair=plan.share,
             join_cost_s=scaling.join_cost_s if scaling is not None else 0.0,
+            resize_pause_s=scaling.resize_pause_s if scaling is not None else 0.0,
             remaining_samples=scaling.remaining_samples if scaling is not None else None,
             grown_recently=scaling is not None
             and scaling.since_grow_s is not None

@@ -17,11 +17,14 @@ Pure arithmetic over `Want`s (one per elastic job) and a resource budget, used b
   the unit's dominant share of the budget. A trainer the job already holds scores
   ``1 + incumbency`` times its gain (moving a trainer is not free);
 * **payback** — a trainer the job does not hold yet must join first (``join_cost_s``
-  of its time producing nothing). It is given only if the samples it adds within the
-  horizon pay that back: ΔX · (T − c) ≥ c · X(n+1)/(n+1), with T = min(horizon,
-  the job's remaining time at its current rate) and the join time valued at the
-  job's own per-trainer rate. A nearly flat job (ΔX small) or one about to finish
-  (T small) is not grown;
+  of its time producing nothing), and a collective job stops its whole world for
+  ``resize_pause_s`` (a restart, or a live re-formation). It is given only if the
+  samples it adds within the horizon pay that back:
+  ΔX · (T − c − p) ≥ c · X(n+1)/(n+1) + p · X(n), with T = min(horizon, the job's
+  remaining time at its current rate), the join time valued at the job's own
+  per-trainer rate and the pause at its whole current rate. A nearly flat job
+  (ΔX small), one about to finish (T small) or one whose resizes are dear (p) is not
+  grown;
 * **deadband** — a resize that would change the job's throughput by less than
   ``deadband`` (10 %) is not made.
 
@@ -89,6 +92,7 @@ class Want:
     curve: Curve
     fair: int  # water-filled fair share
     join_cost_s: float = 0.0
+    resize_pause_s: float = 0.0
     remaining_samples: float | None = None
     grown_recently: bool = False
     shrunk_recently: bool = False
@@ -106,8 +110,8 @@ class Allocation:
 
 def pays_back(want: Want, n: int, horizon_s: float) -> bool:
     """Does growing from ``n`` to ``n+1`` trainers repay the new trainer's join time?"""
-    cost = want.join_cost_s
-    if cost <= 0:
+    cost, pause = want.join_cost_s, want.resize_pause_s
+    if cost <= 0 and pause <= 0:
         return True
     now, after = want.curve.rate(n), want.curve.rate(n + 1)
     gain = after - now
@@ -116,7 +120,7 @@ def pays_back(want: Want, n: int, horizon_s: float) -> bool:
     window = horizon_s
     if want.remaining_samples is not None and now > 0:
         window = min(window, want.remaining_samples / now)
-    return gain * (window - cost) >= cost * after / (n + 1)
+    return gain * (window - cost - pause) >= cost * after / (n + 1) + pause * now
 
 
 def urgency(want: Want, params: GoodputParams) -> float:

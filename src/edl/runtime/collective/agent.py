@@ -19,16 +19,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
-from typing import IO
+from collections.abc import Mapping
 
 from edl.procs import die_with_parent
 from edl.runtime.collective import gateway, keys
 from edl.runtime.collective.failures import Restart, ScriptErrors
 from edl.runtime.collective.launch import AgentConfig, LaunchError, config_from_env, torchrun_args
-from edl.runtime.collective.metrics import parse_metrics
+from edl.runtime.collective.supervise import SIGTERM_EXIT, AgentError, _Metrics, _pump
 
-SIGTERM_EXIT = 128 + signal.SIGTERM
 # Each rendezvous round's workers get a fresh store, hosted by their rank 0 on a new
 # port, instead of sharing the rank-0 agent's store across rounds: there, keys are
 # prefixed by each agent's own restart count, which drifts apart when one agent's
@@ -36,14 +34,6 @@ SIGTERM_EXIT = 128 + signal.SIGTERM
 # read the previous round's addresses (gloo: "connection refused", round after round).
 WORKER_STORE_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 ENDPOINT_WAIT_S = 120.0
-
-
-class AgentError(RuntimeError):
-    """The agent cannot start; `code` is the exit status to use."""
-
-    def __init__(self, message: str, code: int) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 def find_endpoint(env: Mapping[str, str], config: AgentConfig, wait_s: float) -> str:
@@ -70,28 +60,6 @@ def find_endpoint(env: Mapping[str, str], config: AgentConfig, wait_s: float) ->
                 1,
             )
         time.sleep(0.5)
-
-
-class _Metrics:
-    """Publishes metric lines to etcd (merged: the last value of each name wins)."""
-
-    def __init__(self, env: Mapping[str, str], config: AgentConfig, errors: ScriptErrors) -> None:
-        self.endpoints = env.get("EDL_ETCD_ENDPOINTS") or ""
-        self.key = keys.metrics_key(config.namespace, config.job)
-        self.values: dict[str, float] = {}
-        self.errors = errors
-
-    def feed(self, line: str) -> None:
-        found = parse_metrics(line)
-        if not found:
-            return
-        self.errors.progress()
-        self.values.update(found)
-        if self.endpoints:
-            try:
-                gateway.put(self.endpoints, self.key, json.dumps(self.values))
-            except OSError as error:
-                print(f"edl agent: metrics not published: {error}", file=sys.stderr, flush=True)
 
 
 class _Failures:
@@ -131,14 +99,6 @@ class _Failures:
             print(f"edl agent: failure not published: {failure}", file=sys.stderr, flush=True)
 
 
-def _pump(source: IO[bytes], sink: IO[str], on_line: Callable[[str], None]) -> None:
-    for raw in source:
-        line = raw.decode(errors="replace")
-        sink.write(line)
-        sink.flush()
-        on_line(line)
-
-
 def run_agent(env: Mapping[str, str], endpoint_wait_s: float = ENDPOINT_WAIT_S) -> int:
     """Run this pod's agent to the end; returns the exit status for `edl agent`."""
     try:
@@ -150,6 +110,10 @@ def run_agent(env: Mapping[str, str], endpoint_wait_s: float = ENDPOINT_WAIT_S) 
     workspace = env.get("EDL_WORKSPACE") or os.getcwd()
     if not os.path.isdir(workspace):
         raise AgentError(f"EDL_WORKSPACE: not a directory: {workspace}", 2)
+    if env.get("EDL_LIVE") == "1":  # spec.collective.live: the script re-forms its own world
+        from edl.runtime.collective.live import run_live
+
+        return run_live(env, config, endpoint, workspace)
     child_env = {**env, "PYTHONUNBUFFERED": "1", **WORKER_STORE_ENV}
     argv = [sys.executable, "-m", "edl.runtime.collective.torchrun", *args]
     print(f"edl agent: torchrun {' '.join(args)}", file=sys.stderr, flush=True)

@@ -1,0 +1,419 @@
+"""`ElasticLoop`: data-parallel training whose world changes between two steps.
+
+The script builds its model, optimizer and data first (a new worker is warm before
+it asks to join), wraps them in a `State`, and hands one step's work to `run`. At
+every step boundary the world agrees, in one small all-reduce, whether workers are
+waiting to join or asking to leave; if so it re-forms in the living processes: a
+new generation in the job's store, a fresh process group, the state copied from
+the most advanced worker, DDP wrapped again. The sampler's cursor is part of the
+state, so what is left of the epoch is partitioned over the new world and nothing
+is skipped or trained twice.
+
+* A leaver (SIGTERM: a shrink's drain) finishes its step, is left out of the next
+  generation at the boundary, and returns from `run`; nobody waits for it.
+* A dead worker (SIGKILL) breaks a collective: the survivors re-form without it
+  once it has not arrived within ``arrive_timeout_s`` (at once when its agent has
+  reported it gone). A step whose collective failed has not touched the model or
+  the optimizer (the failure raises in backward, before `optimizer.step`), so the
+  state is committed at every step for free and at most the step in flight is lost.
+
+Without ``EDL_LIVE_STORE`` (plain ``torchrun``, or one process) the world is fixed.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import gc
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from edl.elastic import group
+from edl.elastic.membership import Membership, Plan, admissible, next_plan
+from edl.elastic.sampler import epoch_order, shares
+from edl.elastic.state import State
+
+__all__ = ["Batch", "ElasticLoop", "LiveConfig", "live_config"]
+
+MAX_FAILED_FORMATIONS = 20
+
+
+@dataclass(frozen=True)
+class Batch:
+    """This worker's part of one step: dataset ``indices``; ``scale`` turns a loss summed
+    over them into this worker's part of the mean over the whole step (DDP averages the
+    gradients over workers, whose parts may differ by a sample)."""
+
+    indices: list[int]
+    epoch: int
+    step: int
+    global_size: int
+    world: int
+
+    @property
+    def scale(self) -> float:
+        return self.world / self.global_size if self.global_size else 0.0
+
+
+@dataclass(frozen=True)
+class LiveConfig:
+    """A live worker's contract with `edl agent` (EDL_LIVE_* variables)."""
+
+    store: str  # host:port of the job's rendezvous store
+    prefix: str
+    ident: str
+    min_world: int
+    max_world: int
+    arrive_timeout_s: float = 3.0
+    group_timeout_s: float = 60.0
+    last_call_s: float = 1.0
+    orphan_s: float = 30.0
+    world_sizes: tuple[int, ...] = ()  # the spec's allowed world sizes (empty: any)
+
+
+def live_config(env: Mapping[str, str]) -> LiveConfig | None:
+    """The live contract from the environment; None outside a live collective job."""
+    store = env.get("EDL_LIVE_STORE", "").strip()
+    if not store:
+        return None
+    job = env.get("EDL_JOB_NAME") or "edl-job"
+    namespace = env.get("EDL_NAMESPACE") or "default"
+    return LiveConfig(
+        store=store,
+        prefix=env.get("EDL_LIVE_PREFIX") or f"edl-live/{namespace}/{job}",
+        ident=env.get("EDL_LIVE_IDENT") or f"{env.get('EDL_POD_NAME', 'local')}/{os.getpid()}",
+        min_world=int(env.get("EDL_LIVE_MIN_WORLD") or 1),
+        max_world=int(env.get("EDL_LIVE_MAX_WORLD") or 1),
+        arrive_timeout_s=float(env.get("EDL_LIVE_ARRIVE_TIMEOUT") or 3.0),
+        world_sizes=tuple(int(n) for n in (env.get("EDL_WORLD_SIZES") or "").split(",")
+                          if n.strip()),
+    )
+
+
+class _Left(Exception):
+    """This worker left the world (drained) or the job finished while it waited."""
+
+
+class ElasticLoop:
+    """Epochs of steps over a dataset of ``dataset_size`` samples, ``batch_size`` per worker."""
+
+    def __init__(
+        self,
+        state: State,
+        dataset_size: int,
+        batch_size: int,
+        epochs: int,
+        *,
+        seed: int = 0,
+        shuffle: bool = True,
+        audit: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.state = state
+        self.size, self.batch, self.epochs = dataset_size, batch_size, epochs
+        self.seed, self.shuffle = seed, shuffle
+        # the audit file: appended to with O_APPEND (one write per line, whole lines even
+        # from many processes, kept by the kernel when the writer is SIGKILLed next)
+        self._audit_fd = (os.open(audit, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                          if audit else None)
+        self.config = live_config(os.environ if env is None else env)
+        self.ddp: torch.nn.Module = state.model
+        self.rank, self.world, self.gen = 0, 1, -1
+        self.plan: Plan | None = None
+        self.leaving = False
+        self.formations = 0
+        self._order: tuple[int, list[int]] = (-1, [])
+        self._store: Any = None
+        self._members: Membership | None = None
+        self._beat_at = 0.0
+        self._first_step_pending = False
+        self._tried_gen = -1
+
+    # -- the public loop --------------------------------------------------------------
+    def run(
+        self,
+        train_step: Callable[[Batch], Any],
+        end_of_epoch: Callable[[int], None] | None = None,
+    ) -> bool:
+        """Train to the last epoch; False when this worker left before the end (drained)."""
+        previous = signal.signal(signal.SIGTERM, self._drain)
+        try:
+            self._start()
+            while self.state.progress.epoch < self.epochs:
+                try:
+                    self._steps(train_step, end_of_epoch)
+                except _Left:
+                    return False
+                except Exception as error:
+                    if self.config is None or not group.is_comm_failure(error):
+                        raise
+                    self._log(f"collective failed in generation {self.gen}: {_short(error)}")
+                    self._reform_after_failure()
+            self._finish()
+            return True
+        except _Left:
+            return False
+        finally:
+            self.ddp = self.state.model
+            group.leave_group()
+            signal.signal(signal.SIGTERM, previous)
+            self._debug("left the group")
+            self._members = None
+            self._store = None
+            gc.collect()
+            self._debug("collected")
+
+    # -- starting ---------------------------------------------------------------------
+    def _start(self) -> None:
+        if self.config is None:
+            self._start_fixed()
+            return
+        from torch.distributed import TCPStore
+
+        faulthandler.register(signal.SIGUSR1)  # `kill -USR1` prints where a worker is
+        host, _, port = self.config.store.rpartition(":")
+        self._store = TCPStore(host, int(port), is_master=False,
+                               timeout=timedelta(seconds=self.config.group_timeout_s))
+        self._members = Membership(self._store, self.config.prefix, self.config.ident)
+        self._join_as_new()
+
+    def _start_fixed(self) -> None:
+        """A fixed world: torchrun's variables, or a single process."""
+        if not dist.is_initialized():
+            if "RANK" in os.environ and "MASTER_ADDR" in os.environ:
+                dist.init_process_group(group.backend())
+            else:
+                dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        self.rank, self.world, self.gen = dist.get_rank(), dist.get_world_size(), 0
+        self._wrap()
+
+    def _join_as_new(self) -> None:
+        """Queue as a warm joiner; wait to be admitted (or found the first world)."""
+        assert self._members is not None and self.config is not None
+        members = self._members
+        slot = members.register()
+        self._log(f"waiting to join (slot {slot}) time={time.time():.3f}")
+        enough_since: float | None = None
+        waiting_since = time.monotonic()
+        while True:
+            if self.leaving or self._store.check([members._k("done")]):
+                raise _Left()
+            gen = members.admitted(slot)
+            if gen is not None:
+                try:
+                    if self._form(members.plan(gen)):
+                        return
+                except Exception as error:
+                    if not group.is_comm_failure(error) or self.plan is None:
+                        raise
+                    self._log(f"forming generation {gen} failed: {_short(error)}")
+                    self._reform_after_failure()
+                    return
+                slot = members.register()
+                waiting_since = time.monotonic()
+                continue
+            if not members.has_plan(0):
+                seen = members.joiners_seen()
+                if seen >= self.config.min_world:
+                    enough_since = enough_since or time.monotonic()
+                    if (seen >= self.config.max_world
+                            or time.monotonic() - enough_since >= self.config.last_call_s):
+                        count = admissible(0, seen, self.config.world_sizes)
+                        found = members.joiner_idents(0, count)
+                        members.propose(Plan(0, tuple(i for _, i in found), count,
+                                             tuple(s for s, _ in found)))
+            elif time.monotonic() - waiting_since > self.config.orphan_s:
+                self._adopt_orphaned_job(slot)
+                waiting_since = time.monotonic()
+            time.sleep(0.01)
+
+    def _adopt_orphaned_job(self, slot: int) -> None:
+        """Every member is gone (no heartbeat for ``orphan_s``): the waiting joiners found
+        a new generation; the state is what they built (their checkpoint, if any)."""
+        assert self._members is not None and self.config is not None
+        beat = self._members.last_beat()
+        if beat is not None and time.time() - beat < self.config.orphan_s:
+            return
+        latest = self._members.latest() or 0
+        upto = self._members.plan(latest).joiners_upto
+        seen = self._members.joiners_seen()
+        found = self._members.joiner_idents(upto, seen)
+        self._log(f"no heartbeat from generation {latest}: founding a new one")
+        self._members.beat()
+        self._members.propose(Plan(latest + 1, tuple(i for _, i in found), seen,
+                                   tuple(s for s, _ in found)))
+
+    # -- forming a generation ---------------------------------------------------------
+    def _form(self, plan: Plan) -> bool:
+        """Arrive for ``plan``; True when this worker is in its world (group and state
+        ready), False when it was left out (it then queues again as a joiner)."""
+        assert self._members is not None and self.config is not None
+        started = time.time()
+        self._tried_gen = max(self._tried_gen, plan.gen)
+        self.ddp = self.state.model  # the old wrapper (and its hooks) goes with the old group
+        group.leave_group()
+        step = self.state.progress.step if self.formations else -1  # -1: never had a world
+        verdict = self._members.arrive(plan, step, self.config.arrive_timeout_s)
+        idents = [a.ident for a in verdict]
+        if self.config.ident not in idents:
+            self._log(f"left out of generation {plan.gen}")
+            return False
+        self.plan = Plan(plan.gen, tuple(idents), plan.joiners_upto)
+        self.rank, self.world, self.gen = idents.index(self.config.ident), len(idents), plan.gen
+        group.join_group(self._store, f"{self.config.prefix}/pg/{plan.gen}/", self.rank,
+                         self.world, self.config.group_timeout_s)
+        steps = {a.step for a in verdict}
+        copied = len(steps) > 1 or min(steps) < 0  # identical replicas need no copy
+        if copied:
+            tree = group.broadcast_tree(self.state.tree(), self._store,
+                                        f"{self.config.prefix}/state/{plan.gen}")
+            if self.rank != 0:
+                self.state.load(tree)
+        self._wrap()
+        self.formations += 1
+        self._first_step_pending = True
+        if self.rank == 0:
+            self._members.beat()
+            p = self.state.progress
+            line = (f"formed gen={plan.gen} world={self.world} step={p.step} epoch={p.epoch} "
+                    f"consumed={p.consumed} copied={int(copied)} "
+                    f"seconds={time.time() - started:.3f} time={time.time():.3f}")
+            self._log(line)
+            self._audit(line)
+        return True
+
+    def _reform_after_failure(self) -> None:
+        """The same members, next generation: whoever arrives in time is the world."""
+        assert self._members is not None and self.plan is not None
+        for _ in range(MAX_FAILED_FORMATIONS):
+            gen = max(self.plan.gen, self._tried_gen) + 1  # never a generation tried before
+            try:
+                plan = self._members.propose(
+                    Plan(gen, self.plan.members, self.plan.joiners_upto))
+                if not self._form(plan):
+                    self._join_as_new()
+                return
+            except _Left:
+                raise
+            except Exception as error:
+                if not group.is_comm_failure(error):
+                    raise
+                self._log(f"forming generation {gen} failed: {_short(error)}")
+        raise RuntimeError(f"edl.elastic: no world formed after {MAX_FAILED_FORMATIONS} tries")
+
+    def _wrap(self) -> None:
+        model = self.state.model
+        if self.world > 1 or self.config is not None:
+            self.ddp = DistributedDataParallel(model, init_sync=False)
+        else:
+            self.ddp = model
+
+    # -- training ---------------------------------------------------------------------
+    def _steps(
+        self, train_step: Callable[[Batch], Any], end_of_epoch: Callable[[int], None] | None
+    ) -> None:
+        """Steps until the epochs are done or the world must change (then re-formed)."""
+        progress = self.state.progress
+        while progress.epoch < self.epochs:
+            parts = shares(progress.consumed, self.size, self.world, self.batch)
+            mine = parts[self.rank]
+            order = self._epoch_order(progress.epoch)
+            step_total = sum(len(p) for p in parts)
+            # before the step: a worker killed in it has still said so
+            self._audit(f"trained gen={self.gen} step={progress.step} epoch={progress.epoch} "
+                        f"rank={self.rank} world={self.world} from={mine.start} to={mine.stop}")
+            train_step(Batch([order[i] for i in range(mine.start, mine.stop)], progress.epoch,
+                             progress.step, step_total, self.world))
+            self._done_step()
+            progress.step += 1
+            progress.consumed += step_total
+            if progress.consumed >= self.size:
+                if end_of_epoch is not None:
+                    end_of_epoch(progress.epoch)
+                progress.epoch += 1
+                progress.consumed = 0
+            if self._boundary():
+                return
+
+    def _done_step(self) -> None:
+        if self._first_step_pending and self.rank == 0:
+            line = f"first-step gen={self.gen} time={time.time():.3f}"
+            self._log(line)
+            self._audit(line)
+        self._first_step_pending = False
+
+    def _boundary(self) -> bool:
+        """Agree on a change at this step boundary; True when the world was re-formed."""
+        if self._members is None or self.plan is None or self.config is None:
+            if self.leaving:
+                raise _Left()
+            return False
+        flags = torch.zeros(self.world + 1, dtype=torch.int64)
+        if self.rank == 0:
+            flags[0] = self._members.joiners_seen()
+            now = time.monotonic()
+            if now - self._beat_at >= 1.0:
+                self._members.beat()
+                self._beat_at = now
+        flags[1 + self.rank] = int(self.leaving)
+        dist.all_reduce(flags)
+        seen = int(flags[0])
+        leaving = [self.plan.members[r] for r in range(self.world) if flags[1 + r]]
+        if seen <= self.plan.joiners_upto and not leaving:
+            return False
+        if self.state.progress.epoch >= self.epochs:
+            return False  # finished: joiners are told by `_finish`, leavers end anyway
+        upto = self.plan.joiners_upto
+        if not leaving:  # only joiners: as many as give an allowed world size, or none yet
+            seen = upto + admissible(self.world, seen - upto, self.config.world_sizes)
+            if seen == upto:
+                return False
+        joiners = self._members.joiner_idents(upto, seen)
+        plan = next_plan(self.plan, leaving, joiners, seen)
+        if self.leaving or not plan.members:
+            self._log(f"leaving at step {self.state.progress.step}")
+            raise _Left()  # the survivors propose the next generation without this worker
+        held = self._members.propose(plan)
+        if not self._form(held):
+            self._join_as_new()
+        return True
+
+    def _finish(self) -> None:
+        if self._store is not None and self.rank == 0 and self.config is not None:
+            self._store.set(f"{self.config.prefix}/done", "1")
+
+    # -- helpers ----------------------------------------------------------------------
+    def _epoch_order(self, epoch: int) -> list[int]:
+        if self._order[0] != epoch:
+            self._order = (epoch, epoch_order(self.size, epoch, self.seed, self.shuffle))
+        return self._order[1]
+
+    def _drain(self, signum: int, frame: object) -> None:
+        self.leaving = True
+
+    def _audit(self, line: str) -> None:
+        if self._audit_fd is not None:
+            os.write(self._audit_fd, f"edl-elastic [{self._who()}] {line}\n".encode())
+
+    def _who(self) -> str:
+        return self.config.ident if self.config is not None else f"rank {self.rank}"
+
+    def _debug(self, message: str) -> None:
+        if os.environ.get("EDL_ELASTIC_DEBUG"):
+            self._log(f"{message} time={time.time():.3f}")
+
+    def _log(self, message: str) -> None:
+        print(f"edl-elastic [{self._who()}] {message}", file=sys.stderr, flush=True)
+
+
+def _short(error: BaseException) -> str:
+    return str(error).strip().splitlines()[0][:200] if str(error).strip() else repr(error)
