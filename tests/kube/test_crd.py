@@ -43,12 +43,18 @@ def _cel_escape(name: str) -> str:
     return name.replace("__", "__underscores__").replace("-", "__dash__").replace(".", "__dot__")
 
 
-def _escape_keys(node: Any) -> Any:
-    if isinstance(node, dict):
-        return {_cel_escape(k): _escape_keys(v) for k, v in node.items()}
-    if isinstance(node, list):
-        return [_escape_keys(v) for v in node]
-    return node
+def _cel_value(schema: dict[str, Any], obj: Any) -> Any:
+    """`obj` as CEL sees it: property names escaped, map keys (additionalProperties) not."""
+    if isinstance(obj, dict) and "properties" in schema:
+        props = schema["properties"]
+        return {_cel_escape(k): _cel_value(props.get(k, {}), v) for k, v in obj.items()}
+    if isinstance(obj, dict):
+        values = schema.get("additionalProperties")
+        return {k: _cel_value(values if isinstance(values, dict) else {}, v)
+                for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_cel_value(schema.get("items") or {}, v) for v in obj]
+    return obj
 
 
 def _apply_defaults(schema: dict[str, Any], obj: Any) -> Any:
@@ -64,18 +70,29 @@ def _apply_defaults(schema: dict[str, Any], obj: Any) -> Any:
 
 
 def _cel_failures(schema: dict[str, Any], obj: Any, path: str = "") -> list[str]:
-    """Evaluate every x-kubernetes-validations rule in `schema` against `obj`."""
+    """Evaluate every x-kubernetes-validations rule in `schema` against `obj`, recursively
+    (objects, maps, list items and scalars alike), plus list-type map key uniqueness."""
     failures: list[str] = []
-    if not isinstance(obj, dict):
-        return failures
     env = celpy.Environment()
     for rule in schema.get("x-kubernetes-validations", []):
         program = env.program(env.compile(rule["rule"]))
-        if not program.evaluate({"self": celpy.json_to_cel(_escape_keys(obj))}):
+        if not program.evaluate({"self": celpy.json_to_cel(_cel_value(schema, obj))}):
             failures.append(f"{path}: {rule['message']}")
-    for prop, sub in (schema.get("properties") or {}).items():
-        if prop in obj:
-            failures += _cel_failures(sub, obj[prop], f"{path}.{prop}")
+    if isinstance(obj, dict):
+        props = schema.get("properties") or {}
+        values = schema.get("additionalProperties")
+        for key, value in obj.items():
+            sub = props.get(key) if props else values if isinstance(values, dict) else None
+            if sub:
+                failures += _cel_failures(sub, value, f"{path}.{key}")
+    if isinstance(obj, list):
+        if schema.get("x-kubernetes-list-type") == "map":
+            keys = [tuple(item.get(k) for k in schema["x-kubernetes-list-map-keys"])
+                    for item in obj if isinstance(item, dict)]
+            if len(keys) != len(set(keys)):
+                failures.append(f"{path}: Duplicate value")
+        for index, item in enumerate(obj):
+            failures += _cel_failures(schema.get("items") or {}, item, f"{path}[{index}]")
     return failures
 
 
