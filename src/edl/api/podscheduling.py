@@ -9,6 +9,7 @@ copied into the pod templates unchanged (and edl's planner reads them from there
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, ClassVar, Literal
 
 from annotated_types import MaxLen
@@ -80,7 +81,7 @@ _VALUES_RULES = (
 
 
 def _one_integer(values: list[str] | None) -> bool:
-    return bool(values) and len(values or []) == 1 and (values or [""])[0].lstrip("-").isdigit()
+    return len(values or []) == 1 and re.fullmatch(r"-?[0-9]+", (values or [""])[0]) is not None
 
 
 class NodeSelectorRequirement(K8sObject):

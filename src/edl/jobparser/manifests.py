@@ -14,6 +14,7 @@ from typing import Any
 
 from edl.api.k8snames import is_extended_resource
 from edl.api.names import LABEL_JOB, LABEL_ROLE, child_names
+from edl.api.quantity import parse_quantity
 from edl.api.resources import GPU, GPU_LEGACY
 from edl.api.trainingjob import ResourceRequirements, TrainingJob
 from edl.jobparser.podtemplate import ETCD_RUN_AS, finish_container, pod_template
@@ -300,9 +301,10 @@ def _env(job: TrainingJob) -> list[dict[str, Any]]:
 
 def uses_gpu(job: TrainingJob) -> bool:
     """Trainers are limited to a GPU of any vendor (nvidia.com/gpu, amd.com/gpu, ...)."""
-    limits = job.spec.trainer.resources.limits or {}
+    resources = job.spec.trainer.resources  # a request alone implies the limit
+    wanted = {**(resources.requests or {}), **(resources.limits or {})}
     return job.need_gpu() or any(
-        name.endswith("/gpu") and str(value) not in ("0", "0.0") for name, value in limits.items()
+        name.endswith("/gpu") and parse_quantity(value) > 0 for name, value in wanted.items()
     )
 
 
