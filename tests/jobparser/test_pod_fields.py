@@ -405,3 +405,16 @@ def test_render_shows_the_fields_and_validate_names_the_wrong_ones(tmp_path: Pat
     for path in ("spec.trainer.tolerations[0].operator", "spec.trainer.labels[edl.dev/role]",
                  "spec.trainer.nodeSelector.pool"):
         assert path in text, text
+
+
+def test_the_gpu_example_in_the_docs_is_valid_and_restricted() -> None:
+    text = (ROOT / "docs/kubernetes.md").read_text()
+    section = text[text.index("**A GPU job on tainted GPU nodes.**"):]
+    snippet = section[section.index("```yaml") + 7:section.index("```", section.index("```yaml")
+                                                                 + 7)]
+    obj = {"apiVersion": "edl.dev/v1", "kind": "TrainingJob", "metadata": {"name": "gpu"},
+           **yaml.safe_load(snippet)}
+    trainer = templates(obj)["trainer"]
+    assert trainer["spec"]["tolerations"][0]["key"] == "nvidia.com/gpu"
+    assert trainer["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert restricted_violations(trainer) == {}
