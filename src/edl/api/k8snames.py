@@ -16,6 +16,7 @@ __all__ = [
     "ENV_NAME",
     "HUGEPAGES",
     "LABEL_VALUE",
+    "MAX_ENV_NAME",
     "MAX_LABEL_VALUE",
     "MAX_QUALIFIED_NAME",
     "MAX_SUBDOMAIN",
@@ -39,6 +40,8 @@ _NAME_PART = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
 MAX_SUBDOMAIN = 253
 MAX_LABEL_VALUE = 63
 MAX_QUALIFIED_NAME = MAX_SUBDOMAIN + 1 + 63  # prefix "/" name
+# no Kubernetes limit; a bound lets the API server price the CRD's rule on env names
+MAX_ENV_NAME = 256
 
 DNS1123_SUBDOMAIN = rf"^{_SUBDOMAIN}$"
 # label keys, annotation keys, toleration keys, topology keys: [prefix/]name
@@ -91,6 +94,8 @@ def subdomain_problem(value: str) -> str | None:
 
 def env_name_problem(value: str) -> str | None:
     """Why `value` is not an environment variable name, or None."""
+    if len(value) > MAX_ENV_NAME:
+        return f"must be at most {MAX_ENV_NAME} characters (got {len(value)})"
     if re.match(ENV_NAME, value):
         return None
     return (

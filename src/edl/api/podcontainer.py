@@ -34,7 +34,8 @@ __all__ = [
 # -- security contexts -----------------------------------------------------------------------
 
 _PROFILE_RULE = Rule(
-    "(self.type == 'Localhost') == (has(self.localhostProfile) && self.localhostProfile != '')",
+    "(self.type == 'Localhost') == (has(self.localhostProfile) && "
+    "self.localhostProfile.size() > 0)",
     "localhostProfile is required with type Localhost and only then",
     lambda p: (p.type == "Localhost") == bool(p.localhostProfile),
 )
@@ -186,7 +187,7 @@ class EnvVar(K8sObject):
         default=None, description="Or where the value comes from.")
 
     rules: ClassVar[tuple[Rule, ...]] = (
-        Rule("!has(self.valueFrom) || !has(self.value) || self.value == ''",
+        Rule("!has(self.valueFrom) || !has(self.value) || self.value.size() == 0",
              "set value or valueFrom, not both",
              lambda e: e.valueFrom is None or not e.value),
     )

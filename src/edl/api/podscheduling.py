@@ -24,6 +24,7 @@ from edl.api.k8smodel import (
     LabelValue,
     QualifiedName,
     Rule,
+    Subdomain,
     Weight,
 )
 
@@ -56,11 +57,11 @@ class Toleration(K8sObject):
         default=None, description="How long a NoExecute taint is tolerated before eviction.")
 
     rules: ClassVar[tuple[Rule, ...]] = (
-        Rule("(has(self.key) && self.key != '') || (has(self.operator) && self.operator == "
-             "'Exists')", "operator must be Exists when key is empty",
+        Rule("(has(self.key) && self.key.size() > 0) || (has(self.operator) && "
+             "self.operator == 'Exists')", "operator must be Exists when key is empty",
              lambda t: bool(t.key) or t.operator == "Exists"),
         Rule("!has(self.operator) || self.operator != 'Exists' || !has(self.value) || "
-             "self.value == ''", "value must be empty when operator is Exists",
+             "self.value.size() == 0", "value must be empty when operator is Exists",
              lambda t: t.operator != "Exists" or not t.value),
         Rule("!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
              "tolerationSeconds needs effect NoExecute",
@@ -90,8 +91,8 @@ class NodeSelectorRequirement(K8sObject):
     key: QualifiedName = Field(description="The node label key.")
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"] = Field(
         description="In, NotIn, Exists, DoesNotExist, Gt or Lt.")
-    values: Annotated[list[StrictStr], MaxLen(MAX_ITEMS)] | None = Field(
-        default=None, description="The values compared (one integer for Gt and Lt).")
+    values: Annotated[list[LabelValue], MaxLen(MAX_ITEMS)] | None = Field(
+        default=None, description="The label values compared (one integer for Gt and Lt).")
 
     rules: ClassVar[tuple[Rule, ...]] = (
         *_VALUES_RULES,
@@ -107,7 +108,7 @@ class NodeFieldRequirement(K8sObject):
 
     key: Literal["metadata.name"] = Field(description="Only metadata.name.")
     operator: Literal["In", "NotIn"] = Field(description="In or NotIn.")
-    values: Annotated[list[StrictStr], Field(min_length=1, max_length=1)] = Field(
+    values: Annotated[list[Subdomain], Field(min_length=1, max_length=1)] = Field(
         description="Exactly one node name.")
 
 
@@ -151,8 +152,8 @@ class LabelSelectorRequirement(K8sObject):
     key: QualifiedName = Field(description="The label key.")
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist"] = Field(
         description="In, NotIn, Exists or DoesNotExist.")
-    values: Annotated[list[StrictStr], MaxLen(MAX_ITEMS)] | None = Field(
-        default=None, description="The values (In and NotIn only).")
+    values: Annotated[list[LabelValue], MaxLen(MAX_ITEMS)] | None = Field(
+        default=None, description="The label values (In and NotIn only).")
 
     rules: ClassVar[tuple[Rule, ...]] = _VALUES_RULES
 
