@@ -114,8 +114,12 @@ def _key_map(value_schema: dict[str, Any], value_type: Any) -> Any:
 LabelMap = _key_map({"type": "string", "maxLength": MAX_LABEL_VALUE, "pattern": LABEL_VALUE},
                     LabelValue)
 AnnotationMap = _key_map({"type": "string"}, StrictStr)
-Int64 = Annotated[StrictInt, Field(ge=-(2**63), le=2**63 - 1)]
-NonNegative64 = Annotated[StrictInt, Field(ge=0, le=2**63 - 1)]
+# int64 as the API server checks it (format int64: a bound of 2^63 - 1 would not survive
+# the API server's float64 `maximum`)
+Int64 = Annotated[StrictInt, Field(ge=-(2**63), le=2**63 - 1),
+                  WithJsonSchema({"type": "integer", "format": "int64"})]
+NonNegative64 = Annotated[StrictInt, Field(ge=0, le=2**63 - 1),
+                          WithJsonSchema({"type": "integer", "format": "int64", "minimum": 0})]
 Weight = Annotated[StrictInt, Field(ge=1, le=100)]
 
 

@@ -193,7 +193,7 @@ def _quantity() -> dict[str, Any]:
 # JSON-schema keywords a structural schema keeps as they are, per type
 _CONSTRAINTS = {
     "string": ("minLength", "maxLength", "pattern", "allOf"),
-    "integer": ("minimum", "maximum"),
+    "integer": ("minimum", "maximum", "format"),
     "array": ("minItems", "maxItems"),
     "object": ("maxProperties",),
 }
