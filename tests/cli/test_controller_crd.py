@@ -28,7 +28,9 @@ def test_edl_controller_rejects_bad_options_in_one_line() -> None:
     for args in (["--listen", "nowhere"], ["--policy", "nope"],
                  ["--retry-period", "5", "--renew-deadline", "2"],
                  ["--crash-backoff", "20", "--crash-backoff-max", "5"],
-                 ["--crash-backoff", "-1"]):
+                 ["--crash-backoff", "-1"],
+                 ["--trainer-priority-class", "High_Priority"], ["--image", " "],
+                 ["--etcd-image", ""]):
         result = subprocess.run([EDL, "controller", *args], capture_output=True, text=True,
                                 timeout=120)
         assert result.returncode == 2, result

@@ -69,11 +69,13 @@ class Controller:
 
 
 def install_edl(rest: Rest) -> None:
-    """Apply edl's namespace, CRD (waiting until Established) and RBAC, as an admin would."""
+    """Apply edl's namespace, CRD (waiting until Established), RBAC and the trainers'
+    PriorityClass, as an admin would (README step 2)."""
     rest.apply(load_yaml("namespace.yaml"))
     rest.apply(load_yaml("crd.yaml"))
     wait_until(lambda: _crd_established(rest), 60, "the TrainingJob CRD Established")
     rest.apply(load_yaml("rbac.yaml"))
+    rest.apply(load_yaml("priorityclass.yaml"))
 
 
 def _crd_established(rest: Rest) -> bool:

@@ -33,6 +33,7 @@ KINDS: dict[str, tuple[str, str, bool]] = {
     "CustomResourceDefinition": ("/apis/apiextensions.k8s.io/v1", "customresourcedefinitions",
                                  False),
     "TrainingJob": ("/apis/edl.dev/v1", "trainingjobs", True),
+    "PriorityClass": ("/apis/scheduling.k8s.io/v1", "priorityclasses", False),
 }
 APPLY = "application/apply-patch+yaml"
 MERGE = "application/merge-patch+json"

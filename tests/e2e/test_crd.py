@@ -18,6 +18,7 @@ import yaml
 from e2e.control_plane import ControlPlane
 from e2e.helpers import EDL, load_yaml, trainingjob
 from e2e.rest import ApiError, Rest
+from edl.jobparser import JobParser
 from edl.jobparser.validation import DEFAULT_IMAGE
 from polling import wait_until
 
@@ -116,7 +117,10 @@ def test_defaults_printer_columns_and_scale_subresource(
     del job["spec"]["pserver"]["min-instance"]
     stored = rest.create(job, namespace)["spec"]
     assert (stored["port"], stored["ports_num"], stored["ports_num_for_sparse"],
-            stored["passes"], stored["image"]) == (7164, 1, 1, 1, DEFAULT_IMAGE)
+            stored["passes"]) == (7164, 1, 1, 1)
+    # no image default in the CRD: the controller's --image (DEFAULT_IMAGE unless set) decides
+    assert "image" not in stored and JobParser().validate(
+        {**job, "metadata": {"name": "defaults"}}).spec.image == DEFAULT_IMAGE
     assert stored["pserver"]["min-instance"] == 1
 
     request = urllib.request.Request(

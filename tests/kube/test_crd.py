@@ -43,12 +43,18 @@ def _cel_escape(name: str) -> str:
     return name.replace("__", "__underscores__").replace("-", "__dash__").replace(".", "__dot__")
 
 
-def _escape_keys(node: Any) -> Any:
-    if isinstance(node, dict):
-        return {_cel_escape(k): _escape_keys(v) for k, v in node.items()}
-    if isinstance(node, list):
-        return [_escape_keys(v) for v in node]
-    return node
+def _cel_value(schema: dict[str, Any], obj: Any) -> Any:
+    """`obj` as CEL sees it: property names escaped, map keys (additionalProperties) not."""
+    if isinstance(obj, dict) and "properties" in schema:
+        props = schema["properties"]
+        return {_cel_escape(k): _cel_value(props.get(k, {}), v) for k, v in obj.items()}
+    if isinstance(obj, dict):
+        values = schema.get("additionalProperties")
+        return {k: _cel_value(values if isinstance(values, dict) else {}, v)
+                for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_cel_value(schema.get("items") or {}, v) for v in obj]
+    return obj
 
 
 def _apply_defaults(schema: dict[str, Any], obj: Any) -> Any:
@@ -64,18 +70,29 @@ def _apply_defaults(schema: dict[str, Any], obj: Any) -> Any:
 
 
 def _cel_failures(schema: dict[str, Any], obj: Any, path: str = "") -> list[str]:
-    """Evaluate every x-kubernetes-validations rule in `schema` against `obj`."""
+    """Evaluate every x-kubernetes-validations rule in `schema` against `obj`, recursively
+    (objects, maps, list items and scalars alike), plus list-type map key uniqueness."""
     failures: list[str] = []
-    if not isinstance(obj, dict):
-        return failures
     env = celpy.Environment()
     for rule in schema.get("x-kubernetes-validations", []):
         program = env.program(env.compile(rule["rule"]))
-        if not program.evaluate({"self": celpy.json_to_cel(_escape_keys(obj))}):
+        if not program.evaluate({"self": celpy.json_to_cel(_cel_value(schema, obj))}):
             failures.append(f"{path}: {rule['message']}")
-    for prop, sub in (schema.get("properties") or {}).items():
-        if prop in obj:
-            failures += _cel_failures(sub, obj[prop], f"{path}.{prop}")
+    if isinstance(obj, dict):
+        props = schema.get("properties") or {}
+        values = schema.get("additionalProperties")
+        for key, value in obj.items():
+            sub = props.get(key) if props else values if isinstance(values, dict) else None
+            if sub:
+                failures += _cel_failures(sub, value, f"{path}.{key}")
+    if isinstance(obj, list):
+        if schema.get("x-kubernetes-list-type") == "map":
+            keys = [tuple(item.get(k) for k in schema["x-kubernetes-list-map-keys"])
+                    for item in obj if isinstance(item, dict)]
+            if len(keys) != len(set(keys)):
+                failures.append(f"{path}: Duplicate value")
+        for index, item in enumerate(obj):
+            failures += _cel_failures(schema.get("items") or {}, item, f"{path}[{index}]")
     return failures
 
 
@@ -406,6 +423,115 @@ AGREEING_MUTATIONS = {
     "etcd empty": _set("spec.master.etcd-endpoint", ""),
     "etcd trailing comma": _set("spec.master.etcd-endpoint", "http://etcd:2379,"),
 }
+
+
+def _role(role: str, **fields: Any) -> Any:
+    """A mutation setting pod fields of one role (spec.master|pserver|trainer)."""
+    def mutate(job: dict[str, Any]) -> None:
+        job["spec"].setdefault(role, {}).update(copy.deepcopy(fields))
+    return mutate
+
+
+GPU_TAINT = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+NODE_TERM = {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["gpu"]}]}
+POD_FIELD_MUTATIONS = {
+    # valid fields, admitted by both
+    "every pod field": _role(
+        "trainer", nodeSelector={"nvidia.com/gpu.present": "true"}, tolerations=[GPU_TAINT],
+        affinity={"nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [NODE_TERM]},
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 50, "preference": NODE_TERM}]},
+            "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": "kubernetes.io/hostname",
+                 "labelSelector": {"matchLabels": {"edl.dev/job": "digits"}}}]}},
+        priorityClassName="edl-elastic-trainer", serviceAccountName="runner",
+        automountServiceAccountToken=True,
+        securityContext={"runAsUser": 1000, "seccompProfile": {"type": "RuntimeDefault"},
+                         "sysctls": [{"name": "net.ipv4.tcp_syncookies", "value": "1"}]},
+        containerSecurityContext={"readOnlyRootFilesystem": True,
+                                  "capabilities": {"add": ["NET_BIND_SERVICE"]}},
+        env=[{"name": "NCCL_DEBUG", "value": "INFO"},
+             {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+        labels={"team": "vision"}, annotations={"example.com/note": "any text at all"},
+        topologySpreadConstraints=[{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+                                    "whenUnsatisfiable": "DoNotSchedule", "minDomains": 2}],
+        imagePullSecrets=[{"name": "registry"}], image="registry.example.com/edl:1"),
+    "master etcd image": _role("master", **{"etcd-image": "mirror.local/etcd:v3.5.17"}),
+    "Gt one integer": _role("pserver", affinity={"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "cores", "operator": "Gt", "values": ["8"]}]}]}}}),
+    "toleration Exists without key": _role("trainer", tolerations=[{"operator": "Exists"}]),
+    "amd gpu": _role("trainer", resources={"limits": {"amd.com/gpu": 1}}),
+    "hugepages": _role("trainer", resources={"limits": {"hugepages-2Mi": "1Gi"}}),
+    # wrong fields, refused by both
+    "bad toleration operator": _role("trainer", tolerations=[{"key": "a", "operator": "In"}]),
+    "toleration Exists with value": _role(
+        "trainer", tolerations=[{"key": "a", "operator": "Exists", "value": "b"}]),
+    "toleration without key, Equal": _role("trainer", tolerations=[{"value": "b"}]),
+    "tolerationSeconds without NoExecute": _role(
+        "trainer", tolerations=[{"key": "a", "tolerationSeconds": 5}]),
+    "bad toleration effect": _role("trainer", tolerations=[{"key": "a", "effect": "Never"}]),
+    "selector value too long": _role("trainer", nodeSelector={"pool": "x" * 64}),
+    "selector value bad": _role("trainer", nodeSelector={"pool": "a b"}),
+    "selector key bad": _role("trainer", nodeSelector={"a b": "x"}),
+    "selector key prefix too long": _role("trainer", nodeSelector={"a" * 254 + "/x": "y"}),
+    "selector key name too long": _role("trainer", nodeSelector={"x" * 64: "y"}),
+    "too many selector keys": _role("trainer", nodeSelector={f"k{i}": "v" for i in range(65)}),
+    "unknown affinity operator": _role("trainer", affinity={"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "a", "operator": "Near", "values": ["b"]}]}]}}}),
+    "In without values": _role("trainer", affinity={"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "a", "operator": "In"}]}]}}}),
+    "Exists with values": _role("trainer", affinity={"podAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": [{
+            "topologyKey": "zone", "labelSelector": {"matchExpressions": [
+                {"key": "a", "operator": "Exists", "values": ["b"]}]}}]}}),
+    "Gt not an integer": _role("trainer", affinity={"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["--5"]}]}]}}}),
+    "no node selector terms": _role("trainer", affinity={"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}}),
+    "weight 0": _role("trainer", affinity={"nodeAffinity": {
+        "preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 0, "preference": NODE_TERM}]}}),
+    "matchFields not metadata.name": _role("trainer", affinity={"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchFields": [{"key": "spec.x", "operator": "In", "values": ["n"]}]}]}}}),
+    "pod affinity without topologyKey": _role("trainer", affinity={"podAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": [{"labelSelector": {}}]}}),
+    "edl label": _role("trainer", labels={"edl.dev/role": "pserver"}),
+    "bad label key": _role("master", labels={"-x": "y"}),
+    "bad annotation key": _role("pserver", annotations={"a b": "y"}),
+    "bad priority class": _role("trainer", priorityClassName="High_Priority"),
+    "bad service account": _role("trainer", serviceAccountName="-sa"),
+    "edl env": _role("trainer", env=[{"name": "EDL_PORT", "value": "1"}]),
+    "duplicate env": _role("trainer", env=[{"name": "A", "value": "1"},
+                                           {"name": "A", "value": "2"}]),
+    "bad env name": _role("trainer", env=[{"name": "1A", "value": "1"}]),
+    "env value and valueFrom": _role("trainer", env=[
+        {"name": "A", "value": "1", "valueFrom": {"fieldRef": {"fieldPath": "x"}}}]),
+    "env valueFrom with two sources": _role("trainer", env=[{"name": "A", "valueFrom": {
+        "fieldRef": {"fieldPath": "x"}, "secretKeyRef": {"name": "s", "key": "k"}}}]),
+    "negative runAsUser": _role("trainer", securityContext={"runAsUser": -1}),
+    "bad seccomp type": _role("trainer", securityContext={"seccompProfile": {"type": "x"}}),
+    "Localhost without profile": _role(
+        "trainer", securityContext={"seccompProfile": {"type": "Localhost"}}),
+    "privileged without escalation": _role("trainer", containerSecurityContext={
+        "privileged": True, "allowPrivilegeEscalation": False}),
+    "maxSkew 0": _role("trainer", topologySpreadConstraints=[
+        {"maxSkew": 0, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}]),
+    "minDomains with ScheduleAnyway": _role("trainer", topologySpreadConstraints=[
+        {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway",
+         "minDomains": 2}]),
+    "bad pull secret": _role("trainer", imagePullSecrets=[{"name": "Not A Name"}]),
+    "empty role image": _role("trainer", image=" "),
+    "empty etcd image": _role("master", **{"etcd-image": ""}),
+    "unprefixed resource": _role("trainer", resources={"limits": {"gpu": 1}}),
+    "kubernetes.io resource": _role("trainer", resources={"limits": {"kubernetes.io/x": 1}}),
+}
+AGREEING_MUTATIONS.update(POD_FIELD_MUTATIONS)
 # Rules the parser enforces that a structural schema with CEL cannot state (quantities
 # compared as numbers, cross-list references); the API server admits these jobs and
 # the controller marks them Failed with the parser's message.
@@ -414,7 +540,22 @@ SCHEMA_CANNOT_EXPRESS = {
     "fractional GPU": lambda j: j["spec"]["trainer"]["resources"]["limits"].update(
         {"nvidia.com/gpu": "0.5"}),
     "mount of a missing volume": _set("spec.volumeMounts", [{"name": "x", "mountPath": "/x"}]),
+    "fractional extended resource": _role("trainer", resources={"limits": {"amd.com/gpu": "0.5"}}),
+    "extended request != limit": _role("trainer", resources={
+        "requests": {"example.com/fpga": 1}, "limits": {"example.com/fpga": 2}}),
 }
+
+
+def test_the_pod_field_mutations_cover_both_verdicts() -> None:
+    """Not a vacuous agreement: some pod-field mutations are admitted, most are refused."""
+    verdicts = {}
+    for name, mutate in POD_FIELD_MUTATIONS.items():
+        job = load("deploy/example-trainingjob.yaml")
+        mutate(job)
+        verdicts[name] = _parser_accepts(job)
+    accepted = {name for name, ok in verdicts.items() if ok}
+    assert accepted == {"every pod field", "master etcd image", "Gt one integer",
+                        "toleration Exists without key", "amd gpu", "hugepages"}
 
 
 @pytest.mark.parametrize("mutation", sorted(AGREEING_MUTATIONS))

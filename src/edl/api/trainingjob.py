@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
+from annotated_types import MaxLen
 from pydantic import (
+    AfterValidator,
     AliasChoices,
     BaseModel,
     BeforeValidator,
@@ -37,6 +39,9 @@ from edl.api.errors import (
     join_path,
     plain_message,
 )
+from edl.api.k8smodel import K8sObject
+from edl.api.k8snames import resource_name_problem
+from edl.api.podoptions import PodOptions
 from edl.api.quantity import QuantityError, parse_quantity
 from edl.api.resources import gpu_of
 from edl.api.yamlload import safe_load_all
@@ -90,7 +95,18 @@ EmptyIfNone = BeforeValidator(_empty_if_none)
 # Every integer of a TrainingJob is an int32 on the API server (replicas, parallelism,
 # ports); JobParser.validate applies the tighter per-field bounds (INT_BOUNDS).
 Int32 = Annotated[StrictInt, Field(ge=-(2**31), le=2**31 - 1)]
-ResourceListModel = dict[str, QuantityText]
+
+
+def _resource_name(value: Any) -> Any:
+    problem = resource_name_problem(value) if isinstance(value, str) else None
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+MAX_RESOURCES = 32
+ResourceName = Annotated[StrictStr, AfterValidator(_resource_name)]
+ResourceListModel = Annotated[dict[ResourceName, QuantityText], MaxLen(MAX_RESOURCES)]
 
 
 class _Strict(BaseModel):
@@ -122,8 +138,8 @@ class ObjectMeta(BaseModel):
     annotations: dict[str, StrictStr] | None = None
 
 
-class TrainerSpec(_Strict):
-    """`spec.trainer`: what each trainer runs and how many may run."""
+class TrainerSpec(PodOptions):
+    """`spec.trainer`: what each trainer runs, how many may run, and its pods' fields."""
 
     entrypoint: StrictStr | None = Field(
         default=None, description="The command each trainer runs in its workspace, e.g. "
@@ -144,8 +160,8 @@ class TrainerSpec(_Strict):
     )
 
 
-class PserverSpec(_Strict):
-    """`spec.pserver`: parameter servers (not scaled; replicas = min-instance)."""
+class PserverSpec(PodOptions):
+    """`spec.pserver`: parameter servers (not scaled; replicas = min-instance) and their pods."""
 
     min_instance: Int32 | None = Field(
         default=None, alias="min-instance",
@@ -160,13 +176,18 @@ class PserverSpec(_Strict):
     )
 
 
-class MasterSpec(_Strict):
+class MasterSpec(PodOptions):
     """`spec.master`: the task master; an external etcd replaces the built-in sidecar."""
 
     etcd_endpoint: StrictStr | None = Field(
         default=None, alias="etcd-endpoint",
         description="An external etcd (comma-separated http(s)://host[:port] URLs) instead of "
         "the etcd sidecar in the master pod.")
+    etcd_image: StrictStr | None = Field(
+        default=None, alias="etcd-image",
+        validation_alias=AliasChoices("etcd-image", "etcdImage", "etcd_image"),
+        description="The image of the master pod's etcd sidecar (default: `edl controller "
+                    "--etcd-image`, quay.io/coreos/etcd).")
     resources: Annotated[ResourceRequirements, EmptyIfNone] = Field(
         default_factory=ResourceRequirements,
         description="Requests and limits of the master pod's master container.",
@@ -388,6 +409,7 @@ def _spellings() -> dict[str, tuple[str, ...]]:
         PserverSpec,
         MasterSpec,
         TrainingJobStatus,
+        *_k8s_models(),
     ]
     for model in models:
         for name, field in model.model_fields.items():
@@ -399,6 +421,16 @@ def _spellings() -> dict[str, tuple[str, ...]]:
             for spelling in names:
                 table[spelling] = tuple(dict.fromkeys(names))
     return table
+
+
+def _k8s_models() -> list[type[BaseModel]]:
+    found: list[type[BaseModel]] = []
+    pending: list[type[BaseModel]] = [K8sObject]
+    while pending:
+        model = pending.pop()
+        found.append(model)
+        pending.extend(model.__subclasses__())
+    return found
 
 
 FIELD_SPELLINGS = _spellings()
@@ -449,6 +481,6 @@ def schema_problems(error: ValidationError, data: Any) -> list[Problem]:
 def _is_union_tag(part: str | int) -> bool:
     """pydantic adds type names (`str`, `function-before[...]`) to locations inside unions."""
     return isinstance(part, str) and (
-        part in {"str", "int", "bool", "list[dict[str,any]]", "dict[str,str]", "none"}
+        part in {"[key]", "str", "int", "bool", "list[dict[str,any]]", "dict[str,str]", "none"}
         or part.startswith(("function-", "literal["))
     )

@@ -8,6 +8,10 @@ import sys
 
 import click
 
+from edl.api.k8snames import subdomain_problem
+from edl.jobparser import DEFAULT_IMAGE
+from edl.jobparser.manifests import ETCD_IMAGE
+
 # Loggers with an INFO line per API request (lightkube's httpx2, kopf's aiohttp) or per
 # TrainingJob event handled (kopf.objects: "Handler ... succeeded", every status write
 # included); their warnings and errors still show.
@@ -58,13 +62,23 @@ def _listen(value: str) -> tuple[str, int]:
               help="On a shrink, delete the trainer pods the policy chose (needs `delete` on "
                    "pods, which deploy/rbac.yaml does not grant); default: the Job "
                    "controller chooses.")
+@click.option("--image", default=DEFAULT_IMAGE, show_default=True, metavar="IMAGE",
+              help="The runtime image of jobs that name none (spec.image).")
+@click.option("--etcd-image", default=ETCD_IMAGE, show_default=True, metavar="IMAGE",
+              help="The master pod's etcd sidecar image for jobs that name none "
+                   "(spec.master.etcd-image); mirror it for an air-gapped registry.")
+@click.option("--trainer-priority-class", default="", metavar="NAME",
+              help="PriorityClass of trainer pods whose job names none "
+                   "(spec.trainer.priorityClassName); it must exist. deploy/controller.yaml "
+                   "sets the class deploy/priorityclass.yaml ships. Default: none.")
 @click.option("-v", "--verbose", is_flag=True,
               help="Log at debug level, every API request included.")
 def controller(server: str | None, namespace: str | None, policy: str, max_load_desired: float,
                interval: float, status_interval: float, listen: str, lease_namespace: str,
                lease_name: str, identity: str, lease_duration: float, renew_deadline: float,
                retry_period: float, crash_backoff: float, crash_backoff_max: float,
-               delete_victims: bool, verbose: bool) -> None:
+               delete_victims: bool, image: str, etcd_image: str,
+               trainer_priority_class: str, verbose: bool) -> None:
     """Watch TrainingJobs, create their children, and scale trainers to fit the cluster."""
     from edl.kube.leader import LeaseLost
     from edl.kube.runner import ControllerOptions, ControllerProcess
@@ -79,6 +93,11 @@ def controller(server: str | None, namespace: str | None, policy: str, max_load_
         get_policy(policy)
     except ValueError as error:
         raise click.UsageError(str(error)) from None
+    for flag, value in (("--image", image), ("--etcd-image", etcd_image)):
+        if not value.strip():
+            raise click.UsageError(f"{flag} must not be empty")
+    if trainer_priority_class and (why := subdomain_problem(trainer_priority_class)):
+        raise click.UsageError(f"--trainer-priority-class {why}")
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not verbose:  # one INFO line per API request would drown everything else
@@ -90,7 +109,8 @@ def controller(server: str | None, namespace: str | None, policy: str, max_load_
         lease_namespace=lease_namespace, lease_name=lease_name, identity=identity,
         lease_duration=lease_duration, renew_deadline=renew_deadline, retry_period=retry_period,
         delete_victims=delete_victims, crash_backoff=crash_backoff,
-        crash_backoff_max=crash_backoff_max,
+        crash_backoff_max=crash_backoff_max, image=image, etcd_image=etcd_image,
+        trainer_priority_class=trainer_priority_class,
     )
     async def main() -> None:
         process = ControllerProcess(options)

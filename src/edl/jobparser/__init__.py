@@ -10,6 +10,7 @@ from edl.jobparser.validation import (
     DEFAULT_PORT,
     DEFAULT_PORTS_NUM,
     DEFAULT_PORTS_NUM_FOR_SPARSE,
+    PodDefaults,
 )
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "DefaultJobParser",
     "JobParser",
     "JobValidationError",
+    "PodDefaults",
     "child_names",
     "etcd_endpoints",
 ]

@@ -22,6 +22,7 @@ from edl.jobparser.collective import (
     DEFAULT_NPROC_PER_NODE,
     job_allowed_counts,
 )
+from edl.jobparser.podtemplate import finish_container
 
 __all__ = [
     "RENDEZVOUS_PORT_NAME",
@@ -50,7 +51,7 @@ def master_replica_set(job: TrainingJob) -> dict[str, Any]:
     containers = [container]
     volumes = list(job.spec.volumes or [])
     if not job.spec.master.etcd_endpoint:
-        containers.append(m._etcd_container())
+        containers.append(m.etcd_container(job))
         volumes.append({"name": m.ETCD_DATA_VOLUME, "emptyDir": {}})
     return m._replica_set(job, "master", 1, containers, volumes)
 
@@ -88,7 +89,7 @@ def collective_env(job: TrainingJob) -> list[dict[str, Any]]:
         "EDL_WORKSPACE": spec.trainer.workspace or "",
         "EDL_PORT": m._int(spec.port),
         "EDL_RDZV_ENDPOINT": rendezvous_endpoint(job),
-        "EDL_USE_GPU": 1 if job.need_gpu() else 0,
+        "EDL_USE_GPU": 1 if m.uses_gpu(job) else 0,
         "EDL_ETCD_ENDPOINTS": m.etcd_endpoints(job),
         "EDL_LIVE": 1 if collective.live else 0,
         # the world sizes a resize may give (a live world admits joiners to these only)
@@ -113,6 +114,7 @@ def _container(
         "command": command,
         "env": collective_env(job),
     }
+    finish_container(job, role, container)
     requirements = m._resources(resources)
     if requirements:
         container["resources"] = requirements

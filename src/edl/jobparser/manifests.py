@@ -12,11 +12,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from edl.api.k8snames import is_extended_resource
 from edl.api.names import LABEL_JOB, LABEL_ROLE, child_names
+from edl.api.quantity import parse_quantity
 from edl.api.resources import GPU, GPU_LEGACY
 from edl.api.trainingjob import ResourceRequirements, TrainingJob
+from edl.jobparser.podtemplate import ETCD_RUN_AS, finish_container, pod_template
 
 __all__ = [
+    "EDL_ENV_NAMES",
     "ETCD_CLIENT_PORT",
     "ETCD_IMAGE",
     "LABEL_JOB",
@@ -34,6 +38,8 @@ __all__ = [
     "trainer_job",
 ]
 
+# the etcd sidecar's image when neither the job (spec.master.etcd-image) nor the
+# controller (`edl controller --etcd-image`) names one
 ETCD_IMAGE = "quay.io/coreos/etcd:v3.5.17"
 ETCD_CLIENT_PORT = 2379
 ETCD_DATA_VOLUME = "edl-etcd-data"
@@ -50,6 +56,13 @@ TRAINER_MANAGED_BY = "edl.dev/trainer-controller"
 # times per trainer slot before the Job fails; drained scale-downs and evictions never count.
 TRAINER_BACKOFF_PER_TRAINER = 2
 TRAINER_BACKOFF_MIN = 6  # Kubernetes' default backoffLimit
+# every variable edl sets in its containers (both modes): a role's `env` may not redefine them
+EDL_ENV_NAMES = frozenset({
+    "EDL_JOB_NAME", "EDL_NAMESPACE", "EDL_TRAINERS", "EDL_TRAINERS_MAX", "EDL_PSERVERS",
+    "EDL_ENTRYPOINT", "EDL_WORKSPACE", "EDL_PORT", "EDL_PORTS_NUM", "EDL_PORTS_NUM_FOR_SPARSE",
+    "EDL_PASSES", "EDL_USE_GPU", "EDL_ETCD_ENDPOINTS", "EDL_POD_IP", "EDL_POD_NAME",
+    "EDL_MODE", "EDL_NPROC_PER_NODE", "EDL_MAX_RESTARTS", "EDL_RDZV_ENDPOINT",
+})
 
 
 def role_labels(job: TrainingJob, role: str) -> dict[str, str]:
@@ -73,7 +86,7 @@ def master_replica_set(job: TrainingJob) -> dict[str, Any]:
     ]
     volumes = list(spec.volumes or [])
     if not spec.master.etcd_endpoint:
-        containers.append(_etcd_container())
+        containers.append(etcd_container(job))
         volumes.append({"name": ETCD_DATA_VOLUME, "emptyDir": {}})
     return _replica_set(job, "master", 1, containers, volumes)
 
@@ -103,8 +116,8 @@ def trainer_job(
     # a crashed trainer's log tail becomes its termination message: the Controller puts
     # it in the TrainingJob's Failed status
     container["terminationMessagePolicy"] = "FallbackToLogsOnError"
-    pod_spec = _pod_spec(job, [container], job.spec.volumes)
-    pod_spec["restartPolicy"] = "Never"
+    template = pod_template(job, "trainer", [container], job.spec.volumes)
+    template["spec"]["restartPolicy"] = "Never"
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -143,7 +156,7 @@ def trainer_job(
                     },
                 ]
             },
-            "template": {"metadata": {"labels": role_labels(job, "trainer")}, "spec": pod_spec},
+            "template": template,
         },
     }
 
@@ -211,34 +224,16 @@ def _replica_set(
     containers: list[dict[str, Any]],
     volumes: list[dict[str, Any]],
 ) -> dict[str, Any]:
-    labels = role_labels(job, role)
     return {
         "apiVersion": "apps/v1",
         "kind": "ReplicaSet",
         "metadata": _metadata(job, child_names(_name(job))[role], role),
         "spec": {
             "replicas": replicas,
-            "selector": {"matchLabels": dict(labels)},
-            "template": {
-                "metadata": {"labels": dict(labels)},
-                "spec": _pod_spec(job, containers, volumes),
-            },
+            "selector": {"matchLabels": role_labels(job, role)},
+            "template": pod_template(job, role, containers, volumes),
         },
     }
-
-
-def _pod_spec(
-    job: TrainingJob, containers: list[dict[str, Any]], volumes: list[dict[str, Any]] | None
-) -> dict[str, Any]:
-    spec: dict[str, Any] = {"containers": containers}
-    if volumes:
-        spec["volumes"] = [dict(v) for v in volumes]
-    if job.spec.image_pull_secrets:
-        spec["imagePullSecrets"] = [dict(s) for s in job.spec.image_pull_secrets]
-    if job.spec.host_network:
-        spec["hostNetwork"] = True
-        spec["dnsPolicy"] = "ClusterFirstWithHostNet"  # keep resolving the master Service
-    return spec
 
 
 def _container(
@@ -250,6 +245,7 @@ def _container(
         "command": ["edl", role],
         "env": _env(job),
     }
+    finish_container(job, role, container)
     if ports:
         container["ports"] = ports
     requirements = _resources(resources)
@@ -260,11 +256,11 @@ def _container(
     return container
 
 
-def _etcd_container() -> dict[str, Any]:
-    """etcd for the job, listening on every address of the master pod."""
+def etcd_container(job: TrainingJob) -> dict[str, Any]:
+    """etcd for the job, listening on every address of the master pod, as a non-root user."""
     return {
         "name": "etcd",
-        "image": ETCD_IMAGE,
+        "image": job.spec.master.etcd_image or ETCD_IMAGE,
         "command": [
             "etcd",
             "--name=etcd0",
@@ -275,6 +271,7 @@ def _etcd_container() -> dict[str, Any]:
         "env": [_field_env("EDL_POD_IP", "status.podIP")],
         "ports": [_port("etcd", ETCD_CLIENT_PORT)],
         "volumeMounts": [{"name": ETCD_DATA_VOLUME, "mountPath": "/var/lib/etcd"}],
+        "securityContext": dict(ETCD_RUN_AS),
     }
 
 
@@ -292,7 +289,7 @@ def _env(job: TrainingJob) -> list[dict[str, Any]]:
         "EDL_PORTS_NUM": _int(spec.ports_num),
         "EDL_PORTS_NUM_FOR_SPARSE": _int(spec.ports_num_for_sparse),
         "EDL_PASSES": _int(spec.passes),
-        "EDL_USE_GPU": 1 if job.need_gpu() else 0,
+        "EDL_USE_GPU": 1 if uses_gpu(job) else 0,
         "EDL_ETCD_ENDPOINTS": etcd_endpoints(job),
     }
     env: list[dict[str, Any]] = [{"name": k, "value": str(v)} for k, v in values.items()]
@@ -300,6 +297,15 @@ def _env(job: TrainingJob) -> list[dict[str, Any]]:
     env.append(_field_env("EDL_POD_IP", "status.podIP"))
     env.append(_field_env("EDL_POD_NAME", "metadata.name"))
     return env
+
+
+def uses_gpu(job: TrainingJob) -> bool:
+    """Trainers are limited to a GPU of any vendor (nvidia.com/gpu, amd.com/gpu, ...)."""
+    resources = job.spec.trainer.resources  # a request alone implies the limit
+    wanted = {**(resources.requests or {}), **(resources.limits or {})}
+    return job.need_gpu() or any(
+        name.endswith("/gpu") and parse_quantity(value) > 0 for name, value in wanted.items()
+    )
 
 
 def _field_env(name: str, field_path: str) -> dict[str, Any]:
@@ -311,8 +317,9 @@ def _port(name: str, number: int) -> dict[str, Any]:
 
 
 def _resources(resources: ResourceRequirements) -> dict[str, dict[str, str]]:
-    """Copy limits/requests; the legacy GPU name becomes `nvidia.com/gpu`, and a GPU
-    request without a limit gets one (Kubernetes requires a limit for GPUs)."""
+    """Copy limits/requests, every resource name kept; the legacy GPU name becomes
+    `nvidia.com/gpu`, and an extended resource (GPUs of any vendor, ...) requested
+    without a limit gets one (Kubernetes requires limit = request for them)."""
     out: dict[str, dict[str, str]] = {}
     for kind in ("limits", "requests"):
         values = dict(getattr(resources, kind) or {})
@@ -321,7 +328,7 @@ def _resources(resources: ResourceRequirements) -> dict[str, dict[str, str]]:
             values.pop(GPU_LEGACY, None)
         if values:
             out[kind] = values
-    gpu_request = out.get("requests", {}).get(GPU)
-    if gpu_request is not None and GPU not in out.get("limits", {}):
-        out.setdefault("limits", {})[GPU] = gpu_request
+    for name, request in out.get("requests", {}).items():
+        if is_extended_resource(name) and name not in out.get("limits", {}):
+            out.setdefault("limits", {})[name] = request
     return out

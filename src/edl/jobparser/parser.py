@@ -8,7 +8,7 @@ from typing import Any
 from edl.api.trainingjob import TrainingJob
 from edl.jobparser import collective_manifests as cm
 from edl.jobparser import manifests
-from edl.jobparser.validation import validate_job
+from edl.jobparser.validation import PodDefaults, validate_job
 
 __all__ = ["DefaultJobParser", "JobParser"]
 
@@ -21,14 +21,19 @@ class JobParser:
 
     ``managed_trainers`` False emits the trainer Job without ``spec.managedBy``, run by
     the cluster's Job controller: the design before issue 10, kept to measure it.
+    ``defaults``: the images and trainer PriorityClass a job gets when it names none
+    (`edl controller --image/--etcd-image/--trainer-priority-class`).
     """
 
-    def __init__(self, managed_trainers: bool = True) -> None:
+    def __init__(
+        self, managed_trainers: bool = True, defaults: PodDefaults | None = None
+    ) -> None:
         self.managed_trainers = managed_trainers
+        self.defaults = defaults or PodDefaults()
 
     def validate(self, job: TrainingJob | Mapping[str, Any]) -> TrainingJob:
         """The job with defaults filled; raises JobValidationError listing every problem."""
-        return validate_job(job)
+        return validate_job(job, self.defaults)
 
     def parse_to_master(self, job: TrainingJob | Mapping[str, Any]) -> dict[str, Any]:
         """`<job>-master` apps/v1 ReplicaSet (master + etcd sidecar unless external etcd)."""

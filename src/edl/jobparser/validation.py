@@ -11,12 +11,14 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
 from edl import __version__
 from edl.api.errors import JobValidationError, Problem, join_path
+from edl.api.k8snames import is_extended_resource
 from edl.api.names import ROLE_MASTER, ROLE_PSERVER, ROLE_TRAINER, child_name
 from edl.api.quantity import parse_quantity
 from edl.api.resources import GPU, GPU_LEGACY
@@ -28,7 +30,8 @@ from edl.api.trainingjob import (
     user_parts,
 )
 from edl.jobparser.collective import COLLECTIVE, collective_defaults, collective_problems
-from edl.jobparser.manifests import ETCD_DATA_VOLUME
+from edl.jobparser.manifests import ETCD_DATA_VOLUME, ETCD_IMAGE
+from edl.jobparser.podchecks import pod_option_problems
 
 __all__ = [
     "DEFAULT_IMAGE",
@@ -43,6 +46,7 @@ __all__ = [
     "MAX_PASSES",
     "MAX_PORT",
     "ROLE_SUFFIXES",
+    "PodDefaults",
     "validate_job",
 ]
 
@@ -92,7 +96,23 @@ INT_BOUNDS: dict[str, tuple[int, int]] = {
 Loc = tuple[str | int, ...]
 
 
-def validate_job(job: TrainingJob | Mapping[str, Any]) -> TrainingJob:
+@dataclass(frozen=True)
+class PodDefaults:
+    """What a job gets when it does not say: set per controller (`edl controller --image ...`).
+
+    ``trainer_priority_class``: the trainers' PriorityClass (None: no class, priority 0);
+    the shipped controller Deployment names deploy/priorityclass.yaml's, which must exist
+    (the API server refuses a pod naming a missing class).
+    """
+
+    image: str = DEFAULT_IMAGE
+    etcd_image: str = ETCD_IMAGE
+    trainer_priority_class: str | None = None
+
+
+def validate_job(
+    job: TrainingJob | Mapping[str, Any], defaults: PodDefaults | None = None
+) -> TrainingJob:
     """Return the job with defaults filled; raise JobValidationError listing every problem."""
     data: Any = job.to_dict() if isinstance(job, TrainingJob) else job
     if not isinstance(data, Mapping):
@@ -106,7 +126,7 @@ def validate_job(job: TrainingJob | Mapping[str, Any]) -> TrainingJob:
             reported.add(path)
     if problems:
         raise JobValidationError(problems)
-    return _with_defaults(parsed)
+    return _with_defaults(parsed, defaults or PodDefaults())
 
 
 # -- schema pass with salvage ---------------------------------------------------------------
@@ -123,11 +143,19 @@ def _parse_salvaging(data: Mapping[str, Any]) -> tuple[TrainingJob, list[Problem
             errors = schema_errors(error, work)
         for parts, message in errors:
             problem = (join_path(parts), message)
-            if problem not in problems:
+            if problem not in problems and not _dropped_earlier(problem, problems):
                 problems.append(problem)
             _drop(work, parts)
     # Unreachable in practice; fall back to an empty job so the caller still reports.
     return TrainingJob(apiVersion="edl.dev/v1", kind="TrainingJob"), problems
+
+
+def _dropped_earlier(problem: Problem, problems: list[Problem]) -> bool:
+    """A field "required" only because an earlier round dropped the list holding a bad item."""
+    path, message = problem
+    return message == "required" and any(
+        earlier.startswith((f"{path}.", f"{path}[")) for earlier, _ in problems
+    )
 
 
 def _drop(work: dict[str, Any], parts: list[str | int]) -> None:
@@ -136,6 +164,8 @@ def _drop(work: dict[str, Any], parts: list[str | int]) -> None:
         work[str(parts[0])] = API_VERSIONS[0] if parts == ["apiVersion"] else "TrainingJob"
         return
     node: Any = work
+    parent: dict[str, Any] | None = None
+    parent_key = ""
     for index, key in enumerate(parts):
         last = index == len(parts) - 1
         if isinstance(node, dict) and isinstance(key, str) and key in node:
@@ -143,8 +173,10 @@ def _drop(work: dict[str, Any], parts: list[str | int]) -> None:
             if last or isinstance(child, list) or not isinstance(child, dict):
                 del node[key]  # drop lists whole: dropping an item would shift later indexes
                 return
-            node = child
+            parent, parent_key, node = node, key, child
         else:
+            if last and parent is not None and isinstance(node, dict):
+                del parent[parent_key]  # a required field is missing: drop its object
             return
 
 
@@ -168,6 +200,7 @@ def _semantic_problems(job: TrainingJob) -> Iterator[tuple[Loc, str]]:
         yield from _resource_problems(("spec", role, "resources"), resources)
     yield from _etcd_problems(job)
     yield from _volume_problems(job)
+    yield from pod_option_problems(job)
     yield from collective_problems(job)
     yield from _batch_problems(job)
 
@@ -279,20 +312,26 @@ def _resource_problems(loc: Loc, resources: ResourceRequirements) -> Iterator[tu
     limits = {k: parse_quantity(v) for k, v in (resources.limits or {}).items()}
     requests = {k: parse_quantity(v) for k, v in (resources.requests or {}).items()}
     for kind, values in (("limits", limits), ("requests", requests)):
-        for name in (GPU, GPU_LEGACY):
-            if name in values and values[name].denominator != 1:
-                yield (*loc, kind, name), f"must be a whole number of GPUs (got {values[name]})"
+        for name, value in values.items():
+            if _counted(name) and value.denominator != 1:
+                unit = "GPUs" if name.endswith(("/gpu", "-gpu")) else "units (an extended resource)"
+                yield (*loc, kind, name), f"must be a whole number of {unit} (got {value})"
         if GPU in values and GPU_LEGACY in values:
             yield (*loc, kind, GPU_LEGACY), f"set only one of {GPU} and {GPU_LEGACY}"
     for name, requested in requests.items():
         if name not in limits:
             continue
         limit_text = (resources.limits or {})[name]
-        if name in (GPU, GPU_LEGACY) and requested != limits[name]:
+        if _counted(name) and requested != limits[name]:
             yield (*loc, "requests", name), f"must equal limits[{name}] ({limit_text})"
         elif requested > limits[name]:
             limit_path = join_path(["limits", name])
             yield (*loc, "requests", name), f"must be <= {limit_path} ({limit_text})"
+
+
+def _counted(name: str) -> bool:
+    """Extended resources (GPUs of any vendor, ...) come in whole units, request = limit."""
+    return name == GPU_LEGACY or is_extended_resource(name)
 
 
 def _etcd_problems(job: TrainingJob) -> Iterator[tuple[Loc, str]]:
@@ -331,7 +370,7 @@ def _volume_problems(job: TrainingJob) -> Iterator[tuple[Loc, str]]:
 # -- defaults ------------------------------------------------------------------------------
 
 
-def _with_defaults(job: TrainingJob) -> TrainingJob:
+def _with_defaults(job: TrainingJob, defaults: PodDefaults) -> TrainingJob:
     """The job with the original's defaults written in (so `to_dict()` shows them).
 
     Both modes share the image, port, trainer and master defaults; a collective job
@@ -339,14 +378,18 @@ def _with_defaults(job: TrainingJob) -> TrainingJob:
     """
     data = job.to_dict()
     spec = data.setdefault("spec", {})
-    spec.setdefault("image", DEFAULT_IMAGE)
+    spec.setdefault("image", defaults.image)
     spec.setdefault("port", DEFAULT_PORT)
     spec.setdefault("fault_tolerant", False)
     spec.setdefault("hostNetwork", False)
     trainer = spec.setdefault("trainer", {})
     trainer.setdefault("workspace", "")
     trainer.setdefault("max-instance", trainer["min-instance"])
-    spec.setdefault("master", {})
+    if defaults.trainer_priority_class:
+        trainer.setdefault("priorityClassName", defaults.trainer_priority_class)
+    master = spec.setdefault("master", {})
+    if not master.get("etcd-endpoint"):
+        master.setdefault("etcd-image", defaults.etcd_image)
     if spec.get("mode") == COLLECTIVE:
         collective_defaults(spec)
         return TrainingJob.from_dict(data)

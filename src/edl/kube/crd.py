@@ -22,9 +22,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from edl.api.trainingjob import TrainingJob, TrainingJobStatus
+from edl.api.k8smodel import cel_rules
+from edl.api.k8snames import cel_string, resource_name_cel
+from edl.api.trainingjob import MAX_RESOURCES, TrainingJob, TrainingJobStatus
 from edl.jobparser import (
-    DEFAULT_IMAGE,
     DEFAULT_PASSES,
     DEFAULT_PORT,
     DEFAULT_PORTS_NUM,
@@ -34,6 +35,8 @@ from edl.jobparser.collective import (
     DEFAULT_MAX_RESTARTS,
     DEFAULT_NPROC_PER_NODE,
 )
+from edl.jobparser.manifests import EDL_ENV_NAMES
+from edl.jobparser.podchecks import EDL_LABEL_PREFIX
 from edl.jobparser.validation import (
     DEFAULT_PSERVERS,
     ETCD_ENDPOINTS_PATTERN,
@@ -127,7 +130,9 @@ API_VERSION_DESCRIPTION = (
 # Constraints and defaults per field path (dot-joined, original spellings). The
 # structure comes from the model; the values from edl.jobparser's validation.
 FIELD_RULES: dict[str, dict[str, Any]] = {
-    "spec.image": {"minLength": 1, "pattern": r"\S", "default": DEFAULT_IMAGE},
+    # no default: the controller's --image applies to a job that names no image
+    "spec.image": {"minLength": 1, "pattern": r"\S"},
+    "spec.master.etcd-image": {"minLength": 1, "pattern": r"\S"},
     "spec.port": {"default": DEFAULT_PORT},
     "spec.ports_num": {"default": DEFAULT_PORTS_NUM},
     "spec.ports_num_for_sparse": {"default": DEFAULT_PORTS_NUM_FOR_SPARSE},
@@ -145,6 +150,8 @@ FIELD_RULES: dict[str, dict[str, Any]] = {
     "spec.collective.live": {"default": False},
     "spec.collective.max-restarts": {"minimum": 0, "default": DEFAULT_MAX_RESTARTS},
 }
+for _role in ("master", "pserver", "trainer"):
+    FIELD_RULES[f"spec.{_role}.image"] = {"minLength": 1, "pattern": r"\S"}
 for _path, (_low, _high) in INT_BOUNDS.items():  # the JobParser's bounds, as the schema's
     FIELD_RULES[_path] = {
         "format": "int32", "minimum": _low, "maximum": _high, **FIELD_RULES.get(_path, {})
@@ -160,6 +167,20 @@ VALIDATIONS: dict[str, list[dict[str, str]]] = {
     "spec.trainer": TRAINER_RULES,
     "spec.pserver": PSERVER_RULES,
 }
+# edl's own rules on the roles' pod fields (edl.jobparser.podchecks)
+_RESERVED_ENV = ", ".join(cel_string(name) for name in sorted(EDL_ENV_NAMES))
+LIST_MAPS: dict[str, str] = {}  # list path -> its key (the API server refuses duplicates)
+for _role in ("master", "pserver", "trainer"):
+    VALIDATIONS[f"spec.{_role}.labels"] = [{
+        "rule": f"self.all(k, !k.startsWith({cel_string(EDL_LABEL_PREFIX)}))",
+        "message": f"labels under {EDL_LABEL_PREFIX} are edl's own",
+    }]
+    VALIDATIONS[f"spec.{_role}.env"] = [{
+        "rule": f"self.all(e, !(e.name in [{_RESERVED_ENV}]))",
+        "message": "variables edl sets itself (EDL_JOB_NAME, EDL_PORT, ...) cannot be redefined",
+    }]
+    LIST_MAPS[f"spec.{_role}.env"] = "name"
+MODEL_RULES = cel_rules()
 
 
 # -- model JSON schema -> structural schema --------------------------------------------
@@ -194,6 +215,34 @@ def _quantity() -> dict[str, Any]:
     }
 
 
+# JSON-schema keywords a structural schema keeps as they are, per type
+_CONSTRAINTS = {
+    "string": ("minLength", "maxLength", "pattern", "allOf"),
+    "integer": ("minimum", "maximum", "format"),
+    "array": ("minItems", "maxItems"),
+    "object": ("maxProperties",),
+}
+
+
+def _constraints(node: dict[str, Any], kind: str) -> dict[str, Any]:
+    """The node's own limits (from the model: Field bounds, WithJsonSchema) and CEL rules."""
+    out = {key: node[key] for key in _CONSTRAINTS.get(kind, ()) if key in node}
+    if "x-kubernetes-validations" in node:
+        out["x-kubernetes-validations"] = copy.deepcopy(node["x-kubernetes-validations"])
+    return out
+
+
+def _resource_list() -> dict[str, Any]:
+    return {
+        "type": "object", "maxProperties": MAX_RESOURCES, "additionalProperties": _quantity(),
+        "x-kubernetes-validations": [{
+            "rule": f"self.all(k, {resource_name_cel('k')})",
+            "message": "every key must be cpu, memory, ephemeral-storage, hugepages-<size> or "
+                       "an extended resource <domain>/<name> outside kubernetes.io",
+        }],
+    }
+
+
 def _convert(
     node: dict[str, Any], defs: dict[str, Any], path: str, def_name: str | None
 ) -> dict[str, Any]:
@@ -201,10 +250,13 @@ def _convert(
     ref = node.get("$ref")
     if ref:
         name = ref.rsplit("/", 1)[-1]
-        converted = _convert(defs[name], defs, path, name)
-        if node.get("description"):  # the field's own words beat its type's docstring
-            converted["description"] = _plain(node["description"])
-        return converted
+        model = _convert(defs[name], defs, path, name)
+        if node.get("description"):  # the field's own words over its type's docstring
+            model["description"] = _plain(node["description"])
+        if name in MODEL_RULES:
+            model.setdefault("x-kubernetes-validations", []).extend(
+                copy.deepcopy(MODEL_RULES[name]))
+        return model
     description = node.get("description")
     kind = node.get("type")
     out: dict[str, Any]
@@ -216,24 +268,27 @@ def _convert(
         for prop, sub in node["properties"].items():
             sub_path = f"{path}.{prop}" if path else prop
             out["properties"][prop] = _convert(sub, defs, sub_path, None)
+        if node.get("required"):
+            out["required"] = list(node["required"])
     elif kind == "object":
         values = node.get("additionalProperties")
         if def_name is None and path.rsplit(".", 1)[-1] in {"limits", "requests"}:
-            out = {"type": "object", "additionalProperties": _quantity()}
+            out = _resource_list()
         elif isinstance(values, dict) and values.get("type") in {"string", "integer", "boolean"}:
-            out = {"type": "object", "additionalProperties": {"type": values["type"]}}
+            value = {"type": values["type"], **_constraints(values, values["type"])}
+            out = {"type": "object", "additionalProperties": value, **_constraints(node, kind)}
         else:
             out = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
     elif kind == "array":
-        items = node.get("items") or {}
+        items = _unwrap_optional(node.get("items") or {})
         item_schema = (
-            {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-            if items.get("type") in (None, "object")
-            else {"type": items["type"]}
+            _convert(items, defs, f"{path}[]", None)
+            if "$ref" in items or items.get("type") not in (None, "object")
+            else {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
         )
-        out = {"type": "array", "items": item_schema}
+        out = {"type": "array", "items": item_schema, **_constraints(node, kind)}
     elif kind in {"string", "integer", "boolean", "number"}:
-        out = {"type": kind}
+        out = {"type": kind, **_constraints(node, kind)}
     else:  # pragma: no cover - a model type this generator does not know yet
         raise ValueError(f"cannot express {path or '<root>'} ({node}) in a structural schema")
     if description:
@@ -242,7 +297,10 @@ def _convert(
     if path in REQUIRED:
         out["required"] = REQUIRED[path]
     if path in VALIDATIONS:
-        out["x-kubernetes-validations"] = copy.deepcopy(VALIDATIONS[path])
+        out.setdefault("x-kubernetes-validations", []).extend(copy.deepcopy(VALIDATIONS[path]))
+    if path in LIST_MAPS:
+        out["x-kubernetes-list-type"] = "map"
+        out["x-kubernetes-list-map-keys"] = [LIST_MAPS[path]]
     return out
 
 

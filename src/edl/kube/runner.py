@@ -21,6 +21,8 @@ import edl
 from edl.control.controller import Controller
 from edl.control.loops import ControlLoops
 from edl.control.trainers import CRASH_BACKOFF_BASE_S, CRASH_BACKOFF_MAX_S
+from edl.jobparser import DEFAULT_IMAGE, JobParser, PodDefaults
+from edl.jobparser.manifests import ETCD_IMAGE
 from edl.kube.autoscaling import KubeAutoscaler
 from edl.kube.client import kube_config, make_client
 from edl.kube.cluster import KubeCluster
@@ -64,6 +66,10 @@ class ControllerOptions:
     # First delay and cap between a crashed trainer and its replacement (managed trainers).
     crash_backoff: float = CRASH_BACKOFF_BASE_S
     crash_backoff_max: float = CRASH_BACKOFF_MAX_S
+    # what a job gets when it names none (edl.jobparser.PodDefaults)
+    image: str = DEFAULT_IMAGE
+    etcd_image: str = ETCD_IMAGE
+    trainer_priority_class: str = ""
 
 
 class ControllerProcess:
@@ -175,7 +181,10 @@ class ControllerProcess:
         self.autoscaler = KubeAutoscaler(
             cluster, metrics=self.metrics, events=self.events, policy=options.policy,
             max_load_desired=options.max_load_desired, interval=options.interval)
-        self.controller = Controller(cluster, self.autoscaler,
+        parser = JobParser(defaults=PodDefaults(
+            image=options.image, etcd_image=options.etcd_image,
+            trainer_priority_class=options.trainer_priority_class or None))
+        self.controller = Controller(cluster, self.autoscaler, parser=parser,
                                      status_interval=options.status_interval)
         kopf = OperatorThread(cluster, server=options.server, namespace=options.namespace)
         loops = ControlLoops(self.controller, self.autoscaler)
