@@ -106,6 +106,7 @@ def _key_map(value_schema: dict[str, Any], value_type: Any) -> Any:
         "x-kubernetes-validations": [{
             "rule": f"self.all(k, {_KEY_RULE.replace('self.', 'k.')})",
             "message": f"every key {_KEY_MESSAGE}",
+            "reason": "FieldValueInvalid",
         }],
     }
     return Annotated[dict[QualifiedName, value_type], MaxLen(MAX_MAP), WithJsonSchema(schema)]
@@ -129,6 +130,7 @@ class Rule:
 
     cel: str
     message: str
+    field: str  # what the API server's error names (fieldPath, relative to the object)
     holds: Callable[[Any], bool]
 
 
@@ -154,5 +156,7 @@ def cel_rules() -> dict[str, list[dict[str, str]]]:
         model = pending.pop()
         pending.extend(model.__subclasses__())
         if model.rules:
-            found[model.__name__] = [{"rule": r.cel, "message": r.message} for r in model.rules]
+            found[model.__name__] = [
+                {"rule": r.cel, "message": r.message, "fieldPath": f".{r.field}",
+                 "reason": "FieldValueInvalid"} for r in model.rules]
     return found

@@ -37,7 +37,7 @@ _PROFILE_RULE = Rule(
     "(self.type == 'Localhost') == (has(self.localhostProfile) && "
     "self.localhostProfile.size() > 0)",
     "localhostProfile is required with type Localhost and only then",
-    lambda p: (p.type == "Localhost") == bool(p.localhostProfile),
+    "localhostProfile", lambda p: (p.type == "Localhost") == bool(p.localhostProfile),
 )
 
 
@@ -124,6 +124,7 @@ class SecurityContext(_CommonSecurity):
         Rule("!has(self.privileged) || !self.privileged || !has(self.allowPrivilegeEscalation) "
              "|| self.allowPrivilegeEscalation",
              "allowPrivilegeEscalation cannot be false when privileged is true",
+             "allowPrivilegeEscalation",
              lambda s: not s.privileged or s.allowPrivilegeEscalation is not False),
     )
 
@@ -172,7 +173,7 @@ class EnvVarSource(K8sObject):
 
     rules: ClassVar[tuple[Rule, ...]] = (
         Rule(f"{_ONE_SOURCE} == 1", "exactly one source must be set",
-             lambda s: sum(v is not None for v in
+             "fieldRef", lambda s: sum(v is not None for v in
                            (s.fieldRef, s.resourceFieldRef, s.configMapKeyRef, s.secretKeyRef))
              == 1),
     )
@@ -189,7 +190,7 @@ class EnvVar(K8sObject):
     rules: ClassVar[tuple[Rule, ...]] = (
         Rule("!has(self.valueFrom) || !has(self.value) || self.value.size() == 0",
              "set value or valueFrom, not both",
-             lambda e: e.valueFrom is None or not e.value),
+             "valueFrom", lambda e: e.valueFrom is None or not e.value),
     )
 
 

@@ -59,13 +59,13 @@ class Toleration(K8sObject):
     rules: ClassVar[tuple[Rule, ...]] = (
         Rule("(has(self.key) && self.key.size() > 0) || (has(self.operator) && "
              "self.operator == 'Exists')", "operator must be Exists when key is empty",
-             lambda t: bool(t.key) or t.operator == "Exists"),
+             "operator", lambda t: bool(t.key) or t.operator == "Exists"),
         Rule("!has(self.operator) || self.operator != 'Exists' || !has(self.value) || "
              "self.value.size() == 0", "value must be empty when operator is Exists",
-             lambda t: t.operator != "Exists" or not t.value),
+             "value", lambda t: t.operator != "Exists" or not t.value),
         Rule("!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
              "tolerationSeconds needs effect NoExecute",
-             lambda t: t.tolerationSeconds is None or t.effect == "NoExecute"),
+             "tolerationSeconds", lambda t: t.tolerationSeconds is None or t.effect == "NoExecute"),
     )
 
 
@@ -74,10 +74,10 @@ class Toleration(K8sObject):
 _VALUES_RULES = (
     Rule("!(self.operator in ['In', 'NotIn']) || (has(self.values) && self.values.size() > 0)",
          "values must be non-empty when operator is In or NotIn",
-         lambda r: r.operator not in ("In", "NotIn") or bool(r.values)),
+         "values", lambda r: r.operator not in ("In", "NotIn") or bool(r.values)),
     Rule("!(self.operator in ['Exists', 'DoesNotExist']) || !has(self.values) || "
          "self.values.size() == 0", "values must be empty when operator is Exists or DoesNotExist",
-         lambda r: r.operator not in ("Exists", "DoesNotExist") or not r.values),
+         "values", lambda r: r.operator not in ("Exists", "DoesNotExist") or not r.values),
 )
 
 
@@ -99,7 +99,7 @@ class NodeSelectorRequirement(K8sObject):
         Rule("!(self.operator in ['Gt', 'Lt']) || (has(self.values) && self.values.size() == 1 "
              "&& self.values[0].matches('^-?[0-9]+$'))",
              "values must be one integer when operator is Gt or Lt",
-             lambda r: r.operator not in ("Gt", "Lt") or _one_integer(r.values)),
+             "values", lambda r: r.operator not in ("Gt", "Lt") or _one_integer(r.values)),
     )
 
 
@@ -233,6 +233,7 @@ class TopologySpreadConstraint(K8sObject):
     rules: ClassVar[tuple[Rule, ...]] = (
         Rule("!has(self.minDomains) || self.whenUnsatisfiable == 'DoNotSchedule'",
              "minDomains needs whenUnsatisfiable DoNotSchedule",
+             "minDomains",
              lambda c: c.minDomains is None or c.whenUnsatisfiable == "DoNotSchedule"),
     )
 

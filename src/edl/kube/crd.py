@@ -174,10 +174,12 @@ for _role in ("master", "pserver", "trainer"):
     VALIDATIONS[f"spec.{_role}.labels"] = [{
         "rule": f"self.all(k, !k.startsWith({cel_string(EDL_LABEL_PREFIX)}))",
         "message": f"labels under {EDL_LABEL_PREFIX} are edl's own",
+        "reason": "FieldValueInvalid",
     }]
     VALIDATIONS[f"spec.{_role}.env"] = [{
         "rule": f"self.all(e, !(e.name in [{_RESERVED_ENV}]))",
         "message": "variables edl sets itself (EDL_JOB_NAME, EDL_PORT, ...) cannot be redefined",
+        "reason": "FieldValueInvalid",
     }]
     LIST_MAPS[f"spec.{_role}.env"] = "name"
 MODEL_RULES = cel_rules()
@@ -239,6 +241,7 @@ def _resource_list() -> dict[str, Any]:
             "rule": f"self.all(k, {resource_name_cel('k')})",
             "message": "every key must be cpu, memory, ephemeral-storage, hugepages-<size> or "
                        "an extended resource <domain>/<name> outside kubernetes.io",
+            "reason": "FieldValueInvalid",
         }],
     }
 
