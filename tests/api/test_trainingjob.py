@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 
 from edl.api.errors import JobValidationError
-from edl.api.trainingjob import JobLoadError, TrainingJob, load_trainingjob
+from edl.api.jobfile import JobLoadError, load_trainingjob
+from edl.api.trainingjob import TrainingJob
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "jobs"
 

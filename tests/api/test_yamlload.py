@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from edl.api.trainingjob import JobLoadError, load_trainingjob
+from edl.api.jobfile import JobLoadError, load_trainingjob
 from edl.api.yamlload import DuplicateKeyError, load_json_or_yaml, safe_load, safe_load_all
 from edl.sim.scenario import ScenarioError, load_scenario
 from edl.snapshot import SnapshotError, parse_snapshot

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from edl.api.trainingjob import load_trainingjob
+from edl.api.jobfile import load_trainingjob
 from edl.jobparser import JobParser, JobValidationError
 from edl.jobparser.collective import (
     DEFAULT_LIVE_RESIZE_COOLDOWN_S,

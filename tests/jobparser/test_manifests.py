@@ -12,7 +12,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from edl.api.trainingjob import TrainingJob, load_trainingjob
+from edl.api.jobfile import load_trainingjob
+from edl.api.trainingjob import TrainingJob
 from edl.jobparser import JobParser
 from edl.jobparser.manifests import ETCD_IMAGE, trainer_backoff_limit
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edl.api.trainingjob import TrainingJob, load_trainingjob
+from edl.api.jobfile import load_trainingjob
+from edl.api.trainingjob import TrainingJob
 from edl.jobparser import JobParser
 from edl.local.fit import job_footprint, shortfall
 

@@ -154,7 +154,7 @@ def run(
 ) -> None:
     """Run JOB_FILE locally: embedded etcd, Controller, Autoscaler, pods as processes."""
     from edl.api.errors import JobValidationError, format_problem
-    from edl.api.trainingjob import JobLoadError, load_trainingjob
+    from edl.api.jobfile import JobLoadError, load_trainingjob
     from edl.coord.embedded import EtcdBinaryNotFound, find_etcd_binary
     from edl.local.run import RunOptions
 

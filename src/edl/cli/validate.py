@@ -10,7 +10,8 @@ from typing import Any, NoReturn
 import click
 
 from edl.api.errors import JobValidationError, format_problem
-from edl.api.trainingjob import JobLoadError, TrainingJob, load_job_document
+from edl.api.jobfile import JobLoadError, load_job_document
+from edl.api.trainingjob import TrainingJob
 from edl.jobparser import JobParser
 
 
