@@ -54,15 +54,15 @@ def test_readme_walkthrough(rest: Rest, namespace: str, start_controller) -> Non
     assert tj["status"]["observedGeneration"] == 1 and tj["status"]["replicas"] == 6
     assert conditions(tj)["Ready"][0] == "True"
     assert conditions(tj)["Failed"][0] == "False"
-    scaled = [e for e in rest.events_for(namespace, "digits") if e["reason"] == "ScaledUp"]
+    scaled = [e for e in rest.events_for(namespace, "digits") if e["reason"] == "ScalingUp"]
     assert scaled and "vs max_load_desired 0.97" in scaled[-1]["message"]
     assert "-> 6" in " ".join(e["message"] for e in scaled)
 
     # Step 4: a filler Deployment overflows the cluster; the job shrinks to min-instance.
     filler(rest, namespace, 40)
     wait_trainers(rest, namespace, "digits", 2, timeout=120)
-    wait_until(lambda: any(e["reason"] == "ScaledDown"
-                           for e in rest.events_for(namespace, "digits")), 30, "ScaledDown")
+    wait_until(lambda: any(e["reason"] == "ScalingDown"
+                           for e in rest.events_for(namespace, "digits")), 30, "ScalingDown")
     # ... and grows back once the filler is gone.
     filler(rest, namespace, 0)
     wait_trainers(rest, namespace, "digits", 6, timeout=120)

@@ -50,6 +50,9 @@ TRAINER_MANAGED_BY = "edl.dev/trainer-controller"
 # times per trainer slot before the Job fails; drained scale-downs and evictions never count.
 TRAINER_BACKOFF_PER_TRAINER = 2
 TRAINER_BACKOFF_MIN = 6  # Kubernetes' default backoffLimit
+# a TrainingJob's Kueue labels, copied onto its trainer Job: Kueue's Job webhook then
+# creates it suspended and admits it through the named LocalQueue
+QUEUE_LABELS = ("kueue.x-k8s.io/queue-name", "kueue.x-k8s.io/priority-class")
 
 
 def role_labels(job: TrainingJob, role: str) -> dict[str, str]:
@@ -187,7 +190,11 @@ def _int(value: int | None) -> int:
 
 
 def _metadata(job: TrainingJob, name: str, role: str) -> dict[str, Any]:
-    metadata: dict[str, Any] = {"name": name, "labels": role_labels(job, role)}
+    labels = role_labels(job, role)
+    if role == "trainer":  # Kueue queues the trainer Job (docs/kubernetes.md, "Kueue")
+        labels |= {key: value for key, value in (job.metadata.labels or {}).items()
+                   if key in QUEUE_LABELS}
+    metadata: dict[str, Any] = {"name": name, "labels": labels}
     if job.metadata.namespace:
         metadata["namespace"] = job.metadata.namespace
     if job.metadata.uid:
