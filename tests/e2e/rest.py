@@ -18,7 +18,6 @@ KINDS: dict[str, tuple[str, str, bool]] = {
     "Namespace": ("/api/v1", "namespaces", False),
     "Node": ("/api/v1", "nodes", False),
     "Pod": ("/api/v1", "pods", True),
-    "ResourceQuota": ("/api/v1", "resourcequotas", True),
     "Service": ("/api/v1", "services", True),
     "ServiceAccount": ("/api/v1", "serviceaccounts", True),
     "Event": ("/api/v1", "events", True),

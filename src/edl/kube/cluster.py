@@ -285,10 +285,8 @@ class KubeCluster(KubeManagedTrainers):
         """Patch spec.parallelism (and the Autoscaler's placement hint, when the manifest
         has one), guarded by the caller's resourceVersion (409: ConflictError)."""
         namespace, name = _key(job)
-        patch: dict[str, Any] = {"spec": {"parallelism": int(job["spec"]["parallelism"])}}
-        metadata = scale_metadata(_meta(job))
-        if metadata:
-            patch["metadata"] = metadata
+        patch: dict[str, Any] = {"spec": {"parallelism": int(job["spec"]["parallelism"])},
+                                 "metadata": scale_metadata(_meta(job))}
         async with self.trainer_job_lock(namespace, name):  # vs. this process's status writes
             stored = await self._merge_patch_job(namespace, name, patch, "scale")
         self._trainer_job_changed(stored)  # the trainer controller reconciles at once
@@ -316,14 +314,9 @@ class KubeCluster(KubeManagedTrainers):
     async def scale_trainer_job(self, job: Manifest, victims: list[str]) -> Manifest:
         """Name the victims to edl's trainer controller (``spec.managedBy``) in the same
         conditional patch as the lower parallelism (`with_victims`): it deletes them.
-
-        A Job the built-in controller runs (no JobManagedBy): delete the victims, then
-        patch; its podFailurePolicy makes ``podReplacementPolicy: Failed``, so a
-        terminating pod is not replaced. A stale resourceVersion raises
-        `ConflictError` (after the deletions: the caller re-reads, the deleted pods
-        are leaving and not named again). Without ``delete`` on pods (403) this is a
-        plain `update_trainer_job` from then on.
-        """
+        A Job the built-in controller runs: delete them, then patch (its policy makes
+        ``podReplacementPolicy: Failed``: a terminating pod is not replaced); a 403 on
+        pod deletion makes this a plain `update_trainer_job` from then on."""
         namespace, _ = _key(job)
         if (job.get("spec") or {}).get("managedBy") == TRAINER_MANAGED_BY:
             return await self.update_trainer_job(with_victims(job, victims))

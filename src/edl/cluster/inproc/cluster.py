@@ -34,13 +34,7 @@ from typing import Any
 
 from edl.accounting import ClusterResource, NodeCapacity, ResourceLedger, pod_request
 from edl.accounting.eligibility import node_facts
-from edl.api.names import (
-    ANNOTATION_TRAINER_VICTIMS,
-    HOSTNAME_LABEL,
-    job_key,
-    object_key,
-    trainer_job_name,
-)
+from edl.api.names import HOSTNAME_LABEL, job_key, object_key, trainer_job_name
 from edl.api.quantity import cpu_milli, gpu_count, memory_mega
 from edl.cluster.inproc.admission import AdmissionObjects
 from edl.cluster.inproc.controllers import TRAINING_JOB, WorkloadControllers
@@ -218,15 +212,10 @@ class InProcessCluster(ManagedTrainerPods, AdmissionObjects):
     async def scale_trainer_job(self, job: Manifest, victims: list[str]) -> Manifest:
         """Replace the Job and delete the victims in one step (no await in between):
         the Job controller's reconcile, which runs later on the loop, then finds the
-        active count already at parallelism and picks no victims of its own. A Job
-        edl's trainer controller runs gets the victims named in its annotation instead
-        (`edl.control.trainers.ANNOTATION_VICTIMS`): that controller deletes them,
-        so its own view of the pods never disagrees with the new parallelism."""
+        active count already at parallelism and picks no victims of its own. A managed
+        Job gets them named instead (`ManagedTrainerPods.name_victims`)."""
         if managed_elsewhere(job.get("spec") or {}):
-            job = copy_manifest(job)
-            annotations = job["metadata"].setdefault("annotations", {})
-            annotations[ANNOTATION_TRAINER_VICTIMS] = ",".join(victims)
-            return self.controllers.with_status("Job", self.store.replace("Job", job))
+            return self.controllers.with_status("Job", self.name_victims(job, victims))
         stored = self.store.replace("Job", job)  # ConflictError before any pod is touched
         namespace = stored["metadata"]["namespace"]
         owner_key = ("Job", namespace, stored["metadata"]["name"])

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from edl.accounting import pod_request
-from edl.api.names import LABEL_JOB, ROLE_TRAINER, object_key
+from edl.api.names import ANNOTATION_TRAINER_VICTIMS, LABEL_JOB, ROLE_TRAINER, object_key
 from edl.cluster.inproc.jobstatus import job_status_errors
 from edl.cluster.inproc.pods import OwnerKey, OwnerPods, PodRecord
 from edl.cluster.inproc.store import copy_manifest
@@ -106,6 +106,15 @@ class ManagedTrainerPods:
         annotations = pod.manifest["metadata"].setdefault("annotations", {})
         annotations[COUNTED] = "true"
         self._publish(pod)
+
+    def name_victims(self, job: Manifest, victims: list[str]) -> Manifest:
+        """Store the Job with the Autoscaler's victims in its annotation
+        (`ANNOTATION_TRAINER_VICTIMS`): edl's trainer controller deletes them, so its
+        view of the pods never disagrees with the new parallelism."""
+        job = copy_manifest(job)
+        annotations = job["metadata"].setdefault("annotations", {})
+        annotations[ANNOTATION_TRAINER_VICTIMS] = ",".join(victims)
+        return self.store.replace("Job", job)
 
     async def post_trainer_event(self, namespace: str, job: str, reason: str,
                                  message: str) -> None:
