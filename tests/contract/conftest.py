@@ -3,7 +3,8 @@ tests a cluster plus the admin acts the tests need (what ``kubectl`` and the clu
 own controllers would do), so the same test bodies run against every implementation.
 
 * ``inproc``: `InProcessCluster` on real time, its own Job controller and scheduler
-  making the trainer pods (simulated pods that start in 50 ms).
+  making the trainer pods (simulated pods that start in 50 ms), trainer pod events
+  delivered ``WATCH_LAG_S`` late.
 * ``kube-emulator``: `KubeCluster` over HTTP against kmock's emulator (`kube.emulator`),
   which runs no controllers: the harness creates the trainer pods itself, bound and
   Running, as the Job controller, the scheduler and a kubelet would.
@@ -31,6 +32,7 @@ from kube.emulator import EdlEmulator, declare_resources
 from polling import eventually
 
 TRAINER_CPU = "1"
+WATCH_LAG_S = 0.2
 
 
 class Harness(Protocol):
@@ -48,6 +50,8 @@ class InProcessHarness:
             AsyncioClock(),
             SimulatedPodRunner(AsyncioClock(), start_latency=Fixed(0.05)),
         )
+        # the pod watch lags, as a real informer's does (docs/fidelity.md)
+        self.inproc.trainer_watch_lag_s = WATCH_LAG_S
         self.cluster: Cluster = self.inproc
 
     async def add_node(self, name: str, cpu: str, memory: str) -> None:

@@ -16,13 +16,21 @@ import pytest
 from edl.cluster.inproc.cluster import InProcessCluster
 from edl.cluster.inproc.simulated_pods import Fixed, SimulatedPodRunner
 from edl.control.controller import Controller
-from edl.control.trainers import CrashRecord, TrainerPodState, crash_delay_s, plan_trainers
+from edl.control.trainer_pods import TrainerPodState
+from edl.control.trainers import CrashRecord, crash_delay_s, plan_trainers
 
 
 def pod(name, phase="Running", node="n", deleting=False, disrupted=False, code=None,
         created=0.0, started=1.0, finished=None) -> TrainerPodState:
+    exits = () if code is None else (("trainer", code),)
     return TrainerPodState(name, name, node, phase, deleting, disrupted, code, created,
-                           started, finished)
+                           started, finished, exits=exits)
+
+
+def plan_for(spec, pods, record, now, status=None):
+    """The rules for a trainer Job with this spec and status."""
+    job = {"metadata": {"name": "demo-trainer"}, "spec": spec, "status": status or {}}
+    return plan_trainers(job, pods, record, now)
 
 
 def test_drained_and_evicted_trainers_are_replaced_at_once_and_never_counted():
@@ -33,19 +41,18 @@ def test_drained_and_evicted_trainers_are_replaced_at_once_and_never_counted():
         pod("d", "Failed", deleting=True, code=137, finished=6.0),  # SIGKILLed after grace
         pod("e", "Failed", deleting=True, code=None, started=None, finished=6.0),  # never ran
     ]
-    plan = plan_trainers({"parallelism": 5, "backoffLimit": 0}, pods, record, now=7.0)
-    assert plan.create == 4 and plan.retry_at is None and plan.condition is None
-    assert set(plan.collect) == {"b", "c", "d", "e"}
-    assert record.failed == 0
+    plan = plan_for({"parallelism": 5, "backoffLimit": 0}, pods, record, now=7.0)
+    assert plan.create == 4 and plan.retry_at is None and plan.ending is None
+    assert plan.ledger.total_failed == 0 and plan.ledger.mark == ()  # none of them counts
 
 
 def test_a_crash_replacement_waits_but_a_scale_up_beside_it_does_not():
     record = CrashRecord()
     crashed = pod("a", "Failed", code=1, finished=10.0)
-    plan = plan_trainers({"parallelism": 3}, [crashed, pod("b")], record, now=10.0)
+    plan = plan_for({"parallelism": 3}, [crashed, pod("b")], record, now=10.0)
     assert plan.create == 1 and plan.retry_at == 20.0  # the scale-up now, the crash later
-    assert record.failed == 1 and record.owed == 1
-    plan = plan_trainers({"parallelism": 3}, [pod("b"), pod("x")], record, now=20.0)
+    assert plan.ledger.total_failed == 1 and record.owed == 1
+    plan = plan_for({"parallelism": 3}, [pod("b"), pod("x")], record, now=20.0)
     assert plan.create == 1 and record.owed == 0
 
 
@@ -56,34 +63,35 @@ def test_crash_delay_doubles_from_ten_seconds_to_ten_minutes(streak):
 
 def test_a_long_run_starts_a_new_streak_and_a_scale_down_forgives_owed_replacements():
     record = CrashRecord(streak=5)
-    plan_trainers({"parallelism": 2}, [pod("a", "Failed", code=1, started=0.0, finished=700.0),
+    plan_for({"parallelism": 2}, [pod("a", "Failed", code=1, started=0.0, finished=700.0),
                                        pod("b")], record, now=700.0)
     assert record.streak == 1
-    plan = plan_trainers({"parallelism": 1}, [pod("b")], record, now=701.0)
+    plan = plan_for({"parallelism": 1}, [pod("b")], record, now=701.0)
     assert plan.create == 0 and record.owed == 0
 
 
 def test_crashes_past_the_backoff_limit_fail_the_job_and_delete_the_rest():
     record = CrashRecord()
     pods = [pod(f"c{i}", "Failed", code=1, finished=float(i)) for i in range(3)] + [pod("live")]
-    plan = plan_trainers({"parallelism": 4, "backoffLimit": 2}, pods, record, now=5.0)
-    assert plan.condition == "Failed" and plan.reason == "BackoffLimitExceeded"
+    plan = plan_for({"parallelism": 4, "backoffLimit": 2}, pods, record, now=5.0)
+    assert plan.ending == "Failed" and plan.reason == "BackoffLimitExceeded"
     assert plan.delete == ("live",) and plan.create == 0
 
 
 def test_a_success_completes_once_the_others_are_gone():
     record = CrashRecord()
-    plan = plan_trainers({"parallelism": 3}, [pod("a", "Succeeded", code=0, finished=9.0),
+    plan = plan_for({"parallelism": 3}, [pod("a", "Succeeded", code=0, finished=9.0),
                                               pod("b")], record, now=9.0)
-    assert plan.create == 0 and plan.condition is None
-    plan = plan_trainers({"parallelism": 3}, [], record, now=12.0)
-    assert plan.condition == "Complete"
+    assert plan.create == 0 and plan.ending == "Complete" and plan.delete == ()
+    plan = plan_for({"parallelism": 3}, [], record, now=12.0,
+                    status={"uncountedTerminatedPods": {"succeeded": ["a"]}})
+    assert plan.ending == "Complete" and plan.ledger.succeeded == 1
 
 
 def test_excess_trainers_go_unscheduled_then_pending_then_newest():
     pods = [pod("old", created=1), pod("new", created=5), pod("starting", "Pending", created=0),
             pod("unbound", "Pending", node=None, created=0)]
-    plan = plan_trainers({"parallelism": 1}, pods, CrashRecord(), now=10.0)
+    plan = plan_for({"parallelism": 1}, pods, CrashRecord(), now=10.0)
     assert plan.delete == ("unbound", "starting", "new")
 
 
@@ -191,10 +199,10 @@ def test_a_fail_job_rule_fails_at_the_first_matching_crash():
     spec = {"parallelism": 2, "podFailurePolicy": {"rules": [
         {"action": "FailJob", "onExitCodes": {"containerName": "trainer", "operator": "In",
                                               "values": [78]}}]}}
-    plan = plan_trainers(spec, [pod("a", "Failed", code=78, finished=3.0), pod("b")],
+    plan = plan_for(spec, [pod("a", "Failed", code=78, finished=3.0), pod("b")],
                          CrashRecord(), now=3.0)
-    assert plan.condition == "Failed" and plan.reason == "PodFailurePolicy"
+    assert plan.ending == "Failed" and plan.reason == "PodFailurePolicy"
     assert plan.delete == ("b",)
-    drained = plan_trainers(spec, [pod("a", "Failed", deleting=True, code=78, finished=3.0)],
+    drained = plan_for(spec, [pod("a", "Failed", deleting=True, code=78, finished=3.0)],
                             CrashRecord(), now=3.0)
-    assert drained.condition is None  # only a crash (not a deleted pod) fails the job
+    assert drained.ending is None  # only a crash (not a deleted pod) fails the job

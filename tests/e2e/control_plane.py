@@ -62,6 +62,8 @@ class PlaneConfig:
     # Trainer pods of these TrainingJobs exit 1 this long after becoming Running.
     crash_jobs: tuple[str, ...] = ("crashing",)
     crash_after_ms: int = 500
+    # ... and these exit 78 (a configuration error) as long after.
+    config_error_jobs: tuple[str, ...] = ("misconfigured",)
 
 
 def k8s_binaries() -> Path:

@@ -10,7 +10,9 @@ rather than batch work:
   tracking finalizer) is first terminated with exit code 143, as a kubelet's SIGTERM would;
   the Job controller then removes the finalizer and `pod-delete` removes the pod;
 * `pod-crash`: trainer pods of the jobs named in `PlaneConfig.crash_jobs` exit 1 with a
-  Python traceback's last line as their termination message, to exercise backoffLimit.
+  Python traceback's last line as their termination message, to exercise backoffLimit;
+  `pod-config-error`: those of `PlaneConfig.config_error_jobs` exit 78 (EX_CONFIG), which
+  the trainer Job's podFailurePolicy makes fail the Job at once.
 
 No node heartbeat stage: no node lifecycle controller runs, so nothing marks nodes NotReady.
 """
@@ -21,6 +23,7 @@ from typing import Any
 
 API = "kwok.x-k8s.io/v1alpha1"
 CRASH_MESSAGE = "RuntimeError: injected trainer crash (kwok stage pod-crash)"
+CONFIG_ERROR_MESSAGE = "edl trainer: EDL_WORKSPACE is not a directory (kwok stage pod-config-error)"
 
 
 def _stage(name: str, kind: str, selector: list[dict[str, Any]], delay_ms: int,
@@ -208,5 +211,13 @@ def kwok_config(config: Any) -> list[dict[str, Any]]:
              _expr('.metadata.labels["edl.dev/job"]', "In", *config.crash_jobs)],
             config.crash_after_ms,
             {"statusTemplate": _terminated(1, "Error", CRASH_MESSAGE)}))
+    if config.config_error_jobs:
+        pod_stages.append(_stage(
+            "pod-config-error", "Pod",
+            [NOT_DELETED, _expr(".status.phase", "In", "Running"),
+             _expr('.metadata.labels["edl.dev/role"]', "In", "trainer"),
+             _expr('.metadata.labels["edl.dev/job"]', "In", *config.config_error_jobs)],
+            config.crash_after_ms,
+            {"statusTemplate": _terminated(78, "Error", CONFIG_ERROR_MESSAGE)}))
     return [_stage("node-initialize", "Node", [node_ready], 0,
                    {"statusTemplate": NODE_INITIALIZE}), *pod_stages]

@@ -95,7 +95,7 @@ def test_readme_walkthrough(rest: Rest, plane: ControlPlane, namespace: str,
     assert conditions(tj)["Ready"][0] == "True"
     assert conditions(tj)["Failed"][0] == "False"
     assert "waiting" not in tj["status"]  # nothing missing: the WAITING column is empty
-    scaled = [e for e in rest.events_for(namespace, JOB) if e["reason"] == "ScaledUp"]
+    scaled = [e for e in rest.events_for(namespace, JOB) if e["reason"] == "ScalingUp"]
     assert scaled and "vs max_load_desired 0.97" in scaled[-1]["message"]
     assert "-> 6" in " ".join(e["message"] for e in scaled)
 
@@ -105,8 +105,8 @@ def test_readme_walkthrough(rest: Rest, plane: ControlPlane, namespace: str,
     assert fill == 40  # 4 nodes x 4 CPU x 2.5: 20 CPU of pause pods for 16
     filler(rest, namespace, fill)
     wait_trainers(rest, namespace, JOB, 2, timeout=120)
-    wait_until(lambda: any(e["reason"] == "ScaledDown"
-                           for e in rest.events_for(namespace, JOB)), 30, "ScaledDown")
+    wait_until(lambda: any(e["reason"] == "ScalingDown"
+                           for e in rest.events_for(namespace, JOB)), 30, "ScalingDown")
     # ... and grows back once the filler is gone.
     filler(rest, namespace, 0)
     wait_trainers(rest, namespace, JOB, 6, timeout=120)

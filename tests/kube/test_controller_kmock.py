@@ -122,9 +122,9 @@ async def test_create_makes_owned_children_status_and_a_scale_event(
 
     # Two empty 4-CPU nodes and 250m trainers: the autoscaler grows the job to its max.
     await eventually(lambda: stored(emulator, JOBS, "mnist-trainer")["spec"]["parallelism"] == 6)
-    scaled = await eventually(lambda: events(emulator, "ScaledUp"))
+    scaled = await eventually(lambda: events(emulator, "ScalingUp"))
     message = scaled[0]["message"]
-    assert message.startswith("trainers 2 -> 6: ")
+    assert message.startswith("target trainers 2 -> 6: ")
     assert "max_load_desired 0.97" in message and "cluster load cpu" in message
     assert scaled[0]["involvedObject"]["uid"] == uid
 
@@ -326,7 +326,7 @@ async def test_collective_job_has_no_pservers_and_grows_only_to_allowed_sizes(
     assert service["spec"]["ports"][0]["name"] == "rendezvous"
     # room for 3 trainers of 250m on two empty 4-CPU nodes, but 2 is the largest allowed
     await eventually(lambda: stored(emulator, JOBS, "ddp-trainer")["spec"]["parallelism"] == 2)
-    scaled = await eventually(lambda: events(emulator, "ScaledUp"))
+    scaled = await eventually(lambda: events(emulator, "ScalingUp"))
     assert "collective: resize to 2 (snapped from 3)" in scaled[0]["message"]
     await asyncio.sleep(2)  # a few more ticks: the size holds, and no pserver appears
     assert stored(emulator, JOBS, "ddp-trainer")["spec"]["parallelism"] == 2

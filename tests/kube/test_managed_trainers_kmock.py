@@ -5,8 +5,9 @@ patching pod status).
 Checked: pods are created from the stored Job's template with an ownerReference to
 it; a growth's planned nodes (the Job's placement annotation, written in the scale
 patch) become the new pods' preferred node affinity; a crash is counted into the
-Job's status subresource and its replacement waits, while a scale-up beside it is
-created at once; drained pods are never counted.
+Job's status subresource (through ``uncountedTerminatedPods`` and the pod's
+``edl.dev/counted`` mark; the failed pod is kept) and its replacement waits, while a
+scale-up beside it is created at once.
 """
 
 from __future__ import annotations
@@ -45,6 +46,15 @@ async def kubelet_exit(api: AsyncClient, name: str, code: int) -> None:
         patch_type=PatchType.MERGE)
 
 
+def live(cluster: KubeCluster) -> list[str]:
+    return [p["metadata"]["name"] for p in cluster.trainer_pod_manifests("default", "j")
+            if p["status"]["phase"] not in ("Succeeded", "Failed")]
+
+
+async def _is(value: Any, expected: int) -> bool:
+    return await value == expected
+
+
 async def _managed_job(api: AsyncClient, parallelism: int) -> KubeCluster:
     """One node and a trainer Job managed by edl; a started KubeCluster over them."""
     await api.create(Node.from_dict({"metadata": {"name": "n1"}, "status": {
@@ -78,20 +88,25 @@ async def test_managed_trainer_job_pods_crashes_and_scale_ups(
 
         crashed = pods[0].metadata.name
         await kubelet_exit(api, crashed, 1)
-        await eventually(lambda: crashed not in {
-            p["metadata"]["name"] for p in cluster.trainer_pod_manifests("default", "j")})
-        job = await cluster.get_trainer_job_by_name("default", "j-trainer")
-        assert job["status"]["failed"] == 1
-        await asyncio.sleep(1.0)
-        assert len(await names(api)) == 2  # the crash replacement waits 10 s
 
+        async def failed() -> int:
+            job = await cluster.get_trainer_job_by_name("default", "j-trainer")
+            return int(job["status"].get("failed") or 0)
+
+        await eventually(lambda: _is(failed(), 1))  # counted through uncountedTerminatedPods
+        kept = await api.get(Pod, crashed, namespace="default")
+        assert kept.metadata.annotations["edl.dev/counted"] == "true"  # kept, as upstream
+        await asyncio.sleep(1.0)
+        assert len(live(cluster)) == 2  # the crash replacement waits 10 s
+
+        job = await cluster.get_trainer_job_by_name("default", "j-trainer")
         job["spec"]["parallelism"] = 5
         await cluster.update_trainer_job(job)  # a scale-up is not held back by the crash
-        await eventually(lambda: len(cluster.trainer_pod_manifests("default", "j")) == 4)
+        await eventually(lambda: len(live(cluster)) == 4)
 
-        drained = (await names(api))[0]
+        drained = sorted(live(cluster))[0]
         await kubelet_exit(api, drained, 143)  # as a drained trainer, but not deleted: a crash
-        await eventually(lambda: trainers.records[("default", "j")].failed == 2)
+        await eventually(lambda: _is(failed(), 2))
     finally:
         await cluster.stop()
 

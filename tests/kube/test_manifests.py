@@ -42,7 +42,8 @@ def test_rbac_is_least_privilege() -> None:
     managed = {"get", "create", "patch", "delete"}  # server-side apply = create + patch
     assert cluster_wide == {
         ("", "nodes"): read,
-        ("", "pods"): read | {"create", "delete"},  # trainer pods (managed trainer Job)
+        # trainer pods (managed trainer Job): patch marks a finished one counted
+        ("", "pods"): read | {"create", "delete", "patch"},
         ("", "resourcequotas"): {"list", "watch"},  # namespace quotas bound the plan
         ("batch", "jobs"): managed,
         ("batch", "jobs/status"): {"patch"},

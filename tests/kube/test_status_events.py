@@ -52,8 +52,8 @@ def test_scale_event_explains_the_decision() -> None:
                                 memory_request_mega=1000, memory_total_mega=8000)
     event = scale_event("ns", "job", "uid-1", before=4, after=2, reason="make room",
                         resources=resources, max_load_desired=0.9)
-    assert event["reason"] == "ScaledDown"
-    assert event["message"] == ("trainers 4 -> 2: make room; cluster load cpu 0.75, "
+    assert event["reason"] == "ScalingDown"
+    assert event["message"] == ("target trainers 4 -> 2: make room; cluster load cpu 0.75, "
                                 "memory 0.12 vs max_load_desired 0.90")
     assert event["involvedObject"] == {"apiVersion": "edl.dev/v1", "kind": "TrainingJob",
                                        "namespace": "ns", "name": "job", "uid": "uid-1"}

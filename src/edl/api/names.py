@@ -21,6 +21,8 @@ ANNOTATION_TRAINER_PLACEMENT = "edl.dev/trainer-placement"
 # on a trainer Job of a job with spec.batch: the total batch the Autoscaler's policy
 # chose; the job applies it at its next restart or epoch boundary
 ANNOTATION_BATCH_SIZE = "edl.dev/batch-size"
+# the trainer pods the Autoscaler chose to leave on a shrink (edl's trainer controller deletes them)
+ANNOTATION_TRAINER_VICTIMS = "edl.dev/trainer-victims"
 # the node label kubelets set to the node's hostname (preferred-node affinity matches it)
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 

@@ -59,9 +59,9 @@ def _listen(value: str) -> tuple[str, int]:
 @click.option("--crash-backoff-max", type=click.FloatRange(0.0), default=600.0,
               show_default=True, help="Cap of that delay, in seconds.")
 @click.option("--delete-victims", is_flag=True,
-              help="On a shrink, delete the trainer pods the policy chose (needs `delete` on "
-                   "pods, which deploy/rbac.yaml does not grant); default: the Job "
-                   "controller chooses.")
+              help="On a shrink, name the trainer pods the policy chose: edl's trainer "
+                   "controller deletes them (a trainer Job the built-in Job controller "
+                   "runs: deleted here); default: the trainer controller chooses.")
 @click.option("--image", default=DEFAULT_IMAGE, show_default=True, metavar="IMAGE",
               help="The runtime image of jobs that name none (spec.image).")
 @click.option("--etcd-image", default=ETCD_IMAGE, show_default=True, metavar="IMAGE",

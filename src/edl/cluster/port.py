@@ -75,6 +75,10 @@ class NotLeaderError(ClusterError):
     """A write refused before it was sent: this replica no longer holds the leader Lease."""
 
 
+class InvalidError(ClusterError):
+    """The API server's validation refused the object or its status (HTTP 422)."""
+
+
 class AlreadyExistsError(ClusterError):
     """A create named an object that already exists (HTTP 409 AlreadyExists)."""
 
@@ -300,9 +304,23 @@ class ManagedTrainers(Protocol):
         ...
 
     async def update_trainer_job_status(
-        self, namespace: str, name: str, status: Mapping[str, Any]
+        self, namespace: str, name: str, status: Mapping[str, Any],
+        expected: Mapping[str, Any] | None = None,
     ) -> None:
-        """Write a managed trainer Job's status (the built-in controller's fields)."""
+        """Write a managed trainer Job's status (the built-in controller's fields), as
+        the API server validates it; with ``expected``, only if the stored status is
+        still that one (`ConflictError` otherwise: someone wrote it since it was read).
+        A field set to None is removed."""
+        ...
+
+    async def mark_trainer_pod_counted(self, namespace: str, name: str) -> None:
+        """Mark a finished trainer pod as counted in its Job's status (annotation
+        ``edl.dev/counted``)."""
+        ...
+
+    async def post_trainer_event(self, namespace: str, job: str, reason: str,
+                                 message: str) -> None:
+        """A Warning Event on TrainingJob ``job`` about its trainer pods."""
         ...
 
     def watch_trainers(self, callback: Callable[[str, str], None]) -> Unsubscribe:

@@ -343,7 +343,8 @@ class Autoscaler:
         trainers = await asyncio.gather(*(self._trainer_job(job) for _, job in jobs))
         now = asyncio.get_running_loop().time()
         live = [(key, job, trainer) for (key, job), trainer in zip(jobs, trainers, strict=True)
-                if trainer is not None and not trainer_job_done(trainer)]
+                if trainer is not None and not trainer_job_done(trainer)
+                and not (trainer.get("spec") or {}).get("suspend")]  # queued: Kueue's call
         self._batches = {key: _chosen_batch(trainer) for key, _, trainer in live}
         scalings = [
             self._priced(key, await self.scaling.scaling(key, now, self._batches[key]))

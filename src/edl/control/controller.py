@@ -49,6 +49,7 @@ from edl.cluster.port import (
     Unsubscribe,
     is_permanent,
 )
+from edl.control.drift import unapplied
 from edl.control.trainer_controller import TrainerController
 from edl.jobparser import JobParser
 
@@ -149,6 +150,7 @@ class _Known:
     job: TrainingJob | None  # None when the job is invalid
     status: dict[str, Any]
     last_trainer_failure: str | None = None  # asked once the trainer Job failed
+    unapplied: str = ""  # an edit the running pods do not have (`drift.unapplied`)
 
 
 class Controller:
@@ -269,6 +271,8 @@ class Controller:
         self._known[(namespace, name)] = known
         if not await self._ensure_children(known):
             return
+        if previous is not None and previous.generation != generation:
+            known.unapplied = await self._unapplied(job)
         if self.trainers is not None:
             self.trainers.track((namespace, name))
         if self.autoscaler is not None:
@@ -340,6 +344,23 @@ class Controller:
             with contextlib.suppress(AlreadyExistsError):
                 await create(manifest)
 
+    async def _unapplied(self, job: TrainingJob) -> str:
+        """After an edit: which roles' pods still run the old template (`drift`)."""
+        namespace, name = job_key(job)
+        parser, pairs = self.parser, []
+        try:
+            pairs.append(("trainer", parser.parse_to_trainer(job),
+                          await self.cluster.get_trainer_job(job)))
+            pairs.append(("master", parser.parse_to_master(job),
+                          await self.cluster.get_replica_set(namespace, f"{name}-master")))
+            if not job.collective():
+                pairs.append(("pserver", parser.parse_to_pserver(job), await
+                              self.cluster.get_replica_set(namespace, f"{name}-pserver")))
+        except ClusterError as error:
+            log.warning("children of %s/%s not compared after an edit: %s", *job_key(job),
+                        error)
+        return unapplied(pairs)
+
     async def _delete_children(self, namespace: str, name: str) -> None:
         deletions = [
             (self.cluster.delete_trainer_job, trainer_job_name(name)),
@@ -365,6 +386,8 @@ class Controller:
         outcome = trainer_job_outcome(trainer, await self._last_trainer_failure(trainer, known))
         if outcome is not None:
             state, message = outcome
+        elif trainer["spec"].get("suspend"):
+            state, message = CREATED, "trainer Job suspended (waiting for admission)"
         elif pods.running > 0:
             state, message = RUNNING, f"{pods.running} of {desired} trainers running"
         else:
@@ -372,6 +395,11 @@ class Controller:
                 f"waiting for trainers: {pods.pending} pending" if pods.pending
                 else f"waiting for trainers: none pending yet ({desired} desired)"
             )
+        record = self.trainers.record(key) if self.trainers is not None else None
+        if outcome is None and record is not None and record.problem:
+            message = f"{message}; {record.problem}"  # in the API server's words
+        if known.unapplied:
+            message = f"{message}; {known.unapplied}"
         status = {
             "state": state,
             "message": message,

@@ -1,13 +1,21 @@
-"""`TrainerController`: runs the pods of managed trainer Jobs (`edl.control.trainers` rules)
-through a cluster's `ManagedTrainers` calls.
+"""`TrainerController`: runs the pods of managed trainer Jobs (`edl.control.trainers`
+rules) through a cluster's `ManagedTrainers` calls.
 
 One reconcile per job at a time; events (a trainer pod changed, the Autoscaler
 changed parallelism) mark a job dirty and a task reconciles it on the next loop
-iteration, so a burst of events costs one pass, and a scale-up's pods are
-created in the same pass that sees the new parallelism. A crash replacement
-that must wait sets a timer for the end of its delay. Trainers created for a
-growth the Autoscaler planned onto named nodes prefer those nodes
-(`edl.control.placement`).
+iteration, so a burst of events costs one pass. As upstream's Job controller:
+
+* **expectations** (``ControllerExpectations``): after creating or deleting pods,
+  the job is not planned again until the pod watch shows those changes (or
+  ``EXPECTATIONS_TTL_S`` passed), so a lagging watch never makes extra trainers;
+* pods are **claimed by the Job's UID** (`trainer_pods.claimed`);
+* creations go in **slow-start batches** (1, 2, 4 …), stopping at the first
+  refusal, which becomes a ``FailedCreate`` Event and the TrainingJob's status in
+  the API server's words;
+* the status write is a compare-and-swap on the status it was computed from (another
+  writer's change re-plans), and only after it landed are finished pods marked counted;
+* a pod owned by the Job that edl did not create means another controller runs it
+  (a kube-controller-manager ignoring ``managedBy``): reported, and edl stands back.
 """
 
 from __future__ import annotations
@@ -15,13 +23,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any, Protocol
+import random
+from dataclasses import dataclass, field
+from typing import Protocol
 
 from edl.api.names import trainer_job_name
 from edl.cluster.port import (
     AlreadyExistsError,
     Cluster,
     ClusterError,
+    ConflictError,
     CrashBackoff,
     ManagedTrainers,
     Manifest,
@@ -29,20 +40,60 @@ from edl.cluster.port import (
     Unsubscribe,
 )
 from edl.control.placement import hint, prefer_node
+from edl.control.trainer_pods import (
+    TrainerPodState,
+    claimed,
+    name_source,
+    pod_name,
+    pod_state,
+    trainer_pod,
+)
 from edl.control.trainers import (
     CRASH_BACKOFF_BASE_S,
     CRASH_BACKOFF_MAX_S,
     CrashRecord,
+    TrainerPlan,
     is_managed,
     job_status,
     plan_trainers,
-    pod_state,
-    trainer_pod,
 )
 
 log = logging.getLogger(__name__)
 JobKey = tuple[str, str]
 RESYNC_S = 30.0  # a job is reconciled at least this often, events or not
+EXPECTATIONS_TTL_S = 60.0  # upstream waits 5 min; a lost event heals sooner here
+STATUS_FIELDS = ("active", "ready", "terminating", "succeeded", "failed",
+                 "uncountedTerminatedPods", "startTime", "conditions", "completionTime")
+
+
+@dataclass
+class Expectations:
+    """Pods this controller created or deleted that the watch has not shown yet."""
+
+    creates: set[str] = field(default_factory=set)
+    deletes: set[str] = field(default_factory=set)
+    since: float = 0.0
+
+    def satisfied(self, pods: list[TrainerPodState], now: float) -> bool:
+        seen = {p.name: p for p in pods}
+        self.creates -= set(seen)
+        self.deletes = {n for n in self.deletes
+                        if n in seen and not (seen[n].deleting or seen[n].finished)}
+        if (self.creates or self.deletes) and now - self.since >= EXPECTATIONS_TTL_S:
+            log.warning("trainer pods %s not seen in %.0f s: planning without them",
+                        sorted(self.creates | self.deletes), EXPECTATIONS_TTL_S)
+            self.creates.clear()
+            self.deletes.clear()
+        return not self.creates and not self.deletes
+
+
+@dataclass
+class _Tracked:
+    record: CrashRecord
+    names: dict[str, random.Random] = field(default_factory=dict)  # by trainer Job uid
+    expectations: Expectations = field(default_factory=Expectations)
+    marked: set[str] = field(default_factory=set)  # pods marked counted (or being marked)
+    warned: str = ""  # the last problem posted as an Event (each is posted once)
 
 
 class ManagedTrainerCluster(Cluster, ManagedTrainers, Protocol):
@@ -54,14 +105,18 @@ class TrainerController:
 
     def __init__(self, cluster: ManagedTrainerCluster) -> None:
         self.cluster = cluster
-        self.records: dict[JobKey, CrashRecord] = {}
-        self._created: dict[JobKey, int] = {}  # pods created so far (names the next one)
+        self._jobs: dict[JobKey, _Tracked] = {}
         self._dirty: dict[JobKey, None] = {}
         self._task: asyncio.Task[None] | None = None
         self._timers: dict[JobKey, asyncio.TimerHandle] = {}
         self._unwatch: Unsubscribe | None = None
         self._reconciled: dict[JobKey, float] = {}  # loop time of each job's last reconcile
         self._hinted: dict[JobKey, str] = {}  # the placement hint last used, per job
+        self._started = cluster.trainer_clock()
+
+    @property
+    def records(self) -> dict[JobKey, CrashRecord]:
+        return {key: tracked.record for key, tracked in self._jobs.items()}
 
     def watch(self) -> Unsubscribe:
         """Follow the cluster's trainer events (done by the first `track`); returns the
@@ -79,13 +134,13 @@ class TrainerController:
 
     def track(self, key: JobKey) -> None:
         self.watch()
-        self.records.setdefault(key, CrashRecord())
+        if key not in self._jobs:
+            self._jobs[key] = _Tracked(CrashRecord())
         self.poke(key)
 
     def forget(self, key: JobKey) -> None:
-        self.records.pop(key, None)
+        self._jobs.pop(key, None)
         self._reconciled.pop(key, None)
-        self._created.pop(key, None)
         self._hinted.pop(key, None)
         self._dirty.pop(key, None)
         timer = self._timers.pop(key, None)
@@ -93,11 +148,12 @@ class TrainerController:
             timer.cancel()
 
     def record(self, key: JobKey) -> CrashRecord | None:
-        return self.records.get(key)
+        tracked = self._jobs.get(key)
+        return tracked.record if tracked is not None else None
 
     def poke(self, key: JobKey) -> None:
         """Reconcile this job soon (coalesced with other events)."""
-        if key not in self.records:
+        if key not in self._jobs:
             return
         self._dirty[key] = None
         if self._task is None or self._task.done():
@@ -107,7 +163,7 @@ class TrainerController:
         """Reconcile every job not reconciled for ``RESYNC_S`` (heals a missed event;
         events keep the others current)."""
         now = asyncio.get_running_loop().time()
-        for key in list(self.records):
+        for key in list(self._jobs):
             if now - self._reconciled.get(key, float("-inf")) >= RESYNC_S:
                 self.poke(key)
 
@@ -117,16 +173,20 @@ class TrainerController:
             del self._dirty[key]
             try:
                 await self.reconcile(key)
+            except ConflictError as error:  # the Job changed since our read: plan again
+                log.debug("trainers of %s/%s: %s; re-reading", *key, error)
+                self._retry_at(key, 0.0)
             except ClusterError as error:  # transient: the next event or resync retries
                 log.warning("trainers of %s/%s not reconciled: %s", *key, error)
             except Exception:
                 log.exception("trainers of %s/%s not reconciled", *key)
 
     async def reconcile(self, key: JobKey) -> None:
-        record = self.records.get(key)
-        if record is None:
+        tracked = self._jobs.get(key)
+        if tracked is None:
             return
-        self._reconciled[key] = asyncio.get_running_loop().time()
+        loop_now = asyncio.get_running_loop().time()
+        self._reconciled[key] = loop_now
         namespace, name = key
         try:
             job = await self.cluster.get_trainer_job_by_name(namespace, trainer_job_name(name))
@@ -134,45 +194,116 @@ class TrainerController:
             return
         if not is_managed(job):
             return  # the cluster's Job controller runs it (managedBy dropped or absent)
-        status = job.get("status") or {}
-        if not record.seen and not record.failed:  # after a restart: counts from the status
-            record.failed = int(status.get("failed") or 0)
-            record.succeeded = int(status.get("succeeded") or 0)
+        seen = [pod_state(p) for p in self.cluster.trainer_pod_manifests(namespace, name)]
+        if not tracked.expectations.satisfied(seen, loop_now):
+            return  # the watch has not caught up with our own changes: its event pokes
+        pods = claimed(job, seen)
         now = self.cluster.trainer_clock()
-        pods = [pod_state(p) for p in self.cluster.trainer_pod_manifests(namespace, name)]
         base_s, max_s = (self.cluster.crash_backoff_s if isinstance(self.cluster, CrashBackoff)
                          else (CRASH_BACKOFF_BASE_S, CRASH_BACKOFF_MAX_S))
-        plan = plan_trainers(job["spec"], pods, record, now, base_s, max_s)
-        for pod in (*plan.collect, *plan.delete):
-            with contextlib.suppress(NotFoundError):
-                await self.cluster.delete_trainer_pod(namespace, pod)
-        await self._create(key, job, plan.create)
-        new_status = job_status(plan, record, status, now)
-        if plan.create:
-            new_status["active"] = plan.active + plan.create
-        if _counts(new_status) != _counts(status):
-            with contextlib.suppress(NotFoundError):
+        plan = plan_trainers(job, pods, tracked.record, now, base_s, max_s)
+        if plan.foreign:
+            await self._report(key, tracked, "AnotherController", (
+                f"trainer Job {trainer_job_name(name)} has pods edl did not create "
+                f"({', '.join(sorted(plan.foreign)[:3])}): another controller runs it "
+                "(a kube-controller-manager without JobManagedBy?); edl leaves it alone"))
+            return
+        deleted = await self._delete(namespace, tracked, plan.delete)
+        if plan.finished:
+            return  # a finished Job's status is final
+        names = tracked.names.setdefault(
+            str(job["metadata"].get("uid")),
+            name_source(f"{namespace}/{name}/{job['metadata'].get('uid')}@{self._started!r}"))
+        created = await self._create(key, tracked, job, plan.create, names)
+        status = job_status(job, plan, created, deleted, now)
+        previous = job.get("status") or {}
+        if any(status.get(k) != previous.get(k) for k in STATUS_FIELDS):
+            try:
                 await self.cluster.update_trainer_job_status(
-                    namespace, trainer_job_name(name), new_status)
+                    namespace, trainer_job_name(name), status, previous)
+            except NotFoundError:
+                return
+        await self._mark(namespace, tracked, plan)
         if plan.retry_at is not None:
             self._retry_at(key, plan.retry_at - now)
 
-    async def _create(self, key: JobKey, job: Manifest, count: int) -> None:
-        made = 0
-        index = self._created.get(key, 0)
+    async def _delete(self, namespace: str, tracked: _Tracked, names: tuple[str, ...]) -> int:
+        deleted = 0
+        for pod in names:
+            with contextlib.suppress(NotFoundError):
+                await self.cluster.delete_trainer_pod(namespace, pod)
+                deleted += 1
+                self._expect(tracked, deletes=pod)
+        return deleted
+
+    async def _mark(self, namespace: str, tracked: _Tracked, plan: TrainerPlan) -> None:
+        """Mark counted the finished pods whose UIDs the status now holds (their next
+        watch event folds them into the counters)."""
+        for pod in plan.ledger.mark:
+            if pod in tracked.marked:
+                continue
+            with contextlib.suppress(NotFoundError):
+                await self.cluster.mark_trainer_pod_counted(namespace, pod)
+            tracked.marked.add(pod)
+
+    async def _create(self, key: JobKey, tracked: _Tracked, job: Manifest, count: int,
+                      names: random.Random) -> int:
+        """Create ``count`` pods in slow-start batches (1, 2, 4 …); a refusal stops them
+        and is reported. Returns how many were created."""
+        made, batch = 0, 1
         nodes = self._planned_nodes(key, job) if count else []
         while made < count:
-            pod = trainer_pod(job, index)
-            if made < len(nodes):
-                pod = prefer_node(pod, nodes[made])
-            index += 1
-            try:
-                await self.cluster.create_trainer_pod(pod)
-            except AlreadyExistsError:
-                continue  # a name from before a restart: take the next
-            finally:
-                self._created[key] = index
-            made += 1
+            pods: list[Manifest] = []
+            for _ in range(min(batch, count - made)):
+                pod = trainer_pod(job, pod_name(job["metadata"]["name"], names))
+                if made + len(pods) < len(nodes):
+                    pod = prefer_node(pod, nodes[made + len(pods)])
+                pods.append(pod)
+            results = await asyncio.gather(*(self._create_one(tracked, p) for p in pods))
+            made += sum(1 for r in results if r is None)
+            refusals = [r for r in results if r is not None]
+            if refusals:
+                await self._report(key, tracked, "FailedCreate",
+                                   f"trainer pods not created: {refusals[0]}")
+                return made
+            batch *= 2
+        if count and tracked.record.problem.startswith("trainer pods not created"):
+            tracked.record.problem = tracked.warned = ""
+        return made
+
+    async def _create_one(self, tracked: _Tracked, pod: Manifest) -> str | None:
+        """None once created; else the API server's refusal."""
+        name = pod["metadata"]["name"]
+        try:
+            await self.cluster.create_trainer_pod(pod)
+        except AlreadyExistsError:
+            pass  # our own retried create, or a rare clash: the watch shows which (claims)
+        except ClusterError as error:
+            return error.detail or str(error)
+        self._expect(tracked, creates=name)
+        return None
+
+    def _expect(self, tracked: _Tracked, creates: str = "", deletes: str = "") -> None:
+        expectations = tracked.expectations
+        if not expectations.creates and not expectations.deletes:
+            expectations.since = asyncio.get_running_loop().time()
+        if creates:
+            expectations.creates.add(creates)
+        if deletes:
+            expectations.deletes.add(deletes)
+
+    async def _report(self, key: JobKey, tracked: _Tracked, reason: str, message: str) -> None:
+        """Say why the trainers are not as asked: in the TrainingJob's status (through the
+        record) and once as a Warning Event."""
+        tracked.record.problem = message
+        if tracked.warned == message:
+            return
+        tracked.warned = message
+        log.warning("trainers of %s/%s: %s", *key, message)
+        post = getattr(self.cluster, "post_trainer_event", None)
+        if post is not None:
+            with contextlib.suppress(ClusterError):
+                await post(key[0], key[1], reason, message)
 
     def _planned_nodes(self, key: JobKey, job: Manifest) -> list[str]:
         """The nodes the Autoscaler planned for this growth, once per hint."""
@@ -188,8 +319,3 @@ class TrainerController:
             old.cancel()
         loop = asyncio.get_running_loop()
         self._timers[key] = loop.call_later(max(delay, 0.0), self.poke, key)
-
-
-def _counts(status: dict[str, Any]) -> tuple[Any, ...]:
-    return tuple(status.get(k) for k in ("active", "succeeded", "failed", "terminating",
-                                         "ready", "conditions"))

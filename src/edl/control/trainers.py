@@ -7,79 +7,80 @@ and trainers succeed only at the very end, so after k shrinks each scale-up of
 the trainer Job waited 10 s·2^(k−1), up to 10 minutes (docs/fidelity.md).
 The trainer Job is therefore created with ``spec.managedBy`` (Kubernetes'
 ``JobManagedBy``): the built-in Job controller leaves it alone, and edl's
-controller creates, deletes and counts its pods with these rules, as Kubeflow's
-training operator and KubeRay own their workers:
+controller implements the Job's contract for it with these rules (upstream:
+``syncJob`` in `pkg/controller/job/job_controller.go`):
 
-* a pod that failed without having been deleted or disrupted (no
-  deletionTimestamp, no ``DisruptionTarget`` condition) is a **crash**: it counts
-  against ``backoffLimit`` (the Job fails once crashes exceed it) and its
-  replacement waits 10 s, doubling per crash in a row (at most 10 min; a trainer
-  that ran 10 min starts a new streak);
-* every other missing trainer (a scale-up, a drained or evicted trainer's
-  replacement) is created at once: scale-downs never delay scale-ups;
-* too many trainers: unscheduled, then pending, then the newest go first (the
-  Autoscaler normally names its victims itself);
-* once a trainer exits 0 the work is done: no new pod, Complete when none is left.
-
-`plan_trainers` is a function of the Job, its pods, the crash record and the time;
-the Controller (`trainer_controller`) applies the plan through the `Cluster` port.
+* a finished Job (``Complete`` or ``Failed``) is never touched again; a Job with
+  ``FailureTarget`` or ``SuccessCriteriaMet`` is ending: nothing is created, and
+  the terminal condition follows once no pod is left (sticky across restarts:
+  the conditions are in the Job);
+* a failed pod is judged by the Job's podFailurePolicy (first matching rule:
+  ``FailJob`` fails the Job at once, ``Ignore`` is not counted) — and a pod that
+  was deleted or disrupted (evicted, preempted) never counts: that is a shrink;
+* counters are durable and exact (upstream's ``uncountedTerminatedPods``): a
+  finished pod's UID enters the status first, the pod is then marked counted,
+  and the next write moves it into ``failed``/``succeeded``. Finished pods are
+  kept (their logs too), as upstream keeps them;
+* a crash's replacement waits 10 s, doubling per crash in a row (at most 10 min);
+  every other missing trainer is created at once, and a terminating pod holds its
+  slot (``podReplacementPolicy: Failed``, defaulted with a podFailurePolicy);
+* ``spec.suspend`` deletes the active pods and creates none (Kueue's admission);
+* too many trainers: the Autoscaler's named victims, then unscheduled, then
+  pending, then the newest go first.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from edl.api.names import ANNOTATION_TRAINER_VICTIMS
+from edl.control.trainer_pods import TrainerPodState, failure_action
 from edl.jobparser.manifests import TRAINER_MANAGED_BY
 
 MANAGED_BY = TRAINER_MANAGED_BY
+ANNOTATION_VICTIMS = ANNOTATION_TRAINER_VICTIMS
 CRASH_BACKOFF_BASE_S = 10.0
 CRASH_BACKOFF_MAX_S = 600.0
 CRASH_BACKOFF_S = (CRASH_BACKOFF_BASE_S, CRASH_BACKOFF_MAX_S)  # first delay, cap
 CRASH_STREAK_RESET_S = 600.0
 DEFAULT_BACKOFF_LIMIT = 6
-TRAINER_CONTAINER = "trainer"
-
-
-@dataclass(frozen=True)
-class TrainerPodState:
-    """One trainer pod as the rules need it (from a pod manifest: `pod_state`)."""
-
-    name: str
-    uid: str
-    node: str | None
-    phase: str  # Pending | Running | Succeeded | Failed
-    deleting: bool  # deletionTimestamp set
-    disrupted: bool  # DisruptionTarget condition True (eviction, preemption)
-    exit_code: int | None  # the trainer container's terminated exit code, if any
-    created_at: float
-    started_at: float | None
-    finished_at: float | None
-    message: str = ""  # the trainer container's termination message
-
-    @property
-    def finished(self) -> bool:
-        return self.phase in ("Succeeded", "Failed")
-
-    @property
-    def crashed(self) -> bool:
-        """Failed on its own: not deleted by anyone, not disrupted."""
-        return self.phase == "Failed" and not self.deleting and not self.disrupted
+FINISHED = ("Complete", "Failed")
 
 
 @dataclass
 class CrashRecord:
-    """What the controller remembers of a trainer Job between reconciles (in memory;
-    ``failed`` and ``succeeded`` are also in the Job's status, so they survive restarts)."""
+    """What the controller remembers of a trainer Job between reconciles, in memory
+    only: the counters live in the Job's status (`Ledger`)."""
 
-    failed: int = 0  # crashes counted against backoffLimit
-    succeeded: int = 0
     streak: int = 0  # crashes in a row (the replacement delay doubles per crash)
     last_crash_at: float | None = None
     owed: int = 0  # crash replacements not yet created (these wait; nothing else does)
     last_failure: str = ""  # "<pod> (exit N): <last line of its message>"
-    seen: set[str] = field(default_factory=set)  # uids of finished pods already counted
+    seen: set[str] = field(default_factory=set)  # uids of finished pods already observed
+    problem: str = ""  # why pods are not as asked (a refused create, another writer)
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """The Job's counters after folding in what its pods show (upstream's
+    ``uncountedTerminatedPods`` protocol); ``mark``: pods to mark counted once the
+    status holding their UIDs is written."""
+
+    succeeded: int
+    failed: int
+    uncounted_succeeded: tuple[str, ...]
+    uncounted_failed: tuple[str, ...]
+    mark: tuple[str, ...]
+
+    @property
+    def total_failed(self) -> int:
+        return self.failed + len(self.uncounted_failed)
+
+    @property
+    def total_succeeded(self) -> int:
+        return self.succeeded + len(self.uncounted_succeeded)
 
 
 @dataclass(frozen=True)
@@ -88,14 +89,25 @@ class TrainerPlan:
 
     create: int
     delete: tuple[str, ...]
-    collect: tuple[str, ...]  # finished pods, counted: remove them
     retry_at: float | None
-    condition: str | None  # "Complete" | "Failed" | None
+    ledger: Ledger
+    ending: str | None = None  # "Complete" | "Failed" once decided
     reason: str = ""
     message: str = ""
+    finished: bool = False  # the Job is Complete or Failed: nothing to do, nothing to write
+    foreign: tuple[str, ...] = ()  # pods owned by the Job that edl did not create
     active: int = 0
-    running: int = 0
+    ready: int = 0
     terminating: int = 0
+
+
+def true_conditions(status: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    return {str(c.get("type")): c for c in status.get("conditions") or ()
+            if c.get("status") == "True"}
+
+
+def is_finished(status: Mapping[str, Any]) -> bool:
+    return any(kind in true_conditions(status) for kind in FINISHED)
 
 
 def crash_delay_s(streak: int, base_s: float = CRASH_BACKOFF_BASE_S,
@@ -104,9 +116,44 @@ def crash_delay_s(streak: int, base_s: float = CRASH_BACKOFF_BASE_S,
     return min(base_s * 2 ** (max(streak, 1) - 1), max_s)
 
 
-def _removal_rank(pod: TrainerPodState) -> tuple[bool, bool, float]:
-    """Unscheduled, then pending, then the newest first (as the Job controller)."""
-    return (pod.node is not None, pod.phase == "Running", -pod.created_at)
+def outcome(spec: Mapping[str, Any], pod: TrainerPodState) -> str | None:
+    """How a finished pod counts: ``succeeded``, ``failed`` or None (not at all: it was
+    deleted or disrupted, or the podFailurePolicy ignores it)."""
+    if pod.phase == "Succeeded":
+        return "succeeded"
+    if pod.phase != "Failed" or pod.deleting or pod.disrupted:
+        return None
+    return None if failure_action(spec, pod) == "Ignore" else "failed"
+
+
+def tally(spec: Mapping[str, Any], status: Mapping[str, Any],
+          pods: Sequence[TrainerPodState]) -> Ledger:
+    """The durable counters: UIDs the status lists as uncounted move into the counters
+    once their pod is marked counted (or gone); newly finished pods become uncounted."""
+    succeeded = int(status.get("succeeded") or 0)
+    failed = int(status.get("failed") or 0)
+    uncounted = status.get("uncountedTerminatedPods") or {}
+    by_uid = {p.uid: p for p in pods}
+    pending: dict[str, list[str]] = {"succeeded": [], "failed": []}
+    for held in ("succeeded", "failed"):
+        for uid in uncounted.get(held) or ():
+            pod = by_uid.get(uid)
+            if pod is None or pod.counted:
+                succeeded, failed = (succeeded + 1, failed) if held == "succeeded" else (
+                    succeeded, failed + 1)
+            else:
+                pending[held].append(uid)
+    listed = set(pending["succeeded"]) | set(pending["failed"])
+    for pod in sorted(pods, key=lambda p: (p.finished_at or 0.0, p.name)):
+        if not pod.finished or pod.counted or pod.uid in listed:
+            continue
+        kind = outcome(spec, pod)
+        if kind is not None:
+            pending[kind].append(pod.uid)
+            listed.add(pod.uid)
+    mark = tuple(p.name for p in pods if p.uid in listed and not p.counted)
+    return Ledger(succeeded, failed, tuple(pending["succeeded"]), tuple(pending["failed"]),
+                  mark)
 
 
 def _failure_line(pod: TrainerPodState) -> str:
@@ -116,66 +163,102 @@ def _failure_line(pod: TrainerPodState) -> str:
     return f"{pod.name} ({code}){why}"
 
 
-def account(record: CrashRecord, pods: Iterable[TrainerPodState]) -> list[str]:
-    """Count newly finished pods into ``record``; returns their names (to collect)."""
-    collected = []
+def observe(spec: Mapping[str, Any], record: CrashRecord,
+            pods: Sequence[TrainerPodState]) -> TrainerPodState | None:
+    """Note newly finished pods in the in-memory record (crash streak, owed
+    replacements, the last failure); returns a pod whose failure fails the Job."""
+    fatal = None
     for pod in sorted((p for p in pods if p.finished), key=lambda p: p.finished_at or 0.0):
-        collected.append(pod.name)
+        if outcome(spec, pod) == "failed" and failure_action(spec, pod) == "FailJob":
+            fatal = fatal or pod
         if pod.uid in record.seen:
             continue
         record.seen.add(pod.uid)
-        if pod.phase == "Succeeded":
-            record.succeeded += 1
+        if outcome(spec, pod) != "failed":
             continue
-        if not pod.crashed:
-            continue  # drained, deleted or evicted: replaced at once, never counted
         ran = (pod.finished_at or 0.0) - pod.started_at if pod.started_at is not None else 0.0
         record.streak = 1 if ran >= CRASH_STREAK_RESET_S else record.streak + 1
-        record.failed += 1
         record.owed += 1
         record.last_crash_at = pod.finished_at
         record.last_failure = _failure_line(pod)
-    return collected
+    return fatal
+
+
+def _removal_rank(pod: TrainerPodState, victims: frozenset[str]) -> tuple[bool, bool, bool,
+                                                                           float]:
+    """The Autoscaler's victims, then unscheduled, then pending, then the newest first."""
+    return (pod.name not in victims, pod.node is not None, pod.phase == "Running",
+            -pod.created_at)
+
+
+def victims_of(job: Mapping[str, Any]) -> frozenset[str]:
+    text = ((job.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_VICTIMS)
+    return frozenset(n for n in str(text or "").split(",") if n)
+
+
+def _ending(spec: Mapping[str, Any], status: Mapping[str, Any], ledger: Ledger,
+            fatal: TrainerPodState | None) -> tuple[str | None, str, str]:
+    """The Job's end, once decided (sticky: read back from its interim condition)."""
+    conditions = true_conditions(status)
+    if "FailureTarget" in conditions:
+        held = conditions["FailureTarget"]
+        return "Failed", str(held.get("reason") or ""), str(held.get("message") or "")
+    if "SuccessCriteriaMet" in conditions:
+        return "Complete", "", ""
+    if fatal is not None:
+        return ("Failed", "PodFailurePolicy", f"Pod {fatal.name} failed with exit code "
+                f"{fatal.exit_code} matching a FailJob rule")
+    limit = int(spec.get("backoffLimit", DEFAULT_BACKOFF_LIMIT))
+    if ledger.total_failed > limit:
+        return ("Failed", "BackoffLimitExceeded",
+                f"{ledger.total_failed} trainer crashes, more than backoffLimit {limit}")
+    if ledger.total_succeeded > 0:
+        return "Complete", "CompletionsReached", "a trainer finished the work"
+    return None, "", ""
 
 
 def plan_trainers(
-    spec: Mapping[str, Any],
+    job: Mapping[str, Any],
     pods: Sequence[TrainerPodState],
     record: CrashRecord,
     now: float,
     base_s: float = CRASH_BACKOFF_BASE_S,
     max_s: float = CRASH_BACKOFF_MAX_S,
 ) -> TrainerPlan:
-    """The pods to create and delete for a trainer Job with this spec (updates ``record``)."""
-    collect = tuple(account(record, pods))
+    """The pods to create and delete for this trainer Job (its claimed pods; updates
+    ``record``)."""
+    spec = job.get("spec") or {}
+    status = job.get("status") or {}
     live = [p for p in pods if not p.finished]
     active = [p for p in live if not p.deleting]
-    terminating = len(live) - len(active)
-    running = sum(p.phase == "Running" for p in active)
-    counts: dict[str, Any] = {"active": len(active), "running": running,
-                              "terminating": terminating}
-    limit = int(spec.get("backoffLimit", DEFAULT_BACKOFF_LIMIT))
-    fatal = next((p for p in pods if p.crashed and fails_job(spec, p.exit_code)), None)
-    if fatal is not None:  # the Job's FailJob rule (exit 78: a configuration no retry fixes)
-        return TrainerPlan(
-            0, tuple(p.name for p in active), collect, None, "Failed", "PodFailurePolicy",
-            f"Pod {fatal.name} failed with exit code {fatal.exit_code} matching a FailJob rule",
-            **counts,
-        )
-    if record.failed > limit:
-        return TrainerPlan(
-            0, tuple(p.name for p in active), collect, None, "Failed", "BackoffLimitExceeded",
-            f"{record.failed} trainer crashes, more than backoffLimit {limit}", **counts,
-        )
-    if record.succeeded > 0:  # the work is done: let the others finish, create none
-        done = "Complete" if not active else None
-        return TrainerPlan(0, (), collect, None, done, **counts)
+    n_active, n_ready, n_terminating = (len(active), sum(p.ready for p in active),
+                                        len(live) - len(active))
+    ledger = tally(spec, status, pods)
+    if is_finished(status):  # sticky: a finished Job gets no pod and no write, ever
+        return TrainerPlan(0, tuple(p.name for p in active), None, ledger, finished=True,
+                           active=n_active, ready=n_ready, terminating=n_terminating)
+    foreign = tuple(p.name for p in pods if not p.ours)
+    if foreign:
+        return TrainerPlan(0, (), None, ledger, foreign=foreign, active=n_active,
+                           ready=n_ready, terminating=n_terminating)
+    fatal = observe(spec, record, pods)
+    ending, reason, message = _ending(spec, status, ledger, fatal)
+    if ending == "Failed" or (ending is None and spec.get("suspend")):
+        record.owed = 0
+        return TrainerPlan(0, tuple(p.name for p in active), None, ledger, ending, reason,
+                           message, active=n_active, ready=n_ready, terminating=n_terminating)
+    if ending == "Complete":  # the work is done: let the others finish, create none
+        return TrainerPlan(0, (), None, ledger, ending, active=n_active, ready=n_ready,
+                           terminating=n_terminating)
     parallelism = max(int(spec.get("parallelism", 1)), 0)
     if len(active) > parallelism:
-        excess = sorted(active, key=_removal_rank)[: len(active) - parallelism]
+        victims = victims_of(job)
+        excess = sorted(active, key=lambda p: _removal_rank(p, victims))
         record.owed = 0
-        return TrainerPlan(0, tuple(p.name for p in excess), collect, None, None, **counts)
-    missing = parallelism - len(active)
+        return TrainerPlan(0, tuple(p.name for p in excess[: len(active) - parallelism]),
+                           None, ledger, active=n_active, ready=n_ready, terminating=n_terminating)
+    holding = len(active) + (n_terminating if _replace_only_failed(spec) else 0)
+    missing = max(parallelism - holding, 0)
     record.owed = min(record.owed, missing)
     create, retry_at = missing - record.owed, None
     if record.owed:
@@ -184,134 +267,75 @@ def plan_trainers(
             create, record.owed = missing, 0
         else:
             retry_at = ready_at
-    return TrainerPlan(create, (), collect, retry_at, None, **counts)
+    return TrainerPlan(create, (), retry_at, ledger, active=n_active, ready=n_ready,
+                       terminating=n_terminating)
 
 
-def fails_job(spec: Mapping[str, Any], exit_code: int | None) -> bool:
-    """Whether the Job's podFailurePolicy has a ``FailJob`` rule matching this exit code
-    of the trainer container (``In`` / ``NotIn`` on ``onExitCodes``)."""
-    if exit_code is None:
-        return False
-    for rule in (spec.get("podFailurePolicy") or {}).get("rules") or ():
-        codes = rule.get("onExitCodes")
-        if rule.get("action") != "FailJob" or not codes:
-            continue
-        if codes.get("containerName") not in (None, TRAINER_CONTAINER):
-            continue
-        values = set(codes.get("values") or ())
-        if codes.get("operator", "In") == "In" and exit_code in values:
-            return True
-        if codes.get("operator") == "NotIn" and exit_code != 0 and exit_code not in values:
-            return True
-    return False
+def _replace_only_failed(spec: Mapping[str, Any]) -> bool:
+    """``podReplacementPolicy: Failed`` (the default with a podFailurePolicy): a
+    terminating pod is replaced only once it has failed."""
+    default = "Failed" if spec.get("podFailurePolicy") else "TerminatingOrFailed"
+    return spec.get("podReplacementPolicy", default) == "Failed"
 
 
-def pod_state(pod: Mapping[str, Any]) -> TrainerPodState:
-    """A trainer pod manifest (Kubernetes or in-process) as the rules see it.
-
-    Times are seconds: in-process manifests carry floats; Kubernetes' RFC 3339
-    strings are converted by the adapter before this (``to_seconds``).
-    """
-    metadata = pod.get("metadata") or {}
-    status = pod.get("status") or {}
-    exit_code, message, finished_at = None, "", None
-    for container in status.get("containerStatuses") or ():
-        terminated = (container.get("state") or {}).get("terminated")
-        if terminated is None:
-            continue
-        if container.get("name") == TRAINER_CONTAINER or exit_code is None:
-            exit_code = int(terminated.get("exitCode", 0))
-            message = str(terminated.get("message") or "")
-            finished_at = terminated.get("finishedAt", finished_at)
-    disrupted = any(
-        c.get("type") == "DisruptionTarget" and c.get("status") == "True"
-        for c in status.get("conditions") or ()
-    )
-    phase = str(status.get("phase") or "Pending")
-    created = metadata.get("creationTimestamp") or 0.0
-    if phase in ("Succeeded", "Failed") and finished_at is None:
-        finished_at = status.get("finishedAt", created)
-    return TrainerPodState(
-        name=str(metadata.get("name", "")),
-        uid=str(metadata.get("uid") or metadata.get("name", "")),
-        node=(pod.get("spec") or {}).get("nodeName") or None,
-        phase=phase,
-        deleting=metadata.get("deletionTimestamp") is not None,
-        disrupted=disrupted,
-        exit_code=exit_code,
-        created_at=float(created),
-        started_at=None if status.get("startTime") is None else float(status["startTime"]),
-        finished_at=None if finished_at is None else float(finished_at),
-        message=message,
-    )
-
-
-def job_status(plan: TrainerPlan, record: CrashRecord, previous: Mapping[str, Any],
+def job_status(job: Mapping[str, Any], plan: TrainerPlan, created: int, deleted: int,
                now: float) -> dict[str, Any]:
-    """The trainer Job's status as edl's controller writes it (the built-in's fields).
-
-    As the API server's validation of externally managed Jobs asks, a terminal
-    condition comes after its interim one (``FailureTarget`` before ``Failed``,
-    ``SuccessCriteriaMet`` before ``Complete``), and only once no pod is active or
-    terminating; ``Complete`` comes with ``completionTime``.
-    """
+    """The trainer Job's status after this pass, as the API server's validation of
+    externally managed Jobs asks (upstream `validation.go`, ``validateJobStatus``):
+    ``FailureTarget`` before ``Failed`` and ``SuccessCriteriaMet`` before ``Complete``,
+    a terminal condition only once no pod is active or terminating and nothing is
+    uncounted, ``completionTime`` only with ``Complete``, counters never lower, every
+    condition with its ``lastTransitionTime``; startTime cleared while suspended."""
+    spec = job.get("spec") or {}
+    previous = job.get("status") or {}
+    ledger = plan.ledger
+    active = plan.active - deleted + created
+    terminating = plan.terminating + deleted
+    suspended = bool(spec.get("suspend")) and plan.ending is None
     status: dict[str, Any] = {
-        "active": plan.active, "succeeded": record.succeeded, "failed": record.failed,
-        "terminating": plan.terminating, "ready": plan.running,
-        "startTime": previous.get("startTime", now),
+        "active": active, "ready": min(plan.ready, active), "terminating": terminating,
+        "succeeded": ledger.succeeded, "failed": ledger.failed,
+        "uncountedTerminatedPods": {"succeeded": list(ledger.uncounted_succeeded),
+                                    "failed": list(ledger.uncounted_failed)},
+        "startTime": None if suspended else _first(previous.get("startTime"), now),
     }
     conditions = [dict(c) for c in previous.get("conditions") or ()]
-    if plan.condition is not None:
-        interim = "FailureTarget" if plan.condition == "Failed" else "SuccessCriteriaMet"
-        have = {c.get("type") for c in conditions}
+    _suspension(conditions, suspended, now)
+    have = true_conditions({"conditions": conditions})
+    if plan.ending is not None:
+        interim = "FailureTarget" if plan.ending == "Failed" else "SuccessCriteriaMet"
         wanted = [interim]
-        if plan.active == 0 and plan.terminating == 0 and not plan.delete:
-            wanted.append(plan.condition)
+        settled = (active == 0 and terminating == 0 and not ledger.uncounted_failed
+                   and not ledger.uncounted_succeeded)
+        if settled:
+            wanted.append(plan.ending)
         for kind in wanted:
-            if kind in have:
-                continue
-            condition = {"type": kind, "status": "True"}
-            if plan.reason:
-                condition["reason"] = plan.reason
-                condition["message"] = plan.message
-            conditions.append(condition)
-            if kind == "Complete":
-                status["completionTime"] = now
-    if "completionTime" in previous:
-        status["completionTime"] = previous["completionTime"]
+            if kind not in have:
+                conditions.append(condition(kind, plan.reason, plan.message, now))
+        if settled and plan.ending == "Complete":
+            status["completionTime"] = _first(previous.get("completionTime"), now)
     if conditions:
         status["conditions"] = conditions
     return status
 
 
-def trainer_pod(job: Mapping[str, Any], index: int) -> dict[str, Any]:
-    """A new trainer pod from the Job's template: ``<job>-<5 base-36 digits>``, owned by it."""
-    metadata = job["metadata"]
-    template = (job.get("spec") or {}).get("template") or {}
-    template_meta = template.get("metadata") or {}
-    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
-    text, rest = "", index
-    while True:
-        rest, digit = divmod(rest, 36)
-        text = digits[digit] + text
-        if not rest:
-            break
-    reference = {"apiVersion": "batch/v1", "kind": "Job", "name": metadata["name"],
-                 "controller": True, "blockOwnerDeletion": True}
-    if metadata.get("uid"):
-        reference["uid"] = metadata["uid"]
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": f"{metadata['name']}-{text.rjust(5, '0')}",
-            "namespace": metadata.get("namespace") or "default",
-            "labels": dict(template_meta.get("labels") or {}),
-            "annotations": dict(template_meta.get("annotations") or {}),
-            "ownerReferences": [reference],
-        },
-        "spec": dict(template.get("spec") or {}),
-    }
+def _first(value: Any, default: Any) -> Any:
+    return default if value is None else value
+
+
+def _suspension(conditions: list[dict[str, Any]], suspended: bool, now: float) -> None:
+    held = next((c for c in conditions if c.get("type") == "Suspended"), None)
+    if suspended and (held is None or held.get("status") != "True"):
+        fresh = condition("Suspended", "JobSuspended", "Job suspended", now)
+        conditions[:] = [c for c in conditions if c.get("type") != "Suspended"] + [fresh]
+    elif not suspended and held is not None and held.get("status") == "True":
+        held.update(condition("Suspended", "JobResumed", "Job resumed", now, "False"))
+
+
+def condition(kind: str, reason: str, message: str, now: float,
+              state: str = "True") -> dict[str, Any]:
+    return {"type": kind, "status": state, "reason": reason, "message": message,
+            "lastProbeTime": now, "lastTransitionTime": now}
 
 
 def is_managed(job: Mapping[str, Any]) -> bool:

@@ -64,6 +64,9 @@ EDL_ENV_NAMES = frozenset({
     "EDL_MODE", "EDL_NPROC_PER_NODE", "EDL_MAX_RESTARTS", "EDL_RDZV_ENDPOINT",
     "EDL_WORLD_SIZES", "EDL_LIVE",
 })
+# a TrainingJob's Kueue labels, copied onto its trainer Job: Kueue's Job webhook then
+# creates it suspended and admits it through the named LocalQueue
+QUEUE_LABELS = ("kueue.x-k8s.io/queue-name", "kueue.x-k8s.io/priority-class")
 
 
 def role_labels(job: TrainingJob, role: str) -> dict[str, str]:
@@ -201,7 +204,11 @@ def _int(value: int | None) -> int:
 
 
 def _metadata(job: TrainingJob, name: str, role: str) -> dict[str, Any]:
-    metadata: dict[str, Any] = {"name": name, "labels": role_labels(job, role)}
+    labels = role_labels(job, role)
+    if role == "trainer":  # Kueue queues the trainer Job (docs/kubernetes.md, "Kueue")
+        labels |= {key: value for key, value in (job.metadata.labels or {}).items()
+                   if key in QUEUE_LABELS}
+    metadata: dict[str, Any] = {"name": name, "labels": labels}
     if job.metadata.namespace:
         metadata["namespace"] = job.metadata.namespace
     if job.metadata.uid:

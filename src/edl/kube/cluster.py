@@ -55,11 +55,12 @@ from edl.cluster.port import (
     Unsubscribe,
 )
 from edl.control.trainers import CRASH_BACKOFF_S
+from edl.jobparser.manifests import TRAINER_MANAGED_BY
 from edl.kube.client import FIELD_MANAGER
 from edl.kube.crd import GROUP, KIND, PLURAL, VERSION
 from edl.kube.events import EventRecorder, make_event
 from edl.kube.failures import last_trainer_failure
-from edl.kube.managed import KubeManagedTrainers, scale_metadata
+from edl.kube.managed import KubeManagedTrainers, scale_metadata, with_victims
 from edl.kube.reflector import Reflector
 from edl.kube.retry import http_status, is_conflict, is_not_found, retry_call
 from edl.kube.state import ClusterState, NodeStore, PodStore, QuotaStore
@@ -280,11 +281,10 @@ class KubeCluster(KubeManagedTrainers):
         """Patch spec.parallelism (and the Autoscaler's placement hint, when the manifest
         has one), guarded by the caller's resourceVersion (409: ConflictError)."""
         namespace, name = _key(job)
-        patch: dict[str, Any] = {"spec": {"parallelism": int(job["spec"]["parallelism"])}}
-        metadata = scale_metadata(_meta(job))
-        if metadata:
-            patch["metadata"] = metadata
-        stored = await self._merge_patch_job(namespace, name, patch, "scale")
+        patch: dict[str, Any] = {"spec": {"parallelism": int(job["spec"]["parallelism"])},
+                                 "metadata": scale_metadata(_meta(job))}
+        async with self.trainer_job_lock(namespace, name):  # vs. this process's status writes
+            stored = await self._merge_patch_job(namespace, name, patch, "scale")
         self._trainer_job_changed(stored)  # the trainer controller reconciles at once
         return stored
 
@@ -308,19 +308,14 @@ class KubeCluster(KubeManagedTrainers):
         return self.state.trainer_pods(*job_key(job), leaving)
 
     async def scale_trainer_job(self, job: Manifest, victims: list[str]) -> Manifest:
-        """Delete the victim pods, then patch ``spec.parallelism`` down.
-
-        Why deleting first is race-free: the trainer Job's pods are run by edl's
-        trainer controller (``spec.managedBy``), which counts a deleted pod as
-        leaving, never replaces a drained one beyond parallelism, and is told of the
-        patch at once; with the built-in Job controller (a cluster without
-        JobManagedBy) the podFailurePolicy makes ``podReplacementPolicy: Failed``,
-        so a terminating pod is not replaced either. A stale resourceVersion still
-        raises `ConflictError` after the deletions: the caller re-reads; the deleted
-        pods are leaving and are not named again. A cluster role without ``delete``
-        on pods (403) makes this a plain `update_trainer_job` from then on.
-        """
+        """Name the victims to edl's trainer controller (``spec.managedBy``) in the same
+        conditional patch as the lower parallelism (`with_victims`): it deletes them.
+        A Job the built-in controller runs: delete them, then patch (its policy makes
+        ``podReplacementPolicy: Failed``: a terminating pod is not replaced); a 403 on
+        pod deletion makes this a plain `update_trainer_job` from then on."""
         namespace, _ = _key(job)
+        if (job.get("spec") or {}).get("managedBy") == TRAINER_MANAGED_BY:
+            return await self.update_trainer_job(with_victims(job, victims))
         if self._victims_allowed:
             for pod in victims:
                 try:

@@ -87,9 +87,11 @@ def scale_event(
     namespace: str, name: str, uid: str | None, *, before: int, after: int, reason: str,
     resources: ClusterResource | None, max_load_desired: float,
 ) -> dict[str, Any]:
-    """The Event for one applied scale decision."""
-    verb = "ScaledUp" if after > before else "ScaledDown"
-    message = (f"trainers {before} -> {after}: {reason or 'no reason given'}; "
+    """The Event for one applied scale decision: the target changed (``ScalingUp`` /
+    ``ScalingDown``); whether pods follow is the trainer controller's to say (a refused
+    pod is a ``FailedCreate`` Warning), so this never claims trainers that do not run."""
+    verb = "ScalingUp" if after > before else "ScalingDown"
+    message = (f"target trainers {before} -> {after}: {reason or 'no reason given'}; "
                f"{describe_load(resources, max_load_desired)}")
     return make_event(namespace, name, uid, reason=verb, message=message)
 

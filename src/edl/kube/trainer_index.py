@@ -16,6 +16,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 JOB_LABEL = "edl.dev/job"
+# the trainer controller's marks (edl.control.trainer_pods: created by it, counted)
+KEPT_ANNOTATIONS = ("edl.dev/created-by", "edl.dev/counted")
 ROLE_LABEL = "edl.dev/role"
 
 PodKey = tuple[str, str]
@@ -69,10 +71,16 @@ def slim(pod: Mapping[str, Any]) -> dict[str, Any]:
             "name": meta.get("name"), "namespace": meta.get("namespace") or "default",
             "uid": meta.get("uid"), "creationTimestamp": epoch(meta.get("creationTimestamp")),
             "deletionTimestamp": epoch(meta.get("deletionTimestamp")),
+            "annotations": {k: v for k, v in (meta.get("annotations") or {}).items()
+                            if k in KEPT_ANNOTATIONS},
+            "ownerReferences": [{"uid": r.get("uid"), "controller": r.get("controller")}
+                                for r in meta.get("ownerReferences") or ()
+                                if r.get("controller")],
         },
         "spec": {"nodeName": (pod.get("spec") or {}).get("nodeName")},
         "status": {
             "phase": status.get("phase") or "Pending",
+            "reason": status.get("reason"),
             "startTime": epoch(status.get("startTime")),
             "conditions": [
                 {"type": c.get("type"), "status": c.get("status")}
@@ -83,9 +91,15 @@ def slim(pod: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _leaving(pod: Mapping[str, Any]) -> tuple[bool, bool]:
-    finished = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
-    return finished, (pod.get("metadata") or {}).get("deletionTimestamp") is not None
+def _leaving(pod: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What of a pod can change the trainer controller's plan or the status it writes:
+    its phase, deletion, readiness, conditions and marks."""
+    status = pod.get("status") or {}
+    meta = pod.get("metadata") or {}
+    return (status.get("phase"), meta.get("deletionTimestamp") is not None,
+            tuple((c["type"], c["status"]) for c in status.get("conditions") or ()),
+            tuple(sorted((meta.get("annotations") or {}).items())),
+            (pod.get("spec") or {}).get("nodeName") is not None)
 
 
 class TrainerPodIndex:
@@ -108,7 +122,7 @@ class TrainerPodIndex:
         pods[key] = after = slim(pod)
         self._job_of[key] = job
         if before is None or _leaving(before) != _leaving(after):
-            self._notify(job)  # new, or now deleted or finished: a plan may change
+            self._notify(job)  # new, or a change a plan or the status may show
 
     def remove(self, key: PodKey) -> None:
         job = self._job_of.pop(key, None)

@@ -45,7 +45,12 @@ from edl.cluster.inproc.sampling import ClusterSample, ReplicaCounts, TrainerCou
 from edl.cluster.inproc.scheduler import Node, NodeIndex, Placement
 from edl.cluster.inproc.simulated_pods import SimulatedPodRunner
 from edl.cluster.inproc.store import ObjectStore, copy_manifest
-from edl.cluster.inproc.workloads import BACKOFF_BASE_S, BACKOFF_MAX_S, JOB_BACKOFF_MAX_S
+from edl.cluster.inproc.workloads import (
+    BACKOFF_BASE_S,
+    BACKOFF_MAX_S,
+    JOB_BACKOFF_MAX_S,
+    managed_elsewhere,
+)
 from edl.cluster.port import (
     AlreadyExistsError,
     Clock,
@@ -113,6 +118,7 @@ class InProcessCluster(ManagedTrainerPods, AdmissionObjects):
         # the trainer controller's crash back-off here (first delay, cap): a local run's
         # short values reach it too
         self.crash_backoff_s = (backoff_base_s, job_backoff_max_s)
+        self._trainer_view()  # the trainer pod watch starts with the cluster
 
     # ================================================================ nodes
     def add_node(
@@ -206,7 +212,10 @@ class InProcessCluster(ManagedTrainerPods, AdmissionObjects):
     async def scale_trainer_job(self, job: Manifest, victims: list[str]) -> Manifest:
         """Replace the Job and delete the victims in one step (no await in between):
         the Job controller's reconcile, which runs later on the loop, then finds the
-        active count already at parallelism and picks no victims of its own."""
+        active count already at parallelism and picks no victims of its own. A managed
+        Job gets them named instead (`ManagedTrainerPods.name_victims`)."""
+        if managed_elsewhere(job.get("spec") or {}):
+            return self.controllers.with_status("Job", self.name_victims(job, victims))
         stored = self.store.replace("Job", job)  # ConflictError before any pod is touched
         namespace = stored["metadata"]["namespace"]
         owner_key = ("Job", namespace, stored["metadata"]["name"])

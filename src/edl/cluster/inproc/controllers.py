@@ -175,7 +175,10 @@ class WorkloadControllers:
         if owner is None:
             return
         if obj is None:  # owner deleted: its pods go too (cascading deletion)
+            finished = list(owner.finished.values())
             owner.finished.clear()
+            for pod in finished:
+                self.pods.removed(pod)
             for pod in list(owner.pods.values()):
                 self.pods.delete(pod)
             if not owner.pods:
@@ -266,7 +269,8 @@ class WorkloadControllers:
         kind, namespace, name = pod.owner
         obj = self.store.peek(kind, namespace, name)
         if kind == "Job" and obj is not None and managed_elsewhere(obj["spec"]):
-            owner.finished[pod.name] = pod  # for its controller to count and remove
+            if not pod.terminating:  # a deleted pod is gone once it exits
+                owner.finished[pod.name] = pod  # kept, as Kubernetes keeps failed pods
             return
         if kind == "Job":
             if obj is not None and not pod.counted:

@@ -347,6 +347,10 @@ class PodLifecycle:
             ],
         }
 
+    def removed(self, pod: PodRecord) -> None:
+        """A finished pod kept for its owner was removed (garbage collected)."""
+        self._emit("removed", pod)
+
     def _emit(self, event: str, pod: PodRecord) -> None:
         for listener in self.listeners:
             with contextlib.suppress(Exception):

@@ -151,12 +151,18 @@ class ObjectStore:
         return copy
 
     def update_status(
-        self, kind: str, namespace: str, name: str, status: Mapping[str, Any]
+        self, kind: str, namespace: str, name: str, status: Mapping[str, Any],
+        resource_version: str | None = None,
     ) -> Manifest:
-        """Replace ``status`` (no version check, generation kept, resourceVersion bumped)."""
+        """Replace ``status`` (generation kept, resourceVersion bumped); with
+        ``resource_version``, only over that version (`ConflictError`)."""
         current = self.peek(kind, namespace, name)
         if current is None:
             raise NotFoundError(kind, namespace, name)
+        if resource_version is not None and \
+                current["metadata"].get("resourceVersion") != resource_version:
+            raise ConflictError(kind, namespace, name, "the object has been modified; "
+                                "please apply your changes to the latest version and try again")
         stored = dict(current)
         stored["metadata"] = dict(current["metadata"])
         stored["status"] = copy_manifest(dict(status))
