@@ -12,7 +12,8 @@ import pytest
 
 from edl.cluster.inproc.cluster import InProcessCluster
 from edl.cluster.inproc.simulated_pods import Fixed, SimulatedPodRunner
-from edl.control.controller import Controller, trainer_job_outcome
+from edl.control.controller import Controller
+from edl.control.job_status import trainer_job_outcome
 
 
 class CrashingTrainers(SimulatedPodRunner):

@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from edl.cluster.port import JobPods
-from edl.control.controller import waiting_reason
+from edl.control.job_status import waiting_reason
 from edl.kube.status import kube_status
 
 

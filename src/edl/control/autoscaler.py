@@ -358,7 +358,9 @@ class Autoscaler:
             # JobView counts as Kubernetes reports phases: terminating pods are still
             # Running and hold their room, so the policy can credit room on its way.
             leaving = pods.terminating or 0
-            per_pod = self._trainer_resources[key]
+            per_pod = self._trainer_resources.get(key)
+            if per_pod is None:  # the job was deleted during this tick's awaits
+                continue
             pod_spec = trainer_pod_spec(trainer)
             if pod_spec:  # what the trainer pods really ask for and where they may go
                 per_pod = replace(per_pod, extended=extended_request(pod_spec))

@@ -41,7 +41,6 @@ from edl.cluster.port import (
     AlreadyExistsError,
     Cluster,
     ClusterError,
-    JobPods,
     ManagedTrainers,
     Manifest,
     NotFoundError,
@@ -50,17 +49,20 @@ from edl.cluster.port import (
     is_permanent,
 )
 from edl.control.drift import unapplied
+from edl.control.job_status import (
+    CREATED,
+    FAILED,
+    RUNNING,
+    trainer_job_outcome,
+    waiting_reason,
+)
 from edl.control.trainer_controller import TrainerController
 from edl.jobparser import JobParser
 
 log = logging.getLogger(__name__)
 
-CREATED = "Created"
-RUNNING = "Running"
-FAILED = "Failed"
 CHILD_RETRY_BASE_S = 1.0  # creating children failed: retry after 1 s, doubling
 CHILD_RETRY_MAX_S = 60.0
-SUCCEEDED = "Succeeded"
 
 
 class JobListener(Protocol):
@@ -79,62 +81,6 @@ def _generation(obj: Mapping[str, Any]) -> int | None:
 def _status(obj: Mapping[str, Any]) -> dict[str, Any]:
     status = obj.get("status")
     return dict(status) if isinstance(status, Mapping) else {}
-
-
-def _trainers(count: int) -> str:
-    return f"{count} trainer{'' if count == 1 else 's'}"
-
-
-def waiting_reason(desired: int, pods: JobPods) -> str:
-    """What a job's missing trainers wait for, in a few words (pure); "" when none is missing.
-
-    Shown as `status.waiting` (the WAITING column of `kubectl get tj`): a trainer not yet
-    bound to a node waits for room the scheduler can use; a bound one is starting; one the
-    Job has not created yet waits for the trainer controller.
-    """
-    if pods.running >= desired:
-        return ""
-    unscheduled = pods.unscheduled if pods.unscheduled is not None else 0
-    starting = pods.pending - unscheduled
-    parts = []
-    if unscheduled:
-        parts.append(f"{_trainers(unscheduled)} unscheduled (no node fits yet)")
-    if pods.unscheduled is None and pods.pending:
-        parts.append(f"{_trainers(pods.pending)} pending")
-    elif starting > 0:
-        parts.append(f"{_trainers(starting)} starting")
-    missing = desired - pods.running - pods.pending
-    if missing > 0:
-        parts.append(f"{_trainers(missing)} not created yet")
-    return "; ".join(parts)
-
-
-def trainer_job_outcome(
-    trainer: Mapping[str, Any], last_failure: str = ""
-) -> tuple[str, str] | None:
-    """(state, message) once the trainer Job has ended, else None (pure).
-
-    A Job condition ``Failed`` (e.g. reason ``BackoffLimitExceeded``: its
-    trainers crashed more often than its backoffLimit allows) fails the
-    TrainingJob; the message names the reason and, if the cluster knows it, the
-    last failed trainer pod and its error. ``Complete`` means the trainers
-    finished the work.
-    """
-    status = trainer.get("status") or {}
-    conditions = {
-        c.get("type"): c for c in status.get("conditions") or () if c.get("status") == "True"
-    }
-    if "Failed" in conditions:
-        condition = conditions["Failed"]
-        reason = condition.get("reason") or "unknown reason"
-        detail = condition.get("message")
-        message = f"the trainer Job failed: {reason}" + (f" ({detail})" if detail else "")
-        if last_failure:
-            message += f"; last failed trainer {last_failure}"
-        return FAILED, message
-    if "Complete" in conditions:
-        return SUCCEEDED, "trainers finished"
-    return None
 
 
 def _without_status(obj: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,70 @@
+"""What a TrainingJob's status says of its trainers (pure): the states, why missing
+trainers wait, and the outcome once the trainer Job has ended."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from edl.cluster.port import JobPods
+
+CREATED = "Created"
+RUNNING = "Running"
+FAILED = "Failed"
+SUCCEEDED = "Succeeded"
+
+
+def _trainers(count: int) -> str:
+    return f"{count} trainer{'' if count == 1 else 's'}"
+
+
+def waiting_reason(desired: int, pods: JobPods) -> str:
+    """What a job's missing trainers wait for, in a few words (pure); "" when none is missing.
+
+    Shown as `status.waiting` (the WAITING column of `kubectl get tj`): a trainer not yet
+    bound to a node waits for room the scheduler can use; a bound one is starting; one the
+    Job has not created yet waits for the trainer controller.
+    """
+    if pods.running >= desired:
+        return ""
+    unscheduled = pods.unscheduled if pods.unscheduled is not None else 0
+    starting = pods.pending - unscheduled
+    parts = []
+    if unscheduled:
+        parts.append(f"{_trainers(unscheduled)} unscheduled (no node fits yet)")
+    if pods.unscheduled is None and pods.pending:
+        parts.append(f"{_trainers(pods.pending)} pending")
+    elif starting > 0:
+        parts.append(f"{_trainers(starting)} starting")
+    missing = desired - pods.running - pods.pending
+    if missing > 0:
+        parts.append(f"{_trainers(missing)} not created yet")
+    return "; ".join(parts)
+
+
+def trainer_job_outcome(
+    trainer: Mapping[str, Any], last_failure: str = ""
+) -> tuple[str, str] | None:
+    """(state, message) once the trainer Job has ended, else None (pure).
+
+    A Job condition ``Failed`` (e.g. reason ``BackoffLimitExceeded``: its
+    trainers crashed more often than its backoffLimit allows) fails the
+    TrainingJob; the message names the reason and, if the cluster knows it, the
+    last failed trainer pod and its error. ``Complete`` means the trainers
+    finished the work.
+    """
+    status = trainer.get("status") or {}
+    conditions = {
+        c.get("type"): c for c in status.get("conditions") or () if c.get("status") == "True"
+    }
+    if "Failed" in conditions:
+        condition = conditions["Failed"]
+        reason = condition.get("reason") or "unknown reason"
+        detail = condition.get("message")
+        message = f"the trainer Job failed: {reason}" + (f" ({detail})" if detail else "")
+        if last_failure:
+            message += f"; last failed trainer {last_failure}"
+        return FAILED, message
+    if "Complete" in conditions:
+        return SUCCEEDED, "trainers finished"
+    return None
