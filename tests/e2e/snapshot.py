@@ -26,10 +26,11 @@ def snapshot(rest: Rest) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "List", "items": items}
 
 
-def edl_plan(rest: Rest, path: Path) -> dict[tuple[str, str], dict[str, Any]]:
-    """`edl plan SNAPSHOT -o json` on the cluster as it is now: the row of each job."""
+def edl_plan(rest: Rest, path: Path, *options: str) -> dict[tuple[str, str], dict[str, Any]]:
+    """`edl plan SNAPSHOT -o json [options]` on the cluster as it is now (give it the
+    controller's policy options): the row of each job."""
     path.write_text(json.dumps(snapshot(rest)))
-    done = subprocess.run([sys.executable, "-m", "edl.cli.main", "plan", str(path), "-o", "json"],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-m", "edl.cli.main", "plan", str(path), "-o", "json",
+                           *options], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return {(row["namespace"], row["name"]): row for row in json.loads(done.stdout)["jobs"]}
