@@ -26,7 +26,6 @@ KINDS: dict[str, tuple[str, str, bool]] = {
     "ReplicaSet": ("/apis/apps/v1", "replicasets", True),
     "Deployment": ("/apis/apps/v1", "deployments", True),
     "Lease": ("/apis/coordination.k8s.io/v1", "leases", True),
-    "PriorityClass": ("/apis/scheduling.k8s.io/v1", "priorityclasses", False),
     "ClusterRole": ("/apis/rbac.authorization.k8s.io/v1", "clusterroles", False),
     "ClusterRoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "clusterrolebindings", False),
     "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles", True),
