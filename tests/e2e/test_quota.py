@@ -1,17 +1,20 @@
 """A namespace ResourceQuota against the real API server's quota admission and quota
 controller: edl plans the job up to what the quota leaves and no further, says so in the
-TrainingJob's `status.plan`, and never has a trainer refused (a 403 in its log fails)."""
+TrainingJob's `status.plan`, and never has a trainer refused (a 403 in its log fails);
+`edl plan` on a snapshot of the cluster decides the same."""
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from e2e.helpers import parallelism, trainer_pods, trainingjob, wait_tj, wait_trainers
 from e2e.rest import Rest
+from e2e.snapshot import edl_plan
 
 
 def test_a_job_stops_at_its_namespace_quota_with_the_reason_in_status(
-    rest: Rest, namespace: str, start_controller
+    rest: Rest, namespace: str, start_controller, tmp_path: Path
 ) -> None:
     # 7 pods: the master, two pservers and four trainers; the cluster has room for more
     rest.create({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "cap"},
@@ -29,3 +32,7 @@ def test_a_job_stops_at_its_namespace_quota_with_the_reason_in_status(
     assert len(trainer_pods(rest, namespace, "capped")) == 4
     pods = rest.list("Pod", namespace)
     assert len(pods) == 7
+    # `edl plan` on a snapshot of this cluster decides what the controller decided
+    row = edl_plan(rest, tmp_path / "snapshot.json")[(namespace, "capped")]
+    assert (row["parallelism"], row["target"]) == (4, 4), row
+    assert quota_reason in row["reason"], row

@@ -1,20 +1,24 @@
 """A tainted node pool against the real kube-scheduler: a job whose trainers do not
 tolerate the taint never counts those nodes as room — it grows onto the untainted nodes
 only, none of its trainers waits for room it was promised there, and `status.plan`
-says the nodes it may use are full."""
+says the nodes it may use are full; `edl plan` on a snapshot of the cluster decides the
+same."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from e2e.control_plane import ControlPlane
 from e2e.helpers import parallelism, trainingjob, wait_tj
 from e2e.rest import Rest
+from e2e.snapshot import edl_plan
 from polling import wait_until
 
 TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 
 
 def test_a_job_without_the_toleration_never_counts_tainted_nodes(
-    rest: Rest, plane: ControlPlane, namespace: str, start_controller
+    rest: Rest, plane: ControlPlane, namespace: str, start_controller, tmp_path: Path
 ) -> None:
     tainted = plane.add_nodes(2, prefix="kwok-tainted")
     try:
@@ -41,6 +45,10 @@ def test_a_job_without_the_toleration_never_counts_tainted_nodes(
         nodes = {p["spec"]["nodeName"] for p in pods}
         assert nodes and not nodes & set(tainted), nodes
         assert len(pods) < 40 and tj["status"]["plan"]["target"] == len(pods)
+        # `edl plan` on a snapshot of this cluster counts the same nodes out
+        row = edl_plan(rest, tmp_path / "snapshot.json")[(namespace, "plain")]
+        assert (row["parallelism"], row["target"]) == (len(pods), len(pods)), row
+        assert reason in row["reason"], row
     finally:
         rest.delete("TrainingJob", "plain", namespace)
         wait_until(lambda: not rest.list("Pod", namespace), 120, "the job's pods removed")
