@@ -54,7 +54,7 @@ from edl.policy import Decision, JobView, Policy, Trainer, get_policy
 from edl.policy.base import Scaling
 from edl.policy.collective import CollectiveResizes, ResizeRule
 from edl.throughput.batch import BatchLimits, limits_from_spec
-from edl.throughput.board import ThroughputSource
+from edl.throughput.board import BatchSink, ThroughputSource
 
 log = logging.getLogger(__name__)
 
@@ -180,6 +180,9 @@ class Autoscaler:
         self.last_decisions: list[Decision] = []
         self.scaling = ScalingTracker(throughput)
         self._batches: dict[tuple[str, str], float | None] = {}  # chosen, per trainer Job
+        # where a collective job's workers read the chosen batch (None: nowhere)
+        self.batch_sink: BatchSink | None = None
+        self._published: dict[tuple[str, str], int] = {}
 
     # -- PaddlePaddle EDL's notifications -----------------------------------------------
     def on_add(self, job: TrainingJob) -> None:
@@ -199,6 +202,7 @@ class Autoscaler:
         self._trainer_resources.pop(key, None)
         self.scaling.forget(key)
         self.collective.forget(key)
+        self._published.pop(key, None)
         self.kick()
 
     def kick(self) -> None:
@@ -291,8 +295,21 @@ class Autoscaler:
                 log.info("batch %s/%s -> %d: %s", decision.namespace, decision.name,
                          decision.batch, decision.reason)
                 await self._scale(decision)
+        await self._publish_batches(decisions)
         self.last_decisions = decisions
         return decisions
+
+    async def _publish_batches(self, decisions: Sequence[Decision]) -> None:
+        """Copy each collective job's chosen batch to the sink when it changed."""
+        chosen = self._batches | {(d.namespace, d.name): float(d.batch) for d in decisions
+                                 if d.batch}
+        for key, batch in chosen.items():
+            job = self._jobs.get(key)
+            if self.batch_sink is None or not batch or job is None or not job.collective():
+                continue
+            if self._published.get(key) != int(batch) and await self.batch_sink.publish(
+                *key, int(batch)):
+                self._published[key] = int(batch)
 
     def decision_for(self, key: tuple[str, str]) -> Decision | None:
         """The last plan's decision for a job (None: not planned, or not elastic)."""

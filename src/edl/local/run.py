@@ -2,14 +2,12 @@
 
 What runs, all in this process except the pods and etcd:
 
-* an embedded etcd (`edl.coord.embedded.EmbeddedEtcd`) — it replaces the
-  master pod's etcd sidecar, which is not run locally;
+* an embedded etcd (`edl.coord.embedded.EmbeddedEtcd`), the master pod's etcd sidecar;
 * `InProcessCluster` on the real clock (`AsyncioClock`) with this machine as its
   one node and `ProcessPodRunner` as kubelet: pods are process groups;
 * the `Controller` and the `Autoscaler` — the same code that runs on Kubernetes;
-* a monitor loop that folds the cluster, the pods and the master's progress
-  (read from etcd) into a `RunSnapshot`, hands it to the display and writes
-  ``status.json`` for `edl status`.
+* a monitor loop that folds the cluster, the pods and the master's progress (from
+  etcd) into a `RunSnapshot` for the display and ``status.json`` (`edl status`).
 
 The run ends when the TrainingJob's status says Succeeded or Failed (a crashing trainer fails
 its Job by the backoffLimit, with a local back-off of 1 s doubling to 5 s), when the master or
@@ -179,6 +177,7 @@ class LocalRun:
             status_interval=self.options.status_interval_s,
             throughput=self.throughput.board,
         )
+        self.throughput.carry_batches(self.loops.autoscaler, endpoints)
         self.loops.start()
         self._etcd_watch = asyncio.create_task(
             keep_etcd_alive(self.etcd, self._event, self._fail_now), name="etcd watch"
@@ -295,10 +294,11 @@ class LocalRun:
             self.snapshot.trainers_min, self.snapshot.trainers_max,
         )
         s = snap.apply_progress(s, progress)
-        s = self.throughput.fold(s, progress, self.loops.autoscaler if self.loops else None)
         if self._collective is not None:
             s = await self._collective.refresh(
                 s, time.monotonic() - self._started, self._event, self._fail_now)
+        s = self.throughput.fold(s, progress, self.loops.autoscaler if self.loops else None,
+                                 self._collective.reader.view.metrics if self._collective else None)
         self._ever_running = self._ever_running or counts.running > 0
         waiting = self._check_pending()
         self._check_new_pservers()
