@@ -11,12 +11,11 @@ What runs, all in this process except the pods and etcd:
 
 The run ends when the TrainingJob's status says Succeeded or Failed (a crashing trainer fails
 its Job by the backoffLimit, with a local back-off of 1 s doubling to 5 s), when the master or
-the pservers crash-loop (``max_error_exits`` exits with an error code; kills by signal do not
-count) or a collective script fails alike (`collective.CrashStreak`), at once on a configuration
-error (EX_CONFIG), on a job that can never fit, on an etcd that cannot be restarted
-(`etcdwatch`), on a deadline, or on `stop()` (Ctrl-C). Faults become one line each (`events`).
-Teardown deletes the workloads first (so no controller replaces a pod), then every pod (SIGTERM,
-SIGKILL after the grace), then etcd.
+the pservers crash-loop (``max_error_exits`` error exits; kills by signal do not count) or a
+collective script fails alike (`collective.CrashStreak`), at once on a configuration error
+(EX_CONFIG), on a job that can never fit, on an etcd that cannot be restarted (`etcdwatch`), on
+a deadline, or on `stop()` (Ctrl-C). Faults become one line each (`events`). Teardown deletes
+the workloads first (no controller replaces a pod), then every pod (SIGTERM, SIGKILL), etcd.
 """
 
 from __future__ import annotations
