@@ -77,7 +77,7 @@ def test_the_batch_comes_from_the_environment_and_is_checked() -> None:
 
 
 AGREE = textwrap.dedent('''
-    import json, os
+    import json, os, sys
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -90,7 +90,8 @@ AGREE = textwrap.dedent('''
     model = torch.nn.Linear(4, 1)
     adaptive = AdaptiveBatch(DDP(model), torch.optim.SGD(model.parameters(), lr=0.1),
                              initial_batch=32, env=env)
-    print("BATCH " + json.dumps([rank, adaptive.batch, adaptive.local_batch_size()]), flush=True)
+    with open(os.path.join(sys.argv[1], f"rank{rank}.json"), "w") as out:  # one file each:
+        json.dump([rank, adaptive.batch, adaptive.local_batch_size()], out)  # no interleaving
     dist.destroy_process_group()
 ''')
 
@@ -114,11 +115,11 @@ def test_a_round_runs_the_batch_published_in_etcd_and_every_worker_agrees(
            "EDL_NAMESPACE": "team", "EDL_JOB_NAME": "digits", "EDL_BATCH_SIZE": "64"}
     done = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-         str(script)], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path,
+         str(script), str(tmp_path)],
+        capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    seen = sorted(json.loads(x.removeprefix("BATCH ")) for x in done.stdout.splitlines()
-                  if x.startswith("BATCH "))
+    seen = sorted(json.loads(p.read_text()) for p in tmp_path.glob("rank*.json"))
     assert seen == [[0, 96, 48], [1, 96, 48]]
 
 
