@@ -1,13 +1,13 @@
 """The Autoscaler hands a collective job's chosen batch to where its workers read it
-(`Autoscaler.batch_sink`; on a run, the job's etcd): once per change, retried when the
-sink does not take it, never for a job that is not collective (issue 22)."""
+(`Autoscaler.batches`, a `BatchPublisher`; on a run, the job's etcd): once per change,
+retried when the sink does not take it, never for a job that is not collective (issue 22)."""
 
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
 
-from edl.api.trainingjob import load_trainingjob
+from edl.api.jobfile import load_trainingjob
 from edl.control.autoscaler import Autoscaler
 from edl.policy import Decision
 
@@ -30,19 +30,23 @@ def test_each_chosen_batch_is_published_once_and_retried_until_taken() -> None:
     queue = load_trainingjob(EXAMPLES / "digits" / "job.yaml")
     scaler = Autoscaler(cluster=None, policy="goodput")  # type: ignore[arg-type]
     sink = Sink()
-    scaler.batch_sink = sink
+    scaler.batches.sink = sink
     ours = (collective.metadata.namespace or "default", collective.metadata.name)
     other = (queue.metadata.namespace or "default", queue.metadata.name)
     scaler._jobs = {ours: collective, other: queue}
-    scaler._batches = {ours: 64.0, other: 64.0}  # the trainer Jobs' annotations
+    annotations = {ours: 64.0, other: 64.0}  # the trainer Jobs' annotations
 
-    asyncio.run(scaler._publish_batches([]))
-    asyncio.run(scaler._publish_batches([]))
+    async def publish(decisions: list[Decision]) -> None:
+        await scaler.batches.publish(annotations, decisions,
+                                     lambda key: scaler._jobs[key].collective())
+
+    asyncio.run(publish([]))
+    asyncio.run(publish([]))
     assert sink.published == [(*ours, 64)]  # once; the queue job's workers read no batch
 
     grow = Decision(*ours, parallelism=1, target=2, reason="goodput", batch=128)
     sink.up = False
-    asyncio.run(scaler._publish_batches([grow]))
+    asyncio.run(publish([grow]))
     sink.up = True
-    asyncio.run(scaler._publish_batches([grow]))
+    asyncio.run(publish([grow]))
     assert sink.published == [(*ours, 64), (*ours, 128)]

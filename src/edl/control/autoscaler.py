@@ -47,6 +47,7 @@ from edl.cluster.port import (
     TrainerPod,
     VictimScaling,
 )
+from edl.control.batch_publish import BatchPublisher
 from edl.control.placement import annotate
 from edl.control.scaling import ScalingTracker
 from edl.jobparser.collective import job_allowed_counts, resize_cooldown_s, resize_pause_s
@@ -54,7 +55,7 @@ from edl.policy import Decision, JobView, Policy, Trainer, get_policy
 from edl.policy.base import Scaling
 from edl.policy.collective import CollectiveResizes, ResizeRule
 from edl.throughput.batch import BatchLimits, limits_from_spec
-from edl.throughput.board import BatchSink, ThroughputSource
+from edl.throughput.board import ThroughputSource
 
 log = logging.getLogger(__name__)
 
@@ -180,9 +181,7 @@ class Autoscaler:
         self.last_decisions: list[Decision] = []
         self.scaling = ScalingTracker(throughput)
         self._batches: dict[tuple[str, str], float | None] = {}  # chosen, per trainer Job
-        # where a collective job's workers read the chosen batch (None: nowhere)
-        self.batch_sink: BatchSink | None = None
-        self._published: dict[tuple[str, str], int] = {}
+        self.batches = BatchPublisher()  # .sink: where collective workers read the batch
 
     # -- PaddlePaddle EDL's notifications -----------------------------------------------
     def on_add(self, job: TrainingJob) -> None:
@@ -202,7 +201,7 @@ class Autoscaler:
         self._trainer_resources.pop(key, None)
         self.scaling.forget(key)
         self.collective.forget(key)
-        self._published.pop(key, None)
+        self.batches.forget(key)
         self.kick()
 
     def kick(self) -> None:
@@ -295,21 +294,10 @@ class Autoscaler:
                 log.info("batch %s/%s -> %d: %s", decision.namespace, decision.name,
                          decision.batch, decision.reason)
                 await self._scale(decision)
-        await self._publish_batches(decisions)
+        await self.batches.publish(self._batches, decisions,
+                                   lambda key: key in self._jobs and self._jobs[key].collective())
         self.last_decisions = decisions
         return decisions
-
-    async def _publish_batches(self, decisions: Sequence[Decision]) -> None:
-        """Copy each collective job's chosen batch to the sink when it changed."""
-        chosen = self._batches | {(d.namespace, d.name): float(d.batch) for d in decisions
-                                 if d.batch}
-        for key, batch in chosen.items():
-            job = self._jobs.get(key)
-            if self.batch_sink is None or not batch or job is None or not job.collective():
-                continue
-            if self._published.get(key) != int(batch) and await self.batch_sink.publish(
-                *key, int(batch)):
-                self._published[key] = int(batch)
 
     def decision_for(self, key: tuple[str, str]) -> Decision | None:
         """The last plan's decision for a job (None: not planned, or not elastic)."""

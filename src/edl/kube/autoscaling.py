@@ -44,7 +44,7 @@ class KubeAutoscaler(Autoscaler):
         self.kube = cluster
         self.metrics = metrics
         self.events = events
-        self.batch_sink = EtcdBatchSink(self._etcd_of)  # the chosen batch, for the workers
+        self.batches.sink = EtcdBatchSink(self._etcd_of)  # the chosen batch, for the workers
 
     def _collective_job(self, namespace: str, name: str) -> bool:
         job = self._jobs.get((namespace, name))

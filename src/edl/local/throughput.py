@@ -29,7 +29,7 @@ class ThroughputFeed:
     def carry_batches(self, autoscaler: Autoscaler | None, endpoints: str) -> None:
         """The Autoscaler's chosen batches go to the run's etcd, where workers read them."""
         if autoscaler is not None:
-            autoscaler.batch_sink = EtcdBatchSink(lambda _namespace, _job: endpoints)
+            autoscaler.batches.sink = EtcdBatchSink(lambda _namespace, _job: endpoints)
 
     def fold(
         self, s: RunSnapshot, progress: dict[str, Any] | None, autoscaler: Autoscaler | None,
