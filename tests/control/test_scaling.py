@@ -65,3 +65,18 @@ async def test_measurements_at_a_chosen_batch_are_fitted_at_the_declared_one() -
     assert scaling.noise_scale == pytest.approx(250.0)
     for n in (2, 4, 8):  # the fit is of the declared batch's curve
         assert scaling.curve.rate(n) == pytest.approx(truth.rate(n), rel=0.03)
+
+
+async def test_with_no_batch_chosen_the_batch_is_the_one_the_job_reports() -> None:
+    """A collective job's helper runs its initial total batch at any world size until
+    a batch is chosen: the policy must start from that batch, not from the declared
+    per-trainer batch times its trainers."""
+    from edl.throughput.batch import BatchLimits
+
+    board = ThroughputBoard()
+    tracker = ScalingTracker(board)
+    tracker.remember(KEY, PRIOR, BatchLimits(32, 1, 512))
+    board.publish(*KEY, Observation(1.0, 4, 2000.0, None, batch=32.0, noise_scale=100.0))
+    scaling = await tracker.scaling(KEY, 2.0)
+    assert scaling is not None and scaling.batch == 32.0
+    assert (await tracker.scaling(KEY, 3.0, batch=104.0)).batch == 104.0  # type: ignore[union-attr]

@@ -74,3 +74,59 @@ def test_the_batch_comes_from_the_environment_and_is_checked() -> None:
     for bad in ("x", "0"):
         with pytest.raises(ValueError, match="EDL_BATCH_SIZE"):
             _batch_from({"EDL_BATCH_SIZE": bad})
+
+
+AGREE = textwrap.dedent('''
+    import json, os, sys
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from edl.runtime.collective.adaptive import AdaptiveBatch
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    # each rank sees a different environment: rank 1 a stale EDL_BATCH_SIZE and no etcd
+    env = dict(os.environ) if rank == 0 else {"EDL_BATCH_SIZE": "48"}
+    model = torch.nn.Linear(4, 1)
+    adaptive = AdaptiveBatch(DDP(model), torch.optim.SGD(model.parameters(), lr=0.1),
+                             initial_batch=32, env=env)
+    with open(os.path.join(sys.argv[1], f"rank{rank}.json"), "w") as out:  # one file each:
+        json.dump([rank, adaptive.batch, adaptive.local_batch_size()], out)  # no interleaving
+    dist.destroy_process_group()
+''')
+
+
+def test_a_round_runs_the_batch_published_in_etcd_and_every_worker_agrees(
+    tmp_path: Path, etcd: object
+) -> None:
+    """The Autoscaler's batch (`EtcdBatchSink`, real etcd) reaches a new round through
+    rank 0, which broadcasts it: every worker of the round runs the same batch."""
+    import asyncio
+
+    from edl.runtime.collective.batch import EtcdBatchSink, read_batch
+
+    endpoints = etcd.endpoints  # type: ignore[attr-defined]
+    sink = EtcdBatchSink(lambda _ns, _job: endpoints)
+    assert asyncio.run(sink.publish("team", "digits", 96)) is True
+    assert read_batch(endpoints, "team", "digits") == 96
+    script = tmp_path / "agree.py"
+    script.write_text(AGREE)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "EDL_ETCD_ENDPOINTS": endpoints,
+           "EDL_NAMESPACE": "team", "EDL_JOB_NAME": "digits", "EDL_BATCH_SIZE": "64"}
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+         str(script), str(tmp_path)],
+        capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = sorted(json.loads(p.read_text()) for p in tmp_path.glob("rank*.json"))
+    assert seen == [[0, 96, 48], [1, 96, 48]]
+
+
+def test_no_published_batch_leaves_the_environment_s_and_a_dead_etcd_is_no_error() -> None:
+    from edl.runtime.collective.adaptive import _given_batch
+
+    env = {"EDL_ETCD_ENDPOINTS": "http://127.0.0.1:9", "EDL_JOB_NAME": "x",
+           "EDL_BATCH_SIZE": "64"}
+    assert _given_batch(env) == 64
+    assert _given_batch({"EDL_JOB_NAME": "x"}) is None

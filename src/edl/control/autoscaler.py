@@ -47,6 +47,7 @@ from edl.cluster.port import (
     TrainerPod,
     VictimScaling,
 )
+from edl.control.batch_publish import BatchPublisher
 from edl.control.placement import annotate
 from edl.control.scaling import ScalingTracker
 from edl.jobparser.collective import job_allowed_counts, resize_cooldown_s, resize_pause_s
@@ -180,6 +181,7 @@ class Autoscaler:
         self.last_decisions: list[Decision] = []
         self.scaling = ScalingTracker(throughput)
         self._batches: dict[tuple[str, str], float | None] = {}  # chosen, per trainer Job
+        self.batches = BatchPublisher()  # .sink: where collective workers read the batch
 
     # -- PaddlePaddle EDL's notifications -----------------------------------------------
     def on_add(self, job: TrainingJob) -> None:
@@ -199,6 +201,7 @@ class Autoscaler:
         self._trainer_resources.pop(key, None)
         self.scaling.forget(key)
         self.collective.forget(key)
+        self.batches.forget(key)
         self.kick()
 
     def kick(self) -> None:
@@ -291,6 +294,8 @@ class Autoscaler:
                 log.info("batch %s/%s -> %d: %s", decision.namespace, decision.name,
                          decision.batch, decision.reason)
                 await self._scale(decision)
+        await self.batches.publish(self._batches, decisions,
+                                   lambda key: key in self._jobs and self._jobs[key].collective())
         self.last_decisions = decisions
         return decisions
 

@@ -79,7 +79,8 @@ class ScalingTracker:
 
     async def scaling(self, key: Key, now: float, batch: float | None = None) -> Scaling | None:
         """The job's `Scaling` now (None when neither a prior nor a measurement exists);
-        ``batch``: the total batch the policy last chose for it (None: none chosen)."""
+        ``batch``: the total batch the policy last chose for it (None: none chosen;
+        the Scaling then carries the batch the job reports running at)."""
         entry = self._jobs.get(key)
         if entry is None:
             return None
@@ -103,7 +104,8 @@ class ScalingTracker:
             measured_samples_per_s=latest.samples_per_s if latest is not None else None,
             batch_limits=entry.limits,
             noise_scale=sum(entry.noise) / len(entry.noise) if entry.noise else None,
-            batch=batch,
+            # none chosen yet: the batch the job reports running at (`AdaptiveBatch`)
+            batch=batch if batch is not None or latest is None else latest.batch,
             compute_rate=sum(entry.compute) / len(entry.compute) if entry.compute else None,
         )
 

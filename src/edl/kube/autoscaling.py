@@ -18,6 +18,7 @@ from edl.kube.events import EventRecorder, scale_event
 from edl.kube.metrics import ControllerMetrics
 from edl.kube.throughput import EtcdProgressSource
 from edl.policy import Decision, Policy
+from edl.runtime.collective.batch import EtcdBatchSink
 
 
 class KubeAutoscaler(Autoscaler):
@@ -36,12 +37,18 @@ class KubeAutoscaler(Autoscaler):
     ) -> None:
         # a throughput-aware policy reads each job's measured throughput from its etcd
         wants_throughput = (policy if isinstance(policy, str) else policy.name) == "goodput"
-        source = EtcdProgressSource(self._etcd_of) if wants_throughput else None
+        source = EtcdProgressSource(self._etcd_of, collective=self._collective_job) if (
+            wants_throughput) else None
         super().__init__(cluster, policy=policy, max_load_desired=max_load_desired,
                          interval=interval, min_event_gap=min_event_gap, throughput=source)
         self.kube = cluster
         self.metrics = metrics
         self.events = events
+        self.batches.sink = EtcdBatchSink(self._etcd_of)  # the chosen batch, for the workers
+
+    def _collective_job(self, namespace: str, name: str) -> bool:
+        job = self._jobs.get((namespace, name))
+        return job is not None and job.collective()
 
     def _etcd_of(self, namespace: str, name: str) -> str | None:
         job = self._jobs.get((namespace, name))

@@ -2,23 +2,20 @@
 
 What runs, all in this process except the pods and etcd:
 
-* an embedded etcd (`edl.coord.embedded.EmbeddedEtcd`) — it replaces the
-  master pod's etcd sidecar, which is not run locally;
+* an embedded etcd (`edl.coord.embedded.EmbeddedEtcd`), the master pod's etcd sidecar;
 * `InProcessCluster` on the real clock (`AsyncioClock`) with this machine as its
   one node and `ProcessPodRunner` as kubelet: pods are process groups;
 * the `Controller` and the `Autoscaler` — the same code that runs on Kubernetes;
-* a monitor loop that folds the cluster, the pods and the master's progress
-  (read from etcd) into a `RunSnapshot`, hands it to the display and writes
-  ``status.json`` for `edl status`.
+* a monitor loop that folds the cluster, the pods and the master's progress (from
+  etcd) into a `RunSnapshot` for the display and ``status.json`` (`edl status`).
 
 The run ends when the TrainingJob's status says Succeeded or Failed (a crashing trainer fails
 its Job by the backoffLimit, with a local back-off of 1 s doubling to 5 s), when the master or
-the pservers crash-loop (``max_error_exits`` exits with an error code; kills by signal do not
-count) or a collective script fails alike (`collective.CrashStreak`), at once on a configuration
-error (EX_CONFIG), on a job that can never fit, on an etcd that cannot be restarted
-(`etcdwatch`), on a deadline, or on `stop()` (Ctrl-C). Faults become one line each (`events`).
-Teardown deletes the workloads first (so no controller replaces a pod), then every pod (SIGTERM,
-SIGKILL after the grace), then etcd.
+the pservers crash-loop (``max_error_exits`` error exits; kills by signal do not count) or a
+collective script fails alike (`collective.CrashStreak`), at once on a configuration error
+(EX_CONFIG), on a job that can never fit, on an etcd that cannot be restarted (`etcdwatch`), on
+a deadline, or on `stop()` (Ctrl-C). Faults become one line each (`events`). Teardown deletes
+the workloads first (no controller replaces a pod), then every pod (SIGTERM, SIGKILL), etcd.
 """
 
 from __future__ import annotations
@@ -179,6 +176,7 @@ class LocalRun:
             status_interval=self.options.status_interval_s,
             throughput=self.throughput.board,
         )
+        self.throughput.carry_batches(self.loops.autoscaler, endpoints)
         self.loops.start()
         self._etcd_watch = asyncio.create_task(
             keep_etcd_alive(self.etcd, self._event, self._fail_now), name="etcd watch"
@@ -295,10 +293,11 @@ class LocalRun:
             self.snapshot.trainers_min, self.snapshot.trainers_max,
         )
         s = snap.apply_progress(s, progress)
-        s = self.throughput.fold(s, progress, self.loops.autoscaler if self.loops else None)
         if self._collective is not None:
             s = await self._collective.refresh(
                 s, time.monotonic() - self._started, self._event, self._fail_now)
+        s = self.throughput.fold(s, progress, self.loops.autoscaler if self.loops else None,
+                                 self._collective.reader.view.metrics if self._collective else None)
         self._ever_running = self._ever_running or counts.running > 0
         waiting = self._check_pending()
         self._check_new_pservers()

@@ -14,7 +14,7 @@ from typing import Protocol, runtime_checkable
 
 from edl.throughput.fit import Observation
 
-__all__ = ["ThroughputBoard", "ThroughputSource"]
+__all__ = ["BatchSink", "ThroughputBoard", "ThroughputSource"]
 
 
 @runtime_checkable
@@ -23,6 +23,13 @@ class ThroughputSource(Protocol):
         self, namespace: str, name: str, after: float
     ) -> list[Observation]:
         """Observations of the job with ``at > after``, oldest first."""
+        ...
+
+
+@runtime_checkable
+class BatchSink(Protocol):
+    async def publish(self, namespace: str, name: str, batch: int) -> bool:
+        """Make ``batch`` the one the job's next round of workers reads; False: retry."""
         ...
 
 

@@ -9,12 +9,13 @@ curve; `edl run` and `edl controller` turn it into an `Observation`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
 from edl.throughput.fit import Observation
 
-__all__ = ["observation_from_progress"]
+__all__ = ["observation_from_metrics", "observation_from_progress"]
 
 
 def observation_from_progress(progress: Mapping[str, Any] | None, at: float) -> Observation | None:
@@ -31,3 +32,25 @@ def observation_from_progress(progress: Mapping[str, Any] | None, at: float) -> 
     if trainers <= 0 or rate <= 0:
         return None
     return Observation(at, trainers, rate, remaining)
+
+
+def observation_from_metrics(metrics: Mapping[str, Any] | None, at: float) -> Observation | None:
+    """A collective job's metrics record as an observation (None: no usable point).
+
+    `edl.runtime.collective.adaptive.AdaptiveBatch` reports ``trainers``,
+    ``samples_per_s``, ``batch`` and ``noise_scale`` with each metrics line; the agent
+    publishes the merged record (`keys.metrics_key`)."""
+    if not metrics:
+        return None
+    try:
+        trainers = int(metrics.get("trainers") or 0)
+        rate = float(metrics.get("samples_per_s") or 0.0)
+        batch, phi = metrics.get("batch"), metrics.get("noise_scale")
+        batch = None if batch is None else float(batch)
+        phi = None if phi is None else float(phi)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if trainers <= 0 or not (0 < rate < math.inf):
+        return None
+    usable = [None if x is None or not 0 < x < math.inf else x for x in (batch, phi)]
+    return Observation(at, trainers, rate, None, *usable)

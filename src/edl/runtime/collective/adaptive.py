@@ -23,10 +23,14 @@ What it does:
 * the **learning rate** is multiplied by AdaScale's gain at scale = batch / initial
   batch (its square root for Adam-like optimisers);
 * the **batch** is fixed for the life of the process: the one the job was given
-  (``batch`` or the ``EDL_BATCH_SIZE`` variable; the initial batch otherwise). The
-  Autoscaler's batch reaches a worker only at a restart, which is where a collective
-  job changes anything; the estimator's state survives the restart in the script's
-  checkpoint (`state_dict` / `load_state_dict`).
+  (``batch``; else the Autoscaler's choice, which it publishes in the job's etcd,
+  `edl.runtime.collective.batch`; else the ``EDL_BATCH_SIZE`` variable; else the
+  initial batch). Rank 0 decides and broadcasts it, so every worker of one round runs
+  the same batch, and a new choice reaches the workers only at their next restart,
+  which is where a collective job changes anything; the estimator's state survives
+  the restart in the script's checkpoint (`state_dict` / `load_state_dict`);
+* the **metrics** also carry the samples/s since the last report and the trainer
+  count, so the agent's metrics record is one point of the job's goodput curve.
 
 It leaves the script's training loop, data and checkpointing as they are. It is
 separate from (and composable with) live resizing: it only needs `step` called.
@@ -36,12 +40,14 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from edl.runtime.collective.batch import read_batch
 from edl.throughput.efficiency import NoiseScaleEstimator, efficiency
 
 __all__ = ["BATCH_ENV", "AdaptiveBatch"]
@@ -65,10 +71,15 @@ class AdaptiveBatch:
         if initial_batch < 1:
             raise ValueError("initial_batch must be >= 1")
         env = os.environ if env is None else env
-        given = batch if batch is not None else _batch_from(env)
         self.initial_batch = initial_batch
         self.world = dist.get_world_size() if dist.is_initialized() else 1
-        self.batch = max(self.world, given or initial_batch)
+        rank0 = self.world == 1 or dist.get_rank() == 0
+        if batch is None and rank0:  # the others take rank 0's
+            batch = _given_batch(env)
+        self.batch = agreed_batch(batch, initial_batch, self.world)
+        self.trainers = max(1, self.world // max(1, int(env.get("LOCAL_WORLD_SIZE") or 1)))
+        self._since = (time.monotonic(), 0)  # the last report's time and step count
+        self._steps = 0
         self.optimizer = optimizer
         self.adaptive = isinstance(optimizer, _ADAPTIVE)
         self.estimator = NoiseScaleEstimator()
@@ -97,13 +108,20 @@ class AdaptiveBatch:
         for group, base in zip(self.optimizer.param_groups, self.base_lrs, strict=True):
             group["lr"] = base * self.gain
         self.optimizer.step()
+        self._steps += 1
 
     def noise_scale(self) -> float | None:
         return self.estimator.noise_scale(self.initial_batch)
 
     def metrics(self) -> dict[str, float]:
         """batch, φ, the batch's statistical efficiency and the LR gain (what is known)."""
-        out = {"batch": float(self.batch), "gain": round(self.gain, 4)}
+        out = {"batch": float(self.batch), "gain": round(self.gain, 4),
+               "trainers": float(self.trainers)}
+        now, steps = time.monotonic(), self._steps - self._since[1]
+        if steps > 0 and now > self._since[0]:
+            rate = steps * self.local_batch_size() * self.world / (now - self._since[0])
+            out["samples_per_s"] = round(rate, 2)
+        self._since = (now, self._steps)
         phi = self.noise_scale()
         if phi is not None and math.isfinite(phi):
             out["noise_scale"] = round(phi, 2)
@@ -162,6 +180,26 @@ class AdaptiveBatch:
             float(previous.double().pow(2).sum()), float(current.double().pow(2).sum()),
             float(mean.pow(2).sum()), self.scale,
         )
+
+
+def agreed_batch(given: int | None, initial: int, world: int) -> int:
+    """Rank 0's batch (``given``, else the initial one, at least one sample per worker),
+    broadcast so every worker of the round uses the same."""
+    value = torch.tensor([max(world, given or initial)], dtype=torch.int64)
+    if world > 1:
+        dist.broadcast(value, src=0)
+    return int(value.item())
+
+
+def _given_batch(env: Mapping[str, str]) -> int | None:
+    """The Autoscaler's published batch (the job's etcd), else ``EDL_BATCH_SIZE``."""
+    endpoints = env.get("EDL_ETCD_ENDPOINTS")
+    if endpoints and env.get("EDL_JOB_NAME"):
+        published = read_batch(endpoints, env.get("EDL_NAMESPACE") or "default",
+                               env["EDL_JOB_NAME"])
+        if published is not None:
+            return published
+    return _batch_from(env)
 
 
 def _batch_from(env: Mapping[str, str]) -> int | None:

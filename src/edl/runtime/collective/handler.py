@@ -4,7 +4,8 @@ It is torch's own dynamic rendezvous on the c10d backend — the store is the
 `TCPStore` the master pod hosts (`edl rendezvous`), so every agent is a client
 (``is_host=false``) — wrapped to report each completed rendezvous (round, rank,
 number of nodes) to the job's etcd, where `edl run` and `edl status` read world
-size changes and restarts. The rendezvous protocol itself is torch's, unchanged.
+size changes and restarts, and to restart the round when the Autoscaler publishes a
+new batch (`batch.BatchWatch`). The rendezvous protocol itself is torch's, unchanged.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from torch.distributed.elastic.rendezvous import (
 from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend as c10d
 
 from edl.runtime.collective import gateway, keys
+from edl.runtime.collective.batch import BatchWatch
 
 log = logging.getLogger(__name__)
 
@@ -38,9 +40,11 @@ current: ReportingHandler | None = None  # this process's handler (one agent per
 class ReportingHandler(RendezvousHandler):
     """Delegates to torch's handler; tells ``report`` about every rendezvous it joins."""
 
-    def __init__(self, inner: RendezvousHandler, report: Report) -> None:
+    def __init__(self, inner: RendezvousHandler, report: Report,
+                 batch: BatchWatch | None = None) -> None:
         self._inner = inner
         self._report = report
+        self._batch = batch
         self.rendezvous = 0  # rendezvous joined by this agent; each after the first is a restart
 
     def get_backend(self) -> str:
@@ -53,6 +57,8 @@ class ReportingHandler(RendezvousHandler):
     def next_rendezvous(self) -> RendezvousInfo:
         info = self._inner.next_rendezvous()
         self.rendezvous += 1
+        if self._batch is not None:
+            self._batch.round_started()
         state = getattr(getattr(self._inner, "_state_holder", None), "state", None)
         self._report(
             {
@@ -72,7 +78,13 @@ class ReportingHandler(RendezvousHandler):
         self._inner.set_closed()
 
     def num_nodes_waiting(self) -> int:
-        return self._inner.num_nodes_waiting()
+        """torch's count; 1 when a new batch was published: torch's agent then restarts
+        its workers into a new round, as for a joining node."""
+        waiting = self._inner.num_nodes_waiting()
+        if waiting == 0 and self._batch is not None and self._batch.changed():
+            log.info("a new batch was published: restarting the workers")
+            return 1
+        return waiting
 
     def get_run_id(self) -> str:
         return self._inner.get_run_id()
@@ -132,7 +144,10 @@ def create_handler(params: RendezvousParameters) -> RendezvousHandler:
     backend, store = c10d.create_backend(params)
     inner = dynamic_rendezvous.create_handler(store, backend, params)
     global current
-    current = ReportingHandler(inner, etcd_reporter())
+    endpoints, job = os.environ.get("EDL_ETCD_ENDPOINTS"), os.environ.get("EDL_JOB_NAME")
+    watch = BatchWatch(endpoints, os.environ.get("EDL_NAMESPACE") or "default", job) if (
+        endpoints and job) else None
+    current = ReportingHandler(inner, etcd_reporter(), watch)
     return current
 
 

@@ -3,7 +3,9 @@
 - ``collective/rendezvous``: ``host:port`` of the c10d store (written by `edl rendezvous`);
 - ``collective/agents/<pod>``: JSON of an agent's last rendezvous (round, rank, nodes);
 - ``collective/metrics``: JSON of the last ``name=value`` line the script printed;
-- ``collective/failures/<pod>``: JSON of an agent's last worker failure (`failures`).
+- ``collective/failures/<pod>``: JSON of an agent's last worker failure (`failures`);
+- ``collective/batch``: the total batch the Autoscaler chose (a whole number), read
+  once by each round's rank 0 (`adaptive.AdaptiveBatch`) and broadcast to its round.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ def agent_key(namespace: str, job: str, pod: str) -> str:
 def metrics_key(namespace: str, job: str) -> str:
     return job_prefix(namespace, job) + "metrics"
 
+
+def batch_key(namespace: str, job: str) -> str:
+    return job_prefix(namespace, job) + "batch"
 
 
 def failures_prefix(namespace: str, job: str) -> str:

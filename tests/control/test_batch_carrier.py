@@ -1,0 +1,52 @@
+"""The Autoscaler hands a collective job's chosen batch to where its workers read it
+(`Autoscaler.batches`, a `BatchPublisher`; on a run, the job's etcd): once per change,
+retried when the sink does not take it, never for a job that is not collective (issue 22)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from edl.api.jobfile import load_trainingjob
+from edl.control.autoscaler import Autoscaler
+from edl.policy import Decision
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.published: list[tuple[str, str, int]] = []
+        self.up = True
+
+    async def publish(self, namespace: str, name: str, batch: int) -> bool:
+        if self.up:
+            self.published.append((namespace, name, batch))
+        return self.up
+
+
+def test_each_chosen_batch_is_published_once_and_retried_until_taken() -> None:
+    collective = load_trainingjob(EXAMPLES / "digits-adaptive" / "job.yaml")
+    queue = load_trainingjob(EXAMPLES / "digits" / "job.yaml")
+    scaler = Autoscaler(cluster=None, policy="goodput")  # type: ignore[arg-type]
+    sink = Sink()
+    scaler.batches.sink = sink
+    ours = (collective.metadata.namespace or "default", collective.metadata.name)
+    other = (queue.metadata.namespace or "default", queue.metadata.name)
+    scaler._jobs = {ours: collective, other: queue}
+    annotations = {ours: 64.0, other: 64.0}  # the trainer Jobs' annotations
+
+    async def publish(decisions: list[Decision]) -> None:
+        await scaler.batches.publish(annotations, decisions,
+                                     lambda key: scaler._jobs[key].collective())
+
+    asyncio.run(publish([]))
+    asyncio.run(publish([]))
+    assert sink.published == [(*ours, 64)]  # once; the queue job's workers read no batch
+
+    grow = Decision(*ours, parallelism=1, target=2, reason="goodput", batch=128)
+    sink.up = False
+    asyncio.run(publish([grow]))
+    sink.up = True
+    asyncio.run(publish([grow]))
+    assert sink.published == [(*ours, 64), (*ours, 128)]
