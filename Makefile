@@ -7,9 +7,10 @@ STAMP := $(VENV)/.installed
 # Test workers: the e2e and process tests mostly wait (on a control plane, on processes),
 # so more workers than cores; each worker that runs e2e tests has a control plane of its
 # own (about 1 GB). --maxschedchunk 2: tests are handed out two at a time, so the long
-# ones, which tests/conftest.py orders first, start side by side.
+# ones, which tests/conftest.py orders first, start side by side. --dist loadgroup: tests
+# marked xdist_group("realtime-heavy") run one after the other on one worker.
 WORKERS ?= 4
-XDIST := -n $(WORKERS) --dist load --maxschedchunk 2
+XDIST := -n $(WORKERS) --dist loadgroup --maxschedchunk 2
 # `make check`: every test that needs neither the Kubernetes binaries nor edl/torch
 # processes (markers set by place in tests/conftest.py).
 CHECK_TESTS := -m "not e2e and not processes"

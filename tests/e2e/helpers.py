@@ -24,8 +24,9 @@ SYSTEM_NAMESPACE = "edl-system"
 # timing (15 s, renew deadline 10 s, retry 2 s; test_leader.py is the test of it): a
 # shorter renew deadline only made a loaded machine's controller give its Lease up
 # mid-test, and no other test waits for a Lease to expire.
+# --log-requests: the tests read every API call's status in the log (no 403, 409 or 422)
 CONTROLLER_ARGS = ["--interval=1", "--status-interval=0.5",
-                   f"--lease-namespace={SYSTEM_NAMESPACE}"]
+                   f"--lease-namespace={SYSTEM_NAMESPACE}", "--log-requests"]
 FORBIDDEN_MARKS = ("Forbidden", "forbidden", "403 Forbidden", "code=403", "\"code\":403")
 
 

@@ -34,7 +34,7 @@ from polling import wait_until
 
 KILLS = 22
 SETTLE_S = 10.0
-LEASE_TAKEN = 'leases/edl-controller?fieldManager=edl-controller "HTTP/1.1 200 OK"'
+LEASE_TAKEN = "acquired lease"  # the leader's own log line (edl.kube.leader)
 
 
 def live_owner_uids(rest: Rest, namespace: str) -> set[str]:

@@ -73,12 +73,15 @@ def _listen(value: str) -> tuple[str, int]:
                    "sets the class deploy/priorityclass.yaml ships. Default: none.")
 @click.option("-v", "--verbose", is_flag=True,
               help="Log at debug level, every API request included.")
+@click.option("--log-requests", is_flag=True,
+              help="Log one line per API request (method, URL, status) at the usual level: "
+                   "what an audit of the controller's calls reads (-v includes it).")
 def controller(server: str | None, namespace: str | None, policy: str, max_load_desired: float,
                interval: float, status_interval: float, listen: str, lease_namespace: str,
                lease_name: str, identity: str, lease_duration: float, renew_deadline: float,
                retry_period: float, crash_backoff: float, crash_backoff_max: float,
                delete_victims: bool, image: str, etcd_image: str,
-               trainer_priority_class: str, verbose: bool) -> None:
+               trainer_priority_class: str, verbose: bool, log_requests: bool) -> None:
     """Watch TrainingJobs, create their children, and scale trainers to fit the cluster."""
     from edl.kube.leader import LeaseLost
     from edl.kube.runner import ControllerOptions, ControllerProcess
@@ -100,7 +103,7 @@ def controller(server: str | None, namespace: str | None, policy: str, max_load_
         raise click.UsageError(f"--trainer-priority-class {why}")
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if not verbose:  # one INFO line per API request would drown everything else
+    if not (verbose or log_requests):  # an INFO line per API request drowns everything else
         for name in REQUEST_LOGGERS:
             logging.getLogger(name).setLevel(logging.WARNING)
     options = ControllerOptions(
