@@ -44,9 +44,6 @@ def rss_mb(pid: int) -> float:
     raise AssertionError("no VmRSS")
 
 
-# One after the other on one worker (make test's --dist loadgroup): the fidelity run samples
-# on a 1 s real-time grid, and the 500-node run beside it starved that sampler by 2 s.
-@pytest.mark.xdist_group("realtime-heavy")
 @pytest.mark.timeout(1200)
 def test_500_nodes_and_20_jobs(rest: Rest, plane: ControlPlane, namespace: str,
                                start_controller) -> None:
