@@ -123,16 +123,8 @@ async def _decision(run: LocalRun, size: int) -> float:
 
 
 def workers_of(run: LocalRun) -> list[int]:
-    found = []
-    for pid in procs.pids_with_env(RUN_MARKER_ENV, str(run.run_dir)):
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if any(a.endswith(b"train.py") for a in argv) and b"edl.runtime.collective.torchrun" \
-                not in argv:
-            found.append(pid)
-    return found
+    return procs.script_pids(RUN_MARKER_ENV, str(run.run_dir), "train.py",
+                             not_module="edl.runtime.collective.torchrun")
 
 
 # -- the two paths: when did the new world take its first step? -----------------------

@@ -59,16 +59,8 @@ def paced_job(tmp_path: Path, name: str, epochs: int, **trainer: Any) -> dict[st
 
 def worker_pids(run: LocalRun) -> list[int]:
     """The DDP workers (the script's processes torch's agents started) of this run."""
-    found = []
-    for pid in procs.pids_with_env(RUN_MARKER_ENV, str(run.run_dir)):
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        agent = b"edl.runtime.collective.torchrun" in argv
-        if any(a.endswith(b"train.py") for a in argv) and not agent:
-            found.append(pid)
-    return found
+    return procs.script_pids(RUN_MARKER_ENV, str(run.run_dir), "train.py",
+                             not_module="edl.runtime.collective.torchrun")
 
 
 def assert_finished_well(run: LocalRun, result: Any) -> None:

@@ -70,15 +70,8 @@ def worlds(tmp_path: Path) -> list[int]:
 
 
 def live_workers(run: LocalRun) -> list[int]:
-    found = []
-    for pid in procs.pids_with_env(RUN_MARKER_ENV, str(run.run_dir)):
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if any(a.endswith(b"train.py") for a in argv):
-            found.append(pid)
-    return found
+    return procs.script_pids(RUN_MARKER_ENV, str(run.run_dir), "train.py",
+                             not_module="edl.runtime.collective.torchrun")
 
 
 def assert_trained_exactly_once(tmp_path: Path, run: LocalRun, result: Any,

@@ -83,6 +83,22 @@ def pids_with_env(name: str, value: str, *also: tuple[str, str]) -> list[int]:
     return found
 
 
+def script_pids(name: str, value: str, script: str, *, not_module: str = "") -> list[int]:
+    """`pids_with_env` narrowed to processes running ``script`` (an argument ending with it),
+    leaving out those whose command line names ``not_module`` (e.g. the launcher that
+    passes the script on): finds a job's worker processes."""
+    found = []
+    for pid in pids_with_env(name, value):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        runs_script = any(arg.endswith(script.encode()) for arg in argv)
+        if runs_script and not (not_module and not_module.encode() in argv):
+            found.append(pid)
+    return found
+
+
 def _read_stat(pid: int) -> tuple[str, int] | None:
     """(state, pgid) of a pid, or None if it vanished."""
     try:
