@@ -44,10 +44,14 @@ k8s:
 	else bash tools/k8s/ensure.sh >/dev/null; fi
 
 # Everything: lint, types and the whole suite (docs/testing.md says where its time goes).
+# mypy (about half a minute of one core from a cold cache) runs beside the tests rather
+# than before them; its report follows theirs and a type error still fails the target.
 test: $(STAMP) k8s
 	$(BIN)/ruff check src tests bench
-	$(BIN)/mypy
-	$(BIN)/python -m pytest -q $(XDIST) -m "not alone"
+	@$(BIN)/mypy > $(VENV)/mypy.log 2>&1 & mypy=$$!; \
+	$(BIN)/python -m pytest -q $(XDIST) -m "not alone"; tests=$$?; \
+	wait $$mypy; types=$$?; echo "mypy:"; cat $(VENV)/mypy.log; \
+	[ $$tests -eq 0 ] && [ $$types -eq 0 ]
 	$(BIN)/python -m pytest -q -m alone || [ $$? -eq 5 ]
 
 # The inner loop, under 3 minutes: lint, types and every test that needs neither the
