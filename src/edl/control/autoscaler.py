@@ -294,8 +294,8 @@ class Autoscaler:
                 log.info("batch %s/%s -> %d: %s", decision.namespace, decision.name,
                          decision.batch, decision.reason)
                 await self._scale(decision)
-        await self.batches.publish(self._batches, decisions,
-                                   lambda key: key in self._jobs and self._jobs[key].collective())
+        await self.batches.publish(self._batches, decisions, lambda key: key in self._jobs and (
+            self._jobs[key].collective() or self._jobs[key].spec.batch is not None))
         self.last_decisions = decisions
         return decisions
 

@@ -1,7 +1,8 @@
-"""The Autoscaler's chosen batches, copied to where collective workers read them.
+"""The Autoscaler's chosen batches, copied to where a job's pods read them.
 
 The trainer Job's annotation ``edl.dev/batch-size`` is the record; `BatchPublisher`
-puts each collective job's chosen batch to ``sink`` (`edl.throughput.board.BatchSink`;
+puts each chosen batch of a job whose pods read it (a collective job's workers, a
+parameter-server job's pservers) to ``sink`` (`edl.throughput.board.BatchSink`;
 the job's etcd, `edl.runtime.collective.batch`) once per change, retrying a put the
 sink did not take at the next tick. Without a sink nothing is copied.
 """

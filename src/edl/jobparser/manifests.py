@@ -62,7 +62,7 @@ EDL_ENV_NAMES = frozenset({
     "EDL_ENTRYPOINT", "EDL_WORKSPACE", "EDL_PORT", "EDL_PORTS_NUM", "EDL_PORTS_NUM_FOR_SPARSE",
     "EDL_PASSES", "EDL_USE_GPU", "EDL_ETCD_ENDPOINTS", "EDL_POD_IP", "EDL_POD_NAME",
     "EDL_MODE", "EDL_NPROC_PER_NODE", "EDL_MAX_RESTARTS", "EDL_RDZV_ENDPOINT",
-    "EDL_WORLD_SIZES", "EDL_LIVE",
+    "EDL_WORLD_SIZES", "EDL_LIVE", "EDL_BATCH_INITIAL",
 })
 # a TrainingJob's Kueue labels, copied onto its trainer Job: Kueue's Job webhook then
 # creates it suspended and admits it through the named LocalQueue
@@ -300,6 +300,8 @@ def _env(job: TrainingJob) -> list[dict[str, Any]]:
         "EDL_USE_GPU": 1 if uses_gpu(job) else 0,
         "EDL_ETCD_ENDPOINTS": etcd_endpoints(job),
     }
+    if spec.batch is not None and spec.batch.initial:  # pservers sum pushes to the batch
+        values["EDL_BATCH_INITIAL"] = _int(spec.batch.initial)
     env: list[dict[str, Any]] = [{"name": k, "value": str(v)} for k, v in values.items()]
     env.insert(1, _field_env("EDL_NAMESPACE", "metadata.namespace"))
     env.append(_field_env("EDL_POD_IP", "status.podIP"))

@@ -42,6 +42,10 @@ def apply_progress(s: RunSnapshot, progress: Mapping[str, Any] | None) -> RunSna
         loss=_float(progress.get("last_loss"), _float(metrics.get("loss"), s.loss)),
         samples_per_s=_float(progress.get("samples_per_s"), s.samples_per_s),
         accuracy=_float(metrics.get("accuracy"), s.accuracy),
+        # a job adapting its batch: its pservers' batch, φ and efficiency (the master sums them)
+        batch=_float(progress.get("batch"), s.batch),
+        noise_scale=_float(progress.get("noise_scale"), s.noise_scale),
+        efficiency=_float(progress.get("efficiency"), s.efficiency),
     )
 
 

@@ -37,6 +37,10 @@ class RuntimeConfig:
     trainer_ttl: float = 6.0
     lease_ttl: int = 5
     trainer_threads: int = 0  # torch threads for a trainer's compute; 0: one core fewer than here
+    # spec.batch.initial of a job that adapts its batch (0: it does not): pservers sum
+    # pushes into updates of the job's batch, trainers skip non-finite steps
+    batch_initial: int = 0
+    batch_flush: float = 5.0  # seconds an incomplete update waits before it is applied
 
     @property
     def member_name(self) -> str:
@@ -72,6 +76,8 @@ ENV = {
     "trainer_ttl": "EDL_TRAINER_TTL",
     "lease_ttl": "EDL_LEASE_TTL",
     "trainer_threads": "EDL_TRAINER_THREADS",
+    "batch_initial": "EDL_BATCH_INITIAL",
+    "batch_flush": "EDL_BATCH_FLUSH",
 }
 
 
@@ -119,6 +125,10 @@ def validate(config: RuntimeConfig) -> list[str]:
         problems.append(f"EDL_LEASE_TTL: must be >= 2 seconds (got {config.lease_ttl})")
     if config.trainer_threads < 0:
         problems.append(f"EDL_TRAINER_THREADS: must be >= 0 (got {config.trainer_threads})")
+    if config.batch_initial < 0:
+        problems.append(f"EDL_BATCH_INITIAL: must be >= 0 (got {config.batch_initial})")
+    if not config.batch_flush > 0:
+        problems.append(f"EDL_BATCH_FLUSH: must be > 0 seconds (got {config.batch_flush})")
     return problems
 
 

@@ -11,6 +11,9 @@ Runtime keys under the job prefix /edl/<namespace>/<job> (see edl.coord.keys):
     state/master/meta        queue meta JSON (fenced)
     state/master/tasks/<id>  one task record JSON each (fenced; never one big value)
     state/master/progress    progress JSON for `edl status` and the live display (fenced)
+    state/gradients/<i>      a batch-adapting job's pserver i: its shard's |G|², variance,
+                             batch and counters (fenced on holding index i), summed by the
+                             master into its progress
     checkpoints/<i>          {path, crc, timestamp, version} of pserver i's last checkpoint
 """
 
@@ -31,6 +34,7 @@ from edl.runtime.config import RuntimeConfig
 log = logging.getLogger("edl.coord")
 DIAL_TIMEOUT = 5.0
 PROGRESS_KEY = "master/progress"  # relative to <prefix>/state/
+GRADIENTS = "gradients/"  # relative to <prefix>/state/: one record per pserver index
 
 
 def make_client(config: RuntimeConfig) -> EtcdClient:

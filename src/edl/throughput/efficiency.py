@@ -19,6 +19,13 @@ samples at M₀ (1 at M₀, below 1 above it). Progress counted in samples at M�
   of |G|² (``sqr``) and (L − T)/(count − 1) of tr Σ / M, the variance of the
   averaged gradient; times scale = M / M₀ it is the variance at the initial
   batch (``var``). Both are smoothed by moving averages with bias correction.
+* The gradients need not average equally many samples (a parameter server sums
+  pushes of b_i samples each, weighted by b_i, into one update of B = Σ b_i):
+  ``count`` = B · mean(1/b_i) then makes the same two formulas unbiased (it is the
+  number of gradients when they are equal).
+* Adam-like optimisers are measured on the gradients divided by their
+  preconditioner (√ of the second-moment estimate, AdaptDL PR #95): the runtimes
+  pass the squared norms of those (`edl.runtime.precondition`).
 * A single gradient per step (one replica, no accumulation) has no spread to
   measure: two consecutive steps' gradients stand in for two replicas (a biased
   estimate, since the parameters moved in between; the averages restart when
@@ -31,9 +38,10 @@ The learning rate follows the batch by AdaScale's gain r = (var + sqr) /
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["NoiseScaleEstimator", "adascale_gain", "efficiency"]
+__all__ = ["NoiseScaleEstimator", "adascale_gain", "effective_count", "efficiency"]
 
 _MIN_VAR = 1e-12  # a variance estimate that went negative is noise around 0
 _SMOOTHING = 0.999  # per initial batch of samples, as AdaptDL
@@ -63,6 +71,15 @@ def adascale_gain(var: float, sqr: float, scale: float, *, adaptive: bool = Fals
         return 1.0
     gain = (var + sqr) / denominator
     return math.sqrt(gain) if adaptive else gain
+
+
+def effective_count(samples: Sequence[float]) -> float:
+    """The ``count`` that keeps the estimator unbiased when gradient i averages
+    ``samples[i]`` samples and they are summed weighted by their samples: B · mean(1/b_i)
+    (the number of gradients when all are equal; 0 when any count is not positive)."""
+    if not samples or min(samples) <= 0:
+        return 0.0
+    return float(sum(samples)) * sum(1.0 / b for b in samples) / len(samples)
 
 
 @dataclass
@@ -97,11 +114,12 @@ class NoiseScaleEstimator:
     steps: int = 0
     skipped: int = 0
 
-    def observe(self, local_sqr: float, total_sqr: float, count: int, scale: float) -> bool:
+    def observe(self, local_sqr: float, total_sqr: float, count: float, scale: float) -> bool:
         """One step: ``local_sqr`` = L (mean of the ``count`` gradients' squared norms),
         ``total_sqr`` = T (squared norm of their average), at ``scale`` = batch / initial
         batch. Returns False (and changes nothing) for a step it cannot use: fewer than
-        two gradients, or a non-finite norm (a skipped mixed-precision step)."""
+        two gradients, or a non-finite norm (a skipped mixed-precision step). ``count``
+        for unequal gradients: `effective_count`."""
         return self._update(local_sqr, total_sqr, count, scale, paired=False)
 
     def observe_pair(
@@ -113,9 +131,9 @@ class NoiseScaleEstimator:
         return self._update(local, averaged_sqr, 2, 2.0 * scale, paired=True)
 
     def _update(
-        self, local: float, total: float, count: int, scale: float, *, paired: bool
+        self, local: float, total: float, count: float, scale: float, *, paired: bool
     ) -> bool:
-        if count < 2 or scale <= 0 or not (math.isfinite(local) and math.isfinite(total)):
+        if not count >= 2 or scale <= 0 or not (math.isfinite(local) and math.isfinite(total)):
             self.skipped += 1
             return False
         if self._paired is not None and self._paired != paired:
@@ -130,6 +148,13 @@ class NoiseScaleEstimator:
         self._var.update(var, keep)
         self.steps += 1
         return True
+
+    @property
+    def raw(self) -> tuple[float, float] | None:
+        """(|G|², variance) before clipping to their valid ranges: estimates of parts
+        of one gradient (a pserver's shard) are summed first, then clipped."""
+        sqr, var = self._sqr.value, self._var.value
+        return None if sqr is None or var is None else (sqr, var)
 
     @property
     def sqr(self) -> float | None:

@@ -3,8 +3,10 @@
 The master writes its progress JSON to etcd about once a second (`TaskQueue.progress`):
 ``samples_per_s`` (sum over live trainers), ``contributing`` (trainers that finished
 tasks recently — one that just joined counts once it produces) and
-``remaining_samples``. That is one point (trainers, samples/s) of the job's scaling
-curve; `edl run` and `edl controller` turn it into an `Observation`.
+``remaining_samples``; a job adapting its batch also its ``batch`` and ``noise_scale``
+(summed over its pservers' shards, `edl.throughput.shards`). That is one point
+(trainers, samples/s) of the job's scaling curve; `edl run` and `edl controller` turn
+it into an `Observation`.
 """
 
 from __future__ import annotations
@@ -31,7 +33,17 @@ def observation_from_progress(progress: Mapping[str, Any] | None, at: float) -> 
         return None
     if trainers <= 0 or rate <= 0:
         return None
-    return Observation(at, trainers, rate, remaining)
+    batch, phi = _positive(progress.get("batch")), _positive(progress.get("noise_scale"))
+    return Observation(at, trainers, rate, remaining, batch, phi)
+
+
+def _positive(value: Any) -> float | None:
+    """A finite positive figure (None: absent or unusable)."""
+    try:
+        number = None if value is None else float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return number if number is not None and 0 < number < math.inf else None
 
 
 def observation_from_metrics(metrics: Mapping[str, Any] | None, at: float) -> Observation | None:

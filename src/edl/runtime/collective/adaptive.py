@@ -20,8 +20,13 @@ What it does:
   over ``count`` = world size gradients; `edl.throughput.efficiency.NoiseScaleEstimator`
   turns them into |G|², the variance and φ. With one worker the previous step's
   gradient stands in for a second one (the estimator's pair rule);
+* with Adam or AdamW the norms are taken of the gradient divided by Adam's
+  preconditioner √v̂ + ε (`edl.runtime.precondition`, AdaptDL PR #95), the noise Adam's
+  steps actually see, once Adam has taken a few steps;
 * the **learning rate** is multiplied by AdaScale's gain at scale = batch / initial
   batch (its square root for Adam-like optimisers);
+* a step whose gradient is not finite (its all-reduced squared norm, the same on every
+  worker) is neither measured nor applied: `step` skips the optimizer (AdaptDL PR #75);
 * the **batch** is fixed for the life of the process: the one the job was given
   (``batch``; else the Autoscaler's choice, which it publishes in the job's etcd,
   `edl.runtime.collective.batch`; else the ``EDL_BATCH_SIZE`` variable; else the
@@ -48,6 +53,8 @@ import torch
 import torch.distributed as dist
 
 from edl.runtime.collective.batch import read_batch
+from edl.runtime.precondition import adam_preconditioner
+from edl.runtime.precondition import sqnorm_tensor as _sqnorm
 from edl.throughput.efficiency import NoiseScaleEstimator, efficiency
 
 __all__ = ["BATCH_ENV", "AdaptiveBatch"]
@@ -88,6 +95,9 @@ class AdaptiveBatch:
         self._total = torch.zeros((), dtype=torch.float64)
         self._previous: torch.Tensor | None = None
         self._pieces: list[torch.Tensor] = []
+        self._preconditioners: list[torch.Tensor | None] = []
+        self._groups = {id(p): g for g in optimizer.param_groups for p in g["params"]}
+        self.skipped_steps = 0
         self.gain = 1.0
         # a lambda: DDP checks a hook's annotations, which this module keeps as strings
         ddp.register_comm_hook(None, lambda state, bucket: self._hook(state, bucket))
@@ -102,8 +112,11 @@ class AdaptiveBatch:
         return max(1, self.batch // self.world)
 
     def step(self) -> None:
-        """After ``backward``: measure this step, scale the learning rate, step."""
-        self._measure()
+        """After ``backward``: measure this step, scale the learning rate, step (not
+        with a gradient that is not finite: then the step is skipped)."""
+        if not self._measure():
+            self.skipped_steps += 1
+            return
         self.gain = self.estimator.gain(self.scale, adaptive=self.adaptive)
         for group, base in zip(self.optimizer.param_groups, self.base_lrs, strict=True):
             group["lr"] = base * self.gain
@@ -142,9 +155,11 @@ class AdaptiveBatch:
     # -- measurement ------------------------------------------------------------------
     def _hook(self, _state: object, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
         buffer = bucket.buffer()
-        self._local += buffer.detach().double().pow(2).sum()
+        preconditioner = self._bucket_preconditioner(bucket, buffer.numel())
+        self._local += _sqnorm(buffer, preconditioner)
         if self.world == 1:
             self._pieces.append(buffer.detach().clone())
+            self._preconditioners.append(preconditioner)
             future: torch.futures.Future[torch.Tensor] = torch.futures.Future()
             future.set_result(buffer)
             return future
@@ -154,32 +169,59 @@ class AdaptiveBatch:
 
         def averaged(done: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
             out = done.value()[0]
-            self._total += out.detach().double().pow(2).sum()
+            self._total += _sqnorm(out, preconditioner)
             return out
 
         return work.get_future().then(averaged)
 
-    def _measure(self) -> None:
+    def _bucket_preconditioner(self, bucket: dist.GradBucket, size: int) -> torch.Tensor | None:
+        """Adam's √v̂ + ε laid out as the bucket's flat buffer (None: SGD-like, or Adam
+        before its first few steps)."""
+        if not self.adaptive:
+            return None
+        pieces = []
+        for param in bucket.parameters():
+            group = self._groups.get(id(param))
+            state = self.optimizer.state.get(param) or {}
+            step = float(state.get("step", 0)) if state else 0.0
+            piece = None if group is None else adam_preconditioner(
+                state.get("exp_avg_sq"), step, group["betas"][1], group["eps"])
+            if piece is None:
+                return None  # every parameter steps together: none is warmed up yet
+            pieces.append(piece.reshape(-1))
+        flat = torch.cat(pieces) if pieces else None
+        return flat if flat is not None and flat.numel() == size else None
+
+    def _measure(self) -> bool:
+        """Feed this step to the estimator; False when its gradient is not finite."""
         local, total = self._local, self._total
         self._local = torch.zeros((), dtype=torch.float64)
         self._total = torch.zeros((), dtype=torch.float64)
         if self.world > 1:
-            dist.all_reduce(local)
+            dist.all_reduce(local)  # the same sum on every worker: all skip, or none
+            if not (math.isfinite(float(local)) and math.isfinite(float(total))):
+                return False
             self.estimator.observe(float(local) / self.world, float(total), self.world,
                                    self.scale)
-            return
-        current = torch.cat([piece.flatten() for piece in self._pieces]) if self._pieces else None
-        self._pieces = []
-        if current is None:
-            return
+            return True
+        pieces, self._pieces = self._pieces, []
+        preconditioners, self._preconditioners = self._preconditioners, []
+        if not math.isfinite(float(local)):
+            return False
+        if not pieces:
+            return True
+        current = torch.cat([piece.flatten() for piece in pieces])
+        preconditioner = (None if any(p is None for p in preconditioners)
+                          else torch.cat([p for p in preconditioners if p is not None]))
         previous, self._previous = self._previous, current
         if previous is None or previous.numel() != current.numel():
-            return
+            return True
         mean = (previous.double() + current.double()) / 2
         self.estimator.observe_pair(
-            float(previous.double().pow(2).sum()), float(current.double().pow(2).sum()),
-            float(mean.pow(2).sum()), self.scale,
+            _sqnorm(previous, preconditioner).item(), _sqnorm(current, preconditioner).item(),
+            _sqnorm(mean, preconditioner).item(), self.scale,
         )
+        return True
 
 
 def agreed_batch(given: int | None, initial: int, world: int) -> int:

@@ -20,12 +20,13 @@ import grpc
 from edl.coord import Election, FencedStore
 from edl.coord.errors import CoordError, NotLeaderError
 from edl.runtime.config import RuntimeConfig
-from edl.runtime.coordination import PROGRESS_KEY, connect, dumps
+from edl.runtime.coordination import GRADIENTS, PROGRESS_KEY, connect, dumps
 from edl.runtime.gate import SERVER_OPTIONS, make_gate
 from edl.runtime.master.queue import QueueMeta, TaskQueue, TaskRecord, TimeoutPolicy
 from edl.runtime.master.server import LeadershipLost, MasterService
 from edl.runtime.proto import runtime_pb2_grpc as pb_grpc
 from edl.runtime.signals import stop_on_signals
+from edl.throughput.shards import combine_shards, parse_records
 
 log = logging.getLogger("edl.master")
 METHODS = [
@@ -58,6 +59,11 @@ class EtcdMasterStore:
         await self._commit(puts)
 
     async def publish_progress(self, progress: dict) -> None:
+        """The queue's progress, with a batch-adapting job's batch, φ, efficiency and gain
+        summed over its pservers' shards (`edl.throughput.shards`)."""
+        shards = await self.store.get_prefix(GRADIENTS)
+        if shards:
+            progress = {**progress, **combine_shards(parse_records(shards.values()))}
         await self._commit({PROGRESS_KEY: dumps(progress)})
 
     async def _commit(self, puts: dict[str, bytes]) -> None:

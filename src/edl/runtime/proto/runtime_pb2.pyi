@@ -154,12 +154,16 @@ class InitRequest(_message.Message):
     def __init__(self, params: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., optimizer: _Optional[_Union[OptimizerConfig, _Mapping]] = ...) -> None: ...
 
 class PushRequest(_message.Message):
-    __slots__ = ("grads", "pull")
+    __slots__ = ("grads", "pull", "samples", "grad_sqnorm")
     GRADS_FIELD_NUMBER: _ClassVar[int]
     PULL_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    GRAD_SQNORM_FIELD_NUMBER: _ClassVar[int]
     grads: _containers.RepeatedCompositeFieldContainer[Tensor]
     pull: bool
-    def __init__(self, grads: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., pull: _Optional[bool] = ...) -> None: ...
+    samples: int
+    grad_sqnorm: float
+    def __init__(self, grads: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., pull: _Optional[bool] = ..., samples: _Optional[int] = ..., grad_sqnorm: _Optional[float] = ...) -> None: ...
 
 class PullRequest(_message.Message):
     __slots__ = ()

@@ -1,9 +1,11 @@
 """Checkpoint files for a shard: atomic, checksummed, no pickle.
 
 Layout: b"EDLCKPT1", a 4-byte little-endian header length, a JSON header
-(optimizer config, version, and for each array its key, dtype, shape, offset
-and length), then the raw array bytes. The CRC32 of the whole file goes into
-the etcd metadata, so a torn or foreign file is detected on restore.
+(optimizer config, version, a batch-adapting job's aggregation state, and for each
+array its key, dtype, shape, offset and length), then the raw array bytes: ``p/``
+parameters, ``s/`` optimizer state, ``a/`` the pending update's sums. The CRC32 of
+the whole file goes into the etcd metadata, so a torn or foreign file is detected on
+restore.
 
 Order of a save: write a temp file, fsync, rename,
 fsync the directory; only then may the caller publish the metadata and
@@ -34,6 +36,7 @@ def _arrays(snap: ShardSnapshot) -> list[tuple[str, np.ndarray]]:
     out = [(f"p/{k}", v) for k, v in sorted(snap.params.items())]
     for block, state in sorted(snap.state.items()):
         out.extend((f"s/{block}/{name}", arr) for name, arr in sorted(state.items()))
+    out.extend((f"a/{k}", v) for k, v in sorted(snap.pending.items()))
     return out
 
 
@@ -52,9 +55,10 @@ def encode_checkpoint(snap: ShardSnapshot) -> bytes:
         )
         chunks.append(data)
         offset += len(data)
-    header = json.dumps(
-        {"optimizer": snap.optimizer, "version": snap.version, "arrays": entries}
-    ).encode()
+    fields = {"optimizer": snap.optimizer, "version": snap.version, "arrays": entries}
+    if snap.aggregation is not None:
+        fields["aggregation"] = snap.aggregation
+    header = json.dumps(fields).encode()
     return b"".join([MAGIC, struct.pack("<I", len(header)), header, *chunks])
 
 
@@ -68,7 +72,8 @@ def decode_checkpoint(blob: bytes) -> ShardSnapshot:
     except ValueError as error:
         raise CheckpointError(f"checkpoint header unreadable: {error}") from None
     body = memoryview(blob)[start + hlen :]
-    snap = ShardSnapshot(optimizer=header["optimizer"], version=int(header["version"]), params={})
+    snap = ShardSnapshot(optimizer=header["optimizer"], version=int(header["version"]), params={},
+                         aggregation=header.get("aggregation"))
     for e in header["arrays"]:
         raw = body[e["offset"] : e["offset"] + e["nbytes"]]
         if len(raw) != e["nbytes"]:
@@ -77,6 +82,8 @@ def decode_checkpoint(blob: bytes) -> ShardSnapshot:
         kind, rest = e["key"].split("/", 1)
         if kind == "p":
             snap.params[rest] = arr.copy()
+        elif kind == "a":
+            snap.pending[rest] = arr.copy()
         else:
             block, name = rest.rsplit("/", 1)
             snap.state.setdefault(block, {})[name] = arr.copy()

@@ -27,7 +27,9 @@ from edl.runtime.coordination import connect, dumps
 from edl.runtime.gate import SERVER_OPTIONS, make_gate
 from edl.runtime.master.main import until_stopped
 from edl.runtime.proto import runtime_pb2_grpc as pb_grpc
+from edl.runtime.pserver.aggregate import Aggregation
 from edl.runtime.pserver.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
+from edl.runtime.pserver.gradients import run_gradients
 from edl.runtime.pserver.server import PServerService
 from edl.runtime.pserver.shard import Shard
 from edl.runtime.signals import stop_on_signals
@@ -45,6 +47,7 @@ class Checkpointer:
         self.index = index
         self.directory = directory
         self.saved_version = -1
+        self.saved: tuple[int, int] | None = None  # the shard's `changes` last saved
         self.saves = 0
 
     async def restore(self) -> bool:
@@ -60,15 +63,17 @@ class Checkpointer:
             return False
         self.shard.restore(snap)
         self.saved_version = snap.version
+        self.saved = self.shard.changes
         log.info("pserver %d restored version %d from %s", self.index, snap.version, meta["path"])
         return True
 
     async def save(self) -> bool:
         """temp + fsync + rename, then metadata, then delete the previous file."""
-        if not self.shard.initialized or self.shard.version == self.saved_version:
+        if not self.shard.initialized or self.shard.changes == self.saved:
             return False
         if not self.client.lease_valid():
             return False
+        changes = self.shard.changes
         snap = await asyncio.to_thread(self.shard.snapshot)
         path, crc = await asyncio.to_thread(write_checkpoint, self.directory, self.index, snap)
         old = await self.client.get_key(f"checkpoints/{self.index}")
@@ -90,6 +95,7 @@ class Checkpointer:
                 with contextlib.suppress(OSError):
                     os.unlink(old_path)
         self.saved_version = snap.version
+        self.saved = changes
         self.saves += 1
         return True
 
@@ -138,18 +144,23 @@ async def serve_shard(
     """One registration term: restore, serve and checkpoint until the lease or we stop."""
     log.info("pserver %d serving on %s:%d", index, client.host, port)
     shard = Shard()
+    if config.batch_initial > 0:  # spec.batch: pushes are summed into the job's batch
+        shard.aggregation = Aggregation(config.batch_initial, flush_after=config.batch_flush)
     ckpt = Checkpointer(client, shard, index, directory)
     await ckpt.restore()
     service = PServerService(shard, index, client.lease_valid)  # thread-safe
     gate.current = service
-    saver = asyncio.create_task(ckpt.run(config.checkpoint_interval))
+    helpers = [asyncio.create_task(ckpt.run(config.checkpoint_interval))]
+    if shard.aggregation is not None:
+        helpers.append(asyncio.create_task(run_gradients(
+            client, shard, index, config.namespace, config.job_name, config.batch_initial)))
     waiters = [asyncio.create_task(e.wait()) for e in (client.lease_lost, stop)]
     try:
         await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
     finally:
         service.serving = False  # first: never serve a shard we may no longer own
         gate.current = None
-        for t in (saver, *waiters):
+        for t in (*helpers, *waiters):
             t.cancel()
     if client.lease_lost.is_set():
         log.warning("pserver %d lost its lease; stopped serving", index)

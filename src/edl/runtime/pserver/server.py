@@ -1,5 +1,8 @@
 """The pserver's gRPC handlers: Init, Push (apply + optionally pull), Pull.
 
+A push of a job that adapts its batch joins the pending update (`Shard.push`) and is
+answered at once with the current parameters, which change when an update completes.
+
 Malformed requests (bad tensor bytes, unknown blocks, wrong sizes) are
 answered INVALID_ARGUMENT and change nothing; the server keeps serving.
 Once `serving` is cleared (lease lost, shutdown) every call is refused at
@@ -72,7 +75,9 @@ class PServerService(pb_grpc.PServerServicer):
         if not self.shard.initialized:
             return pb.ParamsReply(initialized=False)
         try:
-            self.shard.apply({t.id: tensors.decode(t) for t in request.grads})
+            sqnorm = request.grad_sqnorm if request.HasField("grad_sqnorm") else None
+            self.shard.push({t.id: tensors.decode(t) for t in request.grads},
+                            int(request.samples), sqnorm)
         except (ValueError, ShardError) as error:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
         self._check(context)

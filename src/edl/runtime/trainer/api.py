@@ -64,8 +64,10 @@ class ParameterLayout:
             for b in self.shards[shard]
         ]
 
-    def grads(self, shard: int) -> list[pb.Tensor]:
-        out = []
+    def grads(self, shard: int) -> tuple[list[pb.Tensor], float]:
+        """The shard's gradient blocks and their squared L2 norm (for the pserver's
+        noise-scale estimate when the job adapts its batch; inf/nan: a non-finite step)."""
+        out, sqnorm = [], 0.0
         for b in self.shards[shard]:
             grad = self.params[b.param].grad
             flat = (
@@ -73,8 +75,9 @@ class ParameterLayout:
                 if grad is None
                 else grad.detach().reshape(-1)[b.start : b.stop].numpy()
             )
+            sqnorm += float(np.dot(flat, flat))
             out.append(tensors.encode(b.id, flat))
-        return out
+        return out, sqnorm
 
     def load(self, shard: int, reply: pb.ParamsReply) -> None:
         """Copy the returned blocks into the model.
@@ -129,6 +132,8 @@ class Job:
         self._stop = threading.Event()
         self._terminating = threading.Lock()
         self.steps = 0
+        self.skipped_steps = 0  # non-finite gradients not pushed (a job adapting its batch)
+        self._batch_samples = 0  # the size of the last batch `batches` yielded
         self.last_loss: float = math.nan
         self._task_loss: list[float] = []
         if handle_sigterm and threading.current_thread() is threading.main_thread():
@@ -169,7 +174,9 @@ class Job:
                 rng.shuffle(order)
             try:
                 for start in range(0, len(order), batch_size):
-                    yield _collate(dataset, order[start : start + batch_size])
+                    indices = order[start : start + batch_size]
+                    self._batch_samples = len(indices)
+                    yield _collate(dataset, indices)
             except GeneratorExit:
                 self._give_back()
                 raise
@@ -182,20 +189,32 @@ class Job:
             self._report("FinishTask", task, samples=task.end - task.begin, loss=loss)
             self._task = None
 
-    def step(self, loss: torch.Tensor) -> None:
+    def step(self, loss: torch.Tensor, samples: int | None = None) -> None:
         """Backpropagate `loss`, push gradients, load the pservers' updated parameters.
 
         Pipelined: this step's gradients are copied out and sent in the
         background while the caller computes the next batch; the parameters
         they bring back are loaded at the next step (one step of staleness,
         as asynchronous SGD has anyway). `pipeline=False` waits instead.
+        ``samples``: the samples the loss averages over (default: the size of the
+        last batch `batches` yielded); a job adapting its batch (``spec.batch``) sums
+        pushes into updates of its batch by them, and skips a step whose gradient
+        is not finite rather than push it.
         """
         self.model.zero_grad(set_to_none=True)
         loss.backward()
         self.last_loss = float(loss.detach())
         self._task_loss.append(self.last_loss)
+        size = self._batch_samples if samples is None else int(samples)
+        parts = [self.layout.grads(i) for i in range(len(self.pservers))]
+        if self.config.batch_initial > 0 and not math.isfinite(sum(n for _, n in parts)):
+            self.skipped_steps += 1
+            log.warning("step %d: gradient not finite, skipped (%d so far)",
+                        self.steps, self.skipped_steps)
+            return
         requests = [
-            pb.PushRequest(grads=self.layout.grads(i), pull=True) for i in range(len(self.pservers))
+            pb.PushRequest(grads=grads, pull=True, samples=size, grad_sqnorm=sqnorm)
+            for grads, sqnorm in parts
         ]
         self.flush()
         self._inflight = [
