@@ -130,3 +130,97 @@ def test_no_published_batch_leaves_the_environment_s_and_a_dead_etcd_is_no_error
            "EDL_BATCH_SIZE": "64"}
     assert _given_batch(env) == 64
     assert _given_batch({"EDL_JOB_NAME": "x"}) is None
+
+
+ADAM = textwrap.dedent('''
+    import json, math, sys
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from edl.runtime.collective.adaptive import AdaptiveBatch
+    from edl.throughput.efficiency import NoiseScaleEstimator
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    dim, batch, steps = 256, int(sys.argv[1]), int(sys.argv[2])
+    gen = torch.Generator().manual_seed(4321)
+    # signal and per-sample noise of very different sizes per coordinate: the noise
+    # Adam's steps see, g / (sqrt(v) + eps), has another scale than the plain gradient's
+    grad = torch.randn(dim, generator=gen, dtype=torch.float64)
+    grad *= torch.exp(torch.empty(dim, dtype=torch.float64).uniform_(-1.5, 1.5, generator=gen))
+    grad /= grad.norm()
+    sigma = 0.08 * torch.exp(torch.empty(dim, dtype=torch.float64).uniform_(-1.5, 1.5,
+                                                                             generator=gen))
+    model = torch.nn.Linear(dim, 1, bias=False).double()
+    ddp = DDP(model)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.0)
+    adaptive = AdaptiveBatch(ddp, optimizer, initial_batch=batch, batch=batch)
+    adaptive.estimator = NoiseScaleEstimator(smoothing=0.99999)  # phi is fixed: average all
+    noise = torch.Generator().manual_seed(77 + rank)
+    local = adaptive.local_batch_size()
+    for _ in range(steps):
+        x = grad + sigma * torch.randn(local, dim, generator=noise, dtype=torch.float64)
+        optimizer.zero_grad()
+        ddp(x).mean().backward()
+        adaptive.step()
+    state = optimizer.state[model.weight]
+    step = float(state["step"])
+    p = (state["exp_avg_sq"].reshape(-1) / (1 - 0.999 ** step)).sqrt() + 1e-8
+    expected = float((sigma**2 / p**2).sum() / (grad**2 / p**2).sum())
+    plain = float((sigma**2).sum() / (grad**2).sum())
+    if rank == 0:
+        print("RESULT " + json.dumps({**adaptive.metrics(), "expected": expected,
+                                      "plain": plain, "adaptive": adaptive.adaptive}),
+              flush=True)
+    dist.destroy_process_group()
+''')
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_ddp_hook_measures_adam_through_its_preconditioner(tmp_path: Path, workers: int) -> None:
+    """AdaptDL PR #95: with Adam the hook measures φ of the preconditioned gradient; on
+    gradients whose signal and noise differ per coordinate that is not the plain φ."""
+    script = tmp_path / "adam_noise.py"
+    script.write_text(ADAM)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone",
+         f"--nproc-per-node={workers}", str(script), "32", "2500"],
+        capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = next(x for x in done.stdout.splitlines() if x.startswith("RESULT "))
+    result = json.loads(line.removeprefix("RESULT "))
+    assert result["adaptive"] is True
+    assert abs(result["plain"] - result["expected"]) / result["expected"] > 0.25
+    assert result["noise_scale"] == pytest.approx(result["expected"], rel=0.10)
+
+
+def test_a_non_finite_step_is_neither_measured_nor_applied() -> None:
+    """AdaptDL PR #75: one worker; a NaN gradient skips the optimizer and the estimator."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from edl.procs import free_port
+    from edl.runtime.collective.adaptive import AdaptiveBatch
+
+    store = dist.TCPStore("127.0.0.1", free_port(), 1, is_master=True)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        model = torch.nn.Linear(4, 1, bias=False)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        ddp = DDP(model)
+        adaptive = AdaptiveBatch(ddp, optimizer, initial_batch=8, batch=8)
+        before = model.weight.detach().clone()
+        ddp(torch.full((2, 4), float("nan"))).sum().backward()
+        adaptive.step()
+        assert adaptive.skipped_steps == 1
+        assert torch.equal(model.weight.detach(), before)
+        optimizer.zero_grad()
+        ddp(torch.ones(2, 4)).sum().backward()
+        adaptive.step()
+        assert adaptive.skipped_steps == 1 and not torch.equal(model.weight.detach(), before)
+    finally:
+        dist.destroy_process_group()
