@@ -1,0 +1,113 @@
+"""Batch adaptation in parameter-server mode with real processes on a real etcd (issue 22):
+the pservers sum pushes into updates of the job's batch and publish φ through the
+master's progress; a trainer killed mid-update hangs nothing and loses no push."""
+
+from __future__ import annotations
+
+import json
+import math
+import signal
+import time
+
+import grpc
+import numpy as np
+
+from edl.coord.errors import EtcdUnavailableError
+from edl.runtime import tensors
+from edl.runtime.config import RuntimeConfig
+from edl.runtime.coordination import connect
+from edl.runtime.proto import runtime_pb2 as pb
+from edl.runtime.proto import runtime_pb2_grpc as pb_grpc
+from polling import run_retrying, wait_until
+
+
+def etcd_json(job, key: str):
+    """A JSON value under the job's prefix (None: absent); "pservers": the live ones."""
+
+    async def read():
+        client = await connect(RuntimeConfig(job_name=job.job, etcd_endpoints=job.etcd.endpoints))
+        try:
+            if key == "pservers":
+                return await client.list_pservers()
+            raw = await client.get_key(key)
+            return json.loads(raw) if raw else None
+        finally:
+            await client.shutdown()
+
+    return run_retrying(read, (EtcdUnavailableError,))
+
+
+def shard_records(job, shards: int) -> list[dict]:
+    return [etcd_json(job, f"state/gradients/{i}") or {} for i in range(shards)]
+
+
+def test_an_incomplete_update_outlives_its_trainer_and_its_pserver(job) -> None:
+    """Trainer A pushes half of a batch and dies: the pserver answers at once and keeps
+    serving; the half-batch is checkpointed, survives the pserver's death, and the
+    replacement applies it once no push completes it."""
+    job.env.update(EDL_PSERVERS="1", EDL_CHECKPOINT_INTERVAL="0.5", EDL_BATCH_INITIAL="4")
+    job.start("pserver", "ps-a", EDL_BATCH_FLUSH="600")  # holds the half-batch: no flush
+    address = wait_until(lambda: etcd_json(job, "pservers").get(0), 90, "ps-a to register")
+    stub = pb_grpc.PServerStub(grpc.insecure_channel(address))
+    init = pb.InitRequest(params=[tensors.encode("w#0", np.zeros(4, np.float32))])
+    init.optimizer.name, init.optimizer.lr = "sgd", 1.0
+    stub.Init(init, timeout=10)
+    half = pb.PushRequest(grads=[tensors.encode("w#0", np.array([4, 0, 0, 0], np.float32))],
+                          pull=True, samples=2, grad_sqnorm=16.0)
+    reply = stub.Push(half, timeout=10)  # answered at once, nothing applied yet
+    pushed_at = time.time()
+    assert reply.initialized and reply.version == 0
+    assert list(tensors.decode(reply.params[0])) == [0, 0, 0, 0]
+    assert stub.Pull(pb.PullRequest(), timeout=5).version == 0  # trainer A is gone: no hang
+    record = wait_until(lambda: (r := shard_records(job, 1)[0]).get("received") == 1 and r,
+                        30, "ps-a to publish the pending push")
+    assert record["pending"] == 1 and record["applied"] == 0 and record["batch"] == 4
+    wait_until(lambda: (m := etcd_json(job, "checkpoints/0")) and m["timestamp"] > pushed_at,
+               30, "a checkpoint holding the pending push")
+    job.signal("ps-a", signal.SIGKILL)
+    job.start("pserver", "ps-b", EDL_BATCH_FLUSH="1")
+    new_address = wait_until(
+        lambda: (a := etcd_json(job, "pservers").get(0)) != address and a, 90, "ps-b at index 0")
+    stub = pb_grpc.PServerStub(grpc.insecure_channel(new_address))
+    reply = wait_until(lambda: (r := stub.Pull(pb.PullRequest(), timeout=5)).version == 1 and r,
+                       30, "ps-b to apply the restored half-batch")
+    np.testing.assert_allclose(tensors.decode(reply.params[0]), [-4, 0, 0, 0])
+    record = wait_until(lambda: (r := shard_records(job, 1)[0]).get("applied") == 1 and r,
+                        30, "ps-b to publish the applied push")
+    assert record["received"] == 1 and record["pending"] == 0 and record["updates"] == 1
+
+
+def test_ps_job_publishes_phi_and_a_killed_trainer_loses_no_update(job, harness) -> None:
+    """Digits with spec.batch's initial batch 96 (three trainers' 32): the master's
+    progress carries the batch, a finite positive φ, its efficiency and the gain; a
+    trainer SIGKILLed while the others push leaves the job finishing, every task done
+    once per pass, and every push the pservers took applied."""
+    passes = 15
+    job.env.update(EDL_BATCH_INITIAL="96", EDL_BATCH_FLUSH="2", EDL_PASSES=str(passes))
+    job.start("master", "master-0")
+    job.start("pserver", "pserver-0")
+    job.start("pserver", "pserver-1")
+    for name in ("trainer-a", "trainer-b", "trainer-c"):
+        job.start("trainer", name)
+    progress = job.wait_for(
+        lambda p: p.get("noise_scale") is not None and p.get("tasks_done", 0) > 2, 180,
+        "the master's progress to carry φ")
+    assert progress["batch"] == 96 and progress["initial_batch"] == 96
+    assert math.isfinite(progress["noise_scale"]) and progress["noise_scale"] > 0
+    assert 0 < progress["efficiency"] <= 1.0 and progress["gain"] > 0
+    assert progress["shards"] == 2
+    job.signal("trainer-c", signal.SIGKILL)  # mid-update: its pushes are in a pending sum
+    progress = job.wait_for(lambda p: p["finished"] and "accuracy" in p["metrics"], 300,
+                            "the job to finish without trainer-c")
+    assert {job.wait(name, 60) for name in ("trainer-a", "trainer-b")} == {0}
+    _, tasks = job.state()
+    harness.once_per_pass(tasks, passes)
+    def settled() -> list[dict] | None:
+        records = shard_records(job, 2)
+        return records if all(r.get("pending") == 0 for r in records) else None
+
+    records = wait_until(settled, 30, "every pending update applied")
+    for record in records:
+        assert record["received"] == record["applied"] > 0
+        assert record["skipped"] == 0
+    assert progress["metrics"]["accuracy"] >= 0.9
