@@ -262,6 +262,16 @@ def test_environment_follows_the_contract() -> None:
         assert all("value" in e or "valueFrom" in e for e in container["env"])
 
 
+def test_a_job_adapting_its_batch_tells_its_pods_the_initial_batch() -> None:
+    """spec.batch: pservers sum pushes into updates of the batch (EDL_BATCH_INITIAL)."""
+    job = base_job(passes=4)
+    job["spec"]["batch"] = {"initial": 96, "max": 512}
+    for manifest in parser.parse_all(job)[1:]:
+        env = env_of(pod_spec(manifest)["containers"][0])
+        assert list(env) == [*ENV_NAMES[:-2], "EDL_BATCH_INITIAL", *ENV_NAMES[-2:]]
+        assert env["EDL_BATCH_INITIAL"] == "96"
+
+
 def test_gpu_limits_use_the_current_resource_name() -> None:
     trainer = parser.parse_to_trainer(VARIANTS["legacy-gpu"])
     container = pod_spec(trainer)["containers"][0]

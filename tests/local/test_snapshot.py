@@ -19,6 +19,13 @@ def test_progress_fills_the_figures() -> None:
     assert (s.loss, s.samples_per_s, s.accuracy, s.redispatched) == (0.25, 1234.5, 0.9, 2)
 
 
+def test_a_batch_adapting_job_s_batch_and_noise_scale_are_shown() -> None:
+    adapting = {**PROGRESS, "batch": 96.0, "noise_scale": 140.0, "efficiency": 0.8}
+    s = apply_progress(RunSnapshot(job="digits"), adapting)
+    assert (s.batch, s.noise_scale, s.efficiency) == (96.0, 140.0, 0.8)
+    assert apply_progress(RunSnapshot(job="digits"), PROGRESS).batch is None
+
+
 def test_finished_job_shows_its_last_pass_complete() -> None:
     done = {**PROGRESS, "pass": 15, "finished": True, "tasks_done": 0}
     s = apply_progress(RunSnapshot(job="digits"), done)
