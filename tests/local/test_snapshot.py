@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from edl.local.display import LiveDisplay
+from edl.local.display import LiveDisplay, summary_line
 from edl.local.snapshot import apply_progress, apply_trainers, touch
 from edl.local.status import RunSnapshot
 
@@ -23,6 +23,7 @@ def test_a_batch_adapting_job_s_batch_and_noise_scale_are_shown() -> None:
     adapting = {**PROGRESS, "batch": 96.0, "noise_scale": 140.0, "efficiency": 0.8}
     s = apply_progress(RunSnapshot(job="digits"), adapting)
     assert (s.batch, s.noise_scale, s.efficiency) == (96.0, 140.0, 0.8)
+    assert "batch 96, noise scale 140, efficiency 0.80" in summary_line(s)
     assert apply_progress(RunSnapshot(job="digits"), PROGRESS).batch is None
 
 

@@ -53,8 +53,7 @@ def summary_line(s: RunSnapshot, state: str | None = None) -> str:
     if s.tasks_total:
         parts.append(f"tasks {s.tasks_done or 0}/{s.tasks_total}")
     parts.append(f"trainers {s.trainers_running}/{s.trainers_desired}")
-    if s.mode == "collective":
-        parts += _collective_parts(s)
+    parts += _collective_parts(s) if s.mode == "collective" else _batch_parts(s)
     if s.loss is not None:
         parts.append(f"loss {s.loss:.4f}")
     if s.samples_per_s is not None:
@@ -106,6 +105,8 @@ def render(s: RunSnapshot, state: str | None = None) -> RenderableType:
         )
         if overall(s) is not None:
             figures.add_row("all passes", _overall_bar(s, "tasks"))
+        if batch := _batch_parts(s):  # spec.batch: the pservers' measurement
+            figures.add_row("batch", ", ".join(batch))
     figures.add_row(
         "trainers",
         f"{s.trainers_running} running / {s.trainers_desired} desired"
@@ -237,6 +238,12 @@ def _collective_parts(s: RunSnapshot) -> list[str]:
     parts.append(f"restarts {s.restarts}")
     if s.epoch is not None:
         parts.append(f"epoch {s.epoch}" + (f"/{s.epochs}" if s.epochs else ""))
+    return parts + _batch_parts(s)
+
+
+def _batch_parts(s: RunSnapshot) -> list[str]:
+    """A batch-adapting job's batch, measured noise scale and efficiency."""
+    parts = []
     if s.batch is not None:
         parts.append(f"batch {s.batch:.0f}")
     if s.noise_scale is not None:
