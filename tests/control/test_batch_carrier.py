@@ -50,3 +50,26 @@ def test_each_chosen_batch_is_published_once_and_retried_until_taken() -> None:
     sink.up = True
     asyncio.run(publish([grow]))
     assert sink.published == [(*ours, 64), (*ours, 128)]
+
+
+def test_a_parameter_server_job_adapting_its_batch_gets_it_published_too() -> None:
+    """Its pservers read the batch from the job's etcd and sum pushes up to it; a PS
+    job without spec.batch reads none."""
+    import yaml
+
+    from edl.control.batch_publish import reads_batch
+    from edl.jobparser import JobParser
+
+    raw = yaml.safe_load((EXAMPLES / "digits" / "job.yaml").read_text())
+    plain = JobParser().validate(raw)
+    raw["spec"]["batch"] = {"initial": 64, "max": 512}
+    adapting = JobParser().validate(raw)
+    assert reads_batch(adapting) and not reads_batch(plain) and not reads_batch(None)
+    sink = Sink()
+    scaler = Autoscaler(cluster=None, policy="goodput")  # type: ignore[arg-type]
+    scaler.batches.sink = sink
+    jobs = {("default", "adapting"): adapting, ("default", "plain"): plain}
+    decisions = [Decision(*key, parallelism=2, target=3, reason="goodput", batch=128)
+                 for key in jobs]
+    asyncio.run(scaler.batches.publish({}, decisions, lambda key: reads_batch(jobs[key])))
+    assert sink.published == [("default", "adapting", 128)]

@@ -47,7 +47,7 @@ from edl.cluster.port import (
     TrainerPod,
     VictimScaling,
 )
-from edl.control.batch_publish import BatchPublisher
+from edl.control.batch_publish import BatchPublisher, reads_batch
 from edl.control.placement import annotate
 from edl.control.scaling import ScalingTracker
 from edl.jobparser.collective import job_allowed_counts, resize_cooldown_s, resize_pause_s
@@ -294,8 +294,8 @@ class Autoscaler:
                 log.info("batch %s/%s -> %d: %s", decision.namespace, decision.name,
                          decision.batch, decision.reason)
                 await self._scale(decision)
-        await self.batches.publish(self._batches, decisions, lambda key: key in self._jobs and (
-            self._jobs[key].collective() or self._jobs[key].spec.batch is not None))
+        await self.batches.publish(self._batches, decisions,
+                                   lambda key: reads_batch(self._jobs.get(key)))
         self.last_decisions = decisions
         return decisions
 

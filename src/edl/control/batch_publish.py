@@ -11,10 +11,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
+from edl.api.trainingjob import TrainingJob
 from edl.policy import Decision
 from edl.throughput.board import BatchSink
 
 Key = tuple[str, str]
+
+
+def reads_batch(job: TrainingJob | None) -> bool:
+    """Whether a job's pods read its chosen batch from its etcd: a collective job's
+    workers; a parameter-server job's pservers when it adapts its batch (spec.batch)."""
+    return job is not None and (job.collective() or job.spec.batch is not None)
 
 
 class BatchPublisher:
