@@ -2,14 +2,18 @@
 
 Starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok shaped
 and timed as the scenario says (tests/e2e/fidelity.py), runs `edl controller` against
-them while playing the scenario's schedule, samples the cluster every
-`sample_interval_s`, runs the same scenario in `edl simulate`, and prints the
-comparison table of docs/fidelity.md ("Simulated vs the real control plane").
+them while playing the scenario's schedule, records the cluster's watch events and
+replays them on the `sample_interval_s` grid, runs the same scenario in `edl simulate`,
+and prints the comparison table of docs/fidelity.md ("Simulated vs the real control
+plane").
 
 Run: .venv/bin/python bench/fidelity_real.py [SCENARIO] [--out DIR] [--seed N]
-[--controller-debug]  (SCENARIO defaults to the shipped `fidelity`; DIR gets sim/ and
-real/ timeline.csv, real/pods.csv, real/controller.log, comparison.md and trainers.png).
-Needs the binaries of `make k8s`. About 4 minutes: the real side runs in real time.
+[--seeds N] [--time-scale F] [--controller-debug]  (SCENARIO defaults to the shipped
+`fidelity`; DIR gets sim/ and real/ timeline.csv, real/pods.csv, real/controller.log,
+comparison.md and trainers.png; `--seeds N` also simulates seeds seed+1.. for "one of
+the seeds'"; `--time-scale 0.5` plays every duration twice as fast, 1 = the scenario's
+own). Needs the binaries of `make k8s`. The real side runs in real time: the scenario's
+duration times the scale, plus about 30 s of set-up.
 """
 
 from __future__ import annotations
@@ -24,12 +28,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from e2e.control_plane import ControlPlane, k8s_binaries, keep_or_remove
-from e2e.fidelity import RealRun, plane_config, pods_csv
+from e2e.fidelity import RealRun, plane_config
 from e2e.fidelity_compare import Comparison, compare, event_times
+from e2e.fidelity_replay import pods_csv
 from edl.sim.report import timeline_csv
 from edl.sim.runner import run_policy
 from edl.sim.scenario import Scenario, expand_jobs, load_scenario
 from edl.sim.timeline import Timeline
+from edl.sim.timescale import scale_time
 
 
 def run_real(scenario: Scenario, work_dir: Path, keep: Path | None = None,
@@ -109,19 +115,26 @@ def main(argv: list[str]) -> int:
     parser.add_argument("scenario", nargs="?", default="fidelity")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--seeds", type=int, default=1,
+                        help="simulate this many seeds (the real run may match any)")
+    parser.add_argument("--time-scale", type=float, default=1.0,
+                        help="multiply every duration of the scenario (0.5: twice as fast)")
     parser.add_argument("--controller-debug", action="store_true",
                         help="run edl controller with -v (each tick's inputs in its log)")
     args = parser.parse_args(argv)
-    scenario = load_scenario(args.scenario)
-    sim = run_policy(scenario, "default", args.seed).timeline
+    scenario = scale_time(load_scenario(args.scenario), args.time_scale)
+    first = scenario.seed if args.seed is None else args.seed
+    sims = [run_policy(scenario, "default", first + i).timeline for i in range(args.seeds)]
+    sim = sims[0]
     work = Path(tempfile.mkdtemp(prefix="edl-fidelity-"))
     run = run_real(scenario, work, args.out / "real" if args.out else None,
                    args.controller_debug)
     real = run.timeline
-    result = compare(scenario, sim, real)
+    result = compare(scenario, sim, real, others=sims[1:])
     print(result.table())
     latencies = list(run.start_latency_s.values())
-    print(f"latest sample {run.late_s:.2f} s behind its grid point; bind -> Running over "
+    print(f"latest action {run.late_s:.2f} s late; watch lag at most {run.watch_lag_s:.2f} s; "
+          f"bind -> Running over "
           f"{len(latencies)} pods: mean {statistics.fmean(latencies):.2f} s, "
           f"{min(latencies):.0f}-{max(latencies):.0f} s")
     if args.out is not None:

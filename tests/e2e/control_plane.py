@@ -303,18 +303,27 @@ class ControlPlane:
 
     # -- fake nodes --------------------------------------------------------------------
 
-    def add_nodes(self, count: int, prefix: str = "kwok-node", start: int = 0) -> list[str]:
-        """Create `count` fake nodes managed by kwok and wait until they are Ready."""
+    def add_nodes(self, count: int, prefix: str = "kwok-node", start: int = 0, *,
+                  allocatable: dict[str, str] | None = None,
+                  labels: dict[str, str] | None = None,
+                  taints: list[dict[str, str]] | None = None) -> list[str]:
+        """Create `count` fake nodes managed by kwok and wait until they are Ready; each
+        with `allocatable` (default: the config's CPU, memory and pods; extended resources
+        such as nvidia.com/gpu as a device plugin reports them), `labels` and `taints`."""
         names = [f"{prefix}-{i}" for i in range(start, start + count)]
         capacity = {"cpu": self.config.node_cpu, "memory": self.config.node_memory,
-                     "pods": str(self.config.node_pods)}
+                    "pods": str(self.config.node_pods), **(allocatable or {})}
         for name in names:
-            self.request("POST", "/api/v1/nodes", {
+            node: dict[str, Any] = {
                 "apiVersion": "v1", "kind": "Node",
                 "metadata": {"name": name, "annotations": dict([FAKE_NODE_ANNOTATION]),
-                             "labels": {"kubernetes.io/hostname": name, "type": "kwok"}},
+                             "labels": {"kubernetes.io/hostname": name, "type": "kwok",
+                                        **(labels or {})}},
                 "status": {"capacity": capacity, "allocatable": capacity},
-            })
+            }
+            if taints:
+                node["spec"] = {"taints": taints}
+            self.request("POST", "/api/v1/nodes", node)
         deadline = time.monotonic() + 60 + count * 0.2
         while time.monotonic() < deadline:
             ready = {n["metadata"]["name"] for n in self.request("GET", "/api/v1/nodes")["items"]

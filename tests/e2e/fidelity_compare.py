@@ -4,8 +4,11 @@ records the real one).
 The run is cut into stretches at the scenario's events (submissions, deletions, replica
 changes). In each stretch the allocation "after the event settles" is every job's
 running trainers at the stretch's last sample, and the settle time is how long after the
-event the trainer counts last changed. Utilisation is compared as `edl simulate`'s
-`utilization_pct` (mean over samples up to `measure.utilization_until_s`) and per stretch.
+event the trainer counts last changed. "The same allocation" is exact equality with the
+simulated run (`Stretch.same`); where the simulator is given more seeds, `possible` is
+equality with at least one of them (the real run is one of the model's outcomes).
+Utilisation is compared as `edl simulate`'s `utilization_pct` (mean over samples up to
+`measure.utilization_until_s`) and per stretch.
 """
 
 from __future__ import annotations
@@ -30,10 +33,18 @@ class Stretch:
     real_settle_s: float
     sim_util_pct: float  # mean utilisation over the stretch
     real_util_pct: float
+    # the simulator's allocation under other seeds (empty: only `sim` was run)
+    others: tuple[dict[str, int], ...] = ()
 
     @property
     def same(self) -> bool:
+        """Every job's running trainers equal the simulated run's."""
         return self.sim == self.real
+
+    @property
+    def possible(self) -> bool:
+        """The real allocation equals the simulated one under at least one seed."""
+        return self.same or self.real in self.others
 
 
 @dataclass(frozen=True)
@@ -55,7 +66,7 @@ class Comparison:
         for s in self.stretches:
             cells = [f"{s.start:g}–{s.end:g}",
                      *(f"{s.sim.get(j, 0)} / {s.real.get(j, 0)}" for j in jobs),
-                     "yes" if s.same else "**no**",
+                     "yes" if s.same else ("one of the seeds'" if s.possible else "**no**"),
                      f"{s.sim_settle_s:.0f} / {s.real_settle_s:.0f}",
                      f"{s.sim_util_pct:.1f} / {s.real_util_pct:.1f}"]
             rows.append("| " + " | ".join(cells) + " |")
@@ -96,8 +107,10 @@ def _settle_s(timeline: Timeline, rows: list[int], start: float) -> float:
     return last - start
 
 
-def compare(scenario: Scenario, sim: Timeline, real: Timeline) -> Comparison:
-    """Both timelines of `scenario`, sampled on the same grid, stretch by stretch."""
+def compare(scenario: Scenario, sim: Timeline, real: Timeline,
+            others: list[Timeline] | None = None) -> Comparison:
+    """Both timelines of `scenario`, sampled on the same grid, stretch by stretch;
+    `others`: the simulation under more seeds (for `Stretch.possible`)."""
     events = event_times(scenario)
     bounds = [*events, scenario.duration_s + scenario.sample_interval_s]
     stretches = []
@@ -111,7 +124,9 @@ def compare(scenario: Scenario, sim: Timeline, real: Timeline) -> Comparison:
             sim_settle_s=_settle_s(sim, sim_rows, start),
             real_settle_s=_settle_s(real, real_rows, start),
             sim_util_pct=mean_utilization(sim, start, end - 1e-9) or 0.0,
-            real_util_pct=mean_utilization(real, start, end - 1e-9) or 0.0))
+            real_util_pct=mean_utilization(real, start, end - 1e-9) or 0.0,
+            others=tuple(_allocation(other, _rows(other, start, end)[-1])
+                         for other in others or [])))
     until = scenario.measure.utilization_until_s
     return Comparison(sim_util_pct=mean_utilization(sim, 0.0, until) or 0.0,
                       real_util_pct=mean_utilization(real, 0.0, until) or 0.0,

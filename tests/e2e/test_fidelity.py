@@ -1,15 +1,41 @@
-"""The simulation against the real control plane: the shipped `fidelity` scenario (20
-nodes, three elastic jobs, a service wave) in real time on kube-apiserver,
-kube-controller-manager, kube-scheduler and kwok, and in `edl simulate`.
+"""The simulation against the real control plane: a shipped scenario in real time on
+kube-apiserver, kube-controller-manager, kube-scheduler and kwok, and in `edl simulate`.
 
-Acceptance (issue 11): CPU utilisation over the run within 5 points of the simulation,
-and every job's trainer count the same after each event has settled. "Settled" is
-checked, not assumed: the real allocation must have stopped moving `SETTLE_MARGIN_S`
-before the next event, so the comparison is of two resting states. The figures are in
-docs/fidelity.md ("Simulated vs the real control plane"); bench/fidelity_real.py
-reproduces them with a plot.
+* `fidelity` (issue 11): 20 nodes, three elastic jobs, a service wave.
+* `fidelity-constrained` (issue 21): a tainted, labelled GPU pool that only the `gpu` job
+  tolerates and selects; a `web` service at a high PriorityClass rising into a cluster
+  full of trainers, so kube-scheduler preempts trainers (the simulator: the in-process
+  model's preemption); a `research` namespace with a ResourceQuota that bounds its job.
 
-The plane is this test's own (kwok's stages carry the scenario's latencies, the nodes
+Acceptance: CPU utilisation over the run within 5 points of the simulation, and the same
+allocation after each event has settled. "Settled" is checked, not assumed: the real
+allocation must have stopped moving `SETTLE_MARGIN_S` (scaled) before the next event, so
+two resting states are compared. "The same allocation" (`fidelity_compare.Stretch.same`):
+every job's running trainers at the stretch's last sample equal the simulator's at seed
+0 — exactly, for `fidelity`. In `fidelity-constrained`'s preemption stretch the
+simulator itself does not fix how the preempted room splits between the two CPU jobs
+(which trainers kube-scheduler's preemption picks depends on where they landed), so
+there "the same" is: the real allocation equals the simulated one of at least one of
+seeds 0-7 (`Comparison.possible`), and in every stretch where those seeds agree this is
+exact equality with all of them.
+
+Time scale (issue 19): both run at half scale (`edl.sim.timescale.scale_time(..., 0.5)`:
+every submission, replica change, pod latency, autoscaler tick and sample twice as fast;
+100 s and 70 s of real time instead of 200 s and 140 s). What they prove does not depend
+on it: the simulator's settled allocations and utilisation are the same at scales 1 and
+0.5 (test_fidelity_compare.py pins it for both scenarios), and what does not scale on the
+real side — API, watch and controller latencies of 1-3 s per event — is measured by the
+settle check, which fails the run if the real cluster had not come to rest well before
+the next event. bench/fidelity_real.py runs a scenario at the production scale
+(`--time-scale 1`, the default); its figures at both scales are in docs/fidelity.md.
+
+Recording: the real side is a log of watch events replayed on the sample grid afterwards
+(tests/e2e/watch_record.py), so a loaded machine cannot make it miss its grid; the
+scheduled actions must still start within `ACTION_LATE_S` of their time, and the watch's
+lag is bounded. Hence no `alone` marker: these tests run in the parallel part of
+`make test` (docs/testing.md has the runs under load).
+
+Each plane is this test's own (kwok's stages carry the scenario's latencies, the nodes
 its shape), not the session's.
 """
 
@@ -25,25 +51,31 @@ from pathlib import Path
 import pytest
 
 from e2e.control_plane import ControlPlane, k8s_binaries, keep_or_remove
-from e2e.fidelity import RealRun, plane_config, pods_csv
+from e2e.fidelity import RealRun, plane_config
 from e2e.fidelity_compare import Comparison, compare
+from e2e.fidelity_replay import pods_csv
 from edl.sim.report import timeline_csv
 from edl.sim.runner import run_policy
 from edl.sim.scenario import Scenario, expand_jobs, load_scenario
 from edl.sim.timeline import Timeline
+from edl.sim.timescale import scale_time
 
 UTILISATION_POINTS = 5.0
-SETTLE_MARGIN_S = 10.0
+SETTLE_MARGIN_S = 10.0  # at the production scale; scaled with the scenario
+TIME_SCALE = 0.5
+ACTION_LATE_S = 1.0  # a submission or replica change started at most this late
+WATCH_LAG_S = 3.0  # receive time - creationTimestamp of a pod (whole seconds: +1 s)
+SEEDS = range(8)
 
 
-# `alone`: make test runs it after the parallel part, with the machine to itself. Beside
-# the other workers its 1 s real-time sampler fell 2-3 s behind (two clean-clone runs).
-@pytest.mark.alone
-@pytest.mark.timeout(900)
-def test_simulated_and_real_control_plane_agree(tmp_path: Path) -> None:
-    scenario = load_scenario("fidelity")
+def _sim(scenario: Scenario, seeds: range) -> list[Timeline]:
+    return [run_policy(scenario, "default", seed).timeline for seed in seeds]
+
+
+def _run(name: str, tmp_path: Path, seeds: range) -> tuple[Scenario, Comparison, RealRun]:
+    scenario = scale_time(load_scenario(name), TIME_SCALE)
     started = time.monotonic()
-    sim = run_policy(scenario, "default").timeline
+    sims = _sim(scenario, seeds)
     plane = ControlPlane(bin_dir=k8s_binaries(), work_dir=tmp_path / "plane",
                          config=plane_config(scenario))
     run = RealRun(plane, scenario, plane.work_dir)
@@ -52,38 +84,78 @@ def test_simulated_and_real_control_plane_agree(tmp_path: Path) -> None:
         plane.start()
         run.run()
         plane.check_running()
-        result = compare(scenario, sim, run.timeline)
+        result = compare(scenario, sims[0], run.timeline, others=sims[1:])
     finally:
         plane.stop()
-        agreed = result is not None and _agree(result)
+        agreed = result is not None and _agree(result, scenario, seeds)
         if not agreed:  # keep what explains it next to the control plane's logs
-            _keep(run, scenario, sim, plane.logs)
+            _keep(run, scenario, sims[0], plane.logs)
         note = keep_or_remove(plane, failed=not agreed)
         if note:
             print(note, file=sys.stderr)
     latencies = list(run.start_latency_s.values())
-    print(f"\n{result.table()}\nwall {time.monotonic() - started:.0f} s; latest sample "
-          f"{run.late_s:.2f} s late; bind -> Running on kwok over {len(latencies)} pods: "
-          f"mean {statistics.fmean(latencies):.1f} s, {min(latencies):.0f}-"
-          f"{max(latencies):.0f} s")
-
-    assert run.late_s < 1.0, "the sampler fell behind: the timeline is not on its grid"
+    print(f"\n{result.table()}\nwall {time.monotonic() - started:.0f} s; latest action "
+          f"{run.late_s:.2f} s late; watch lag at most {run.watch_lag_s:.2f} s; bind -> "
+          f"Running on kwok over {len(latencies)} pods: mean {statistics.fmean(latencies):.1f}"
+          f" s, {min(latencies):.0f}-{max(latencies):.0f} s")
+    assert run.late_s < ACTION_LATE_S, "an action started late: the schedule was not kept"
+    assert run.watch_lag_s < WATCH_LAG_S, "the watch fell behind: its timestamps are late"
     # kwok played the scenario's start latency (the API's timestamps are whole seconds).
     low, high = scenario.pod_start_latency_s.min, scenario.pod_start_latency_s.max
     assert low - 1 <= statistics.fmean(latencies) <= high + 1
+    return scenario, result, run
+
+
+def _settle_margin(scenario: Scenario) -> float:
+    return SETTLE_MARGIN_S * TIME_SCALE
+
+
+def _check(scenario: Scenario, result: Comparison, exact: bool) -> None:
     assert abs(result.util_diff_pct) <= UTILISATION_POINTS, result.table()
+    margin = _settle_margin(scenario)
     for stretch in result.stretches:
-        assert stretch.real_settle_s <= stretch.end - stretch.start - SETTLE_MARGIN_S, (
-            f"the real cluster had not settled {SETTLE_MARGIN_S:g} s before the next "
+        assert stretch.real_settle_s <= stretch.end - stretch.start - margin, (
+            f"the real cluster had not settled {margin:g} s before the next "
             f"event in {stretch.start:g}-{stretch.end:g} s:\n{result.table()}")
-        assert stretch.same, (
+        same = stretch.same if exact else stretch.possible
+        assert same, (
             f"allocation after the event at {stretch.start:g} s differs:\n{result.table()}")
 
 
-def _agree(result: Comparison) -> bool:
+def _agree(result: Comparison, scenario: Scenario, seeds: range) -> bool:
+    margin = _settle_margin(scenario)
+    exact = len(seeds) == 1
     return abs(result.util_diff_pct) <= UTILISATION_POINTS and all(
-        s.same and s.real_settle_s <= s.end - s.start - SETTLE_MARGIN_S
+        (s.same if exact else s.possible) and s.real_settle_s <= s.end - s.start - margin
         for s in result.stretches)
+
+
+@pytest.mark.timeout(600)
+def test_simulated_and_real_control_plane_agree(tmp_path: Path) -> None:
+    scenario, result, _ = _run("fidelity", tmp_path, range(1))
+    _check(scenario, result, exact=True)
+
+
+@pytest.mark.timeout(600)
+def test_simulated_and_real_agree_on_a_constrained_cluster(tmp_path: Path) -> None:
+    """Taints, a selector, PriorityClasses with kube-scheduler's preemption, a quota."""
+    scenario, result, run = _run("fidelity-constrained", tmp_path, SEEDS)
+    _check(scenario, result, exact=False)
+    # what makes it constrained happened on the real side, not only in the model
+    preempted = [e for e in run.events if e.kind == "Pod" and e.type == "MODIFIED"
+                 and any(c.get("reason") == "PreemptionByScheduler"
+                         for c in (e.obj.get("status") or {}).get("conditions") or [])]
+    assert preempted, "kube-scheduler preempted no trainer"
+    pods = {e.obj["metadata"]["uid"]: e.obj for e in run.events if e.kind == "Pod"
+            and e.type != "RESYNC"}
+    gpu_nodes = {f"gpu-{i}" for i in range(3)}
+    for pod in pods.values():
+        labels, node = pod["metadata"].get("labels") or {}, pod["spec"].get("nodeName")
+        if labels.get("edl.dev/role") == "trainer" and node:
+            assert (node in gpu_nodes) == (labels.get("edl.dev/job") == "gpu"), (
+                f"{pod['metadata']['name']} on {node}")
+    research = [s.real.get("research", 0) for s in result.stretches]
+    assert max(research) == 4, research  # 1 master + 1 pserver + 4 trainers = the 6 CPU
 
 
 def _keep(run: RealRun, scenario: Scenario, sim: Timeline, logs: Path) -> None:

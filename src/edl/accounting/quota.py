@@ -28,6 +28,7 @@ from edl.accounting.types import PodResources, QuotaRoom
 __all__ = [
     "QuotaPod",
     "exceeded",
+    "missing_requests",
     "pod_usage",
     "quota_matches",
     "quota_room",
@@ -169,6 +170,50 @@ def exceeded(
                     f"exceeded quota: {quota.name}, requested: {key}={want}, "
                     f"used: {key}={used}, limited: {key}={hard}"
                 )
+    return ""
+
+
+# `pkg/quota/v1/evaluator/core/pods.go` `validationSet`: a quota on one of these makes
+# every container state it ("this was a mistake ... we did this before QoS was defined")
+_MUST_STATE = frozenset({"cpu", "memory", "requests.cpu", "requests.memory", "limits.cpu",
+                         "limits.memory"})
+
+
+def _stated(container: Mapping[str, Any]) -> set[str]:
+    """`podComputeUsageHelper`'s resource names for one container; a limit without a
+    request requests the limit (the API server's defaulting, before admission)."""
+    resources = container.get("resources") or {}
+    limits = resources.get("limits") or {}
+    requests = {**limits, **(resources.get("requests") or {})}
+    out = set()
+    for name in ("cpu", "memory"):
+        if name in requests:
+            out |= {name, f"requests.{name}"}
+        if name in limits:
+            out.add(f"limits.{name}")
+    return out
+
+
+def missing_requests(
+    quotas: Sequence[QuotaRoom], namespace: str, spec: Mapping[str, Any], traits: QuotaPod
+) -> str:
+    """"" when every container states what the namespace's matching quotas cap of CPU and
+    memory, else the admission's 403 message: `failed quota: <name>: must specify
+    requests.cpu for: etcd` (`podEvaluator.Constraints`, `enforcePodContainerConstraints`
+    over containers and init containers; resources in name order, containers sorted)."""
+    containers = [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]
+    for quota in quotas:
+        if quota.namespace != namespace or not quota_matches(quota, traits):
+            continue
+        required = _MUST_STATE & set(quota.hard)
+        missing: dict[str, set[str]] = {}
+        for container in containers:
+            for resource in required - _stated(container):
+                missing.setdefault(resource, set()).add(str(container.get("name", "")))
+        if missing:
+            listed = "; ".join(f"{resource} for: {','.join(sorted(names))}"
+                               for resource, names in sorted(missing.items()))
+            return f"failed quota: {quota.name}: must specify {listed}"
     return ""
 
 

@@ -264,6 +264,14 @@ def _container(
     return container
 
 
+# The sidecar's requests, stated: none beyond the master container's (as before), but
+# written out, because the API server's quota admission refuses a pod in a namespace
+# whose ResourceQuota caps cpu or memory when a container does not state them ("failed
+# quota: ...: must specify requests.cpu for: etcd"; found by the constrained fidelity run,
+# docs/fidelity.md).
+ETCD_REQUESTS = {"cpu": "0", "memory": "0"}
+
+
 def etcd_container(job: TrainingJob) -> dict[str, Any]:
     """etcd for the job, listening on every address of the master pod, as a non-root user."""
     return {
@@ -280,6 +288,7 @@ def etcd_container(job: TrainingJob) -> dict[str, Any]:
         "ports": [_port("etcd", ETCD_CLIENT_PORT)],
         "volumeMounts": [{"name": ETCD_DATA_VOLUME, "mountPath": "/var/lib/etcd"}],
         "securityContext": dict(ETCD_RUN_AS),
+        "resources": {"requests": dict(ETCD_REQUESTS)},
     }
 
 

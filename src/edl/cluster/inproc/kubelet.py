@@ -22,7 +22,14 @@ from typing import Any
 
 from edl.accounting import PodResources, ResourceLedger
 from edl.accounting.ledger import pending_pod_resources
-from edl.accounting.quota import QuotaPod, exceeded, pod_usage, quota_matches, quota_room
+from edl.accounting.quota import (
+    QuotaPod,
+    exceeded,
+    missing_requests,
+    pod_usage,
+    quota_matches,
+    quota_room,
+)
 from edl.api.names import ROLE_TRAINER
 from edl.cluster.inproc.affinity import AffinityError, preferred_terms
 from edl.cluster.inproc.pods import (
@@ -223,7 +230,8 @@ class PodLifecycle:
     def _admit(self, manifest: Manifest, resources: PodResources) -> None:
         """The API server's admission: `Priority` resolves `priorityClassName` into
         `spec.priority` (an unknown class is refused), `ResourceQuota` refuses a pod
-        that would take its namespace past a quota (403 "exceeded quota")."""
+        with a container that does not state a CPU or memory the quota caps (403 "must
+        specify") or that would take its namespace past a quota (403 "exceeded quota")."""
         metadata, spec = manifest["metadata"], manifest.setdefault("spec", {})
         namespace, name = metadata.get("namespace", ""), metadata.get("name", "")
         class_name = spec.get("priorityClassName")
@@ -242,7 +250,8 @@ class PodLifecycle:
             return
         traits = quota_traits(spec, resources)
         used = self.quota_usage(namespace)
-        message = exceeded(rooms, namespace, resources, traits, used)
+        message = (missing_requests(rooms, namespace, spec, traits)
+                   or exceeded(rooms, namespace, resources, traits, used))
         if message:
             raise ClusterError("Pod", namespace, name, message, status=403)
 
