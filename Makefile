@@ -7,9 +7,10 @@ STAMP := $(VENV)/.installed
 # Test workers: the e2e and process tests mostly wait (on a control plane, on processes),
 # so more workers than cores; each worker that runs e2e tests has a control plane of its
 # own (about 1 GB). --maxschedchunk 2: tests are handed out two at a time, so the long
-# ones, which tests/conftest.py orders first, start side by side. Tests marked `alone` (the
-# real-time fidelity run, which samples on a 1 s grid) run afterwards with the machine to
-# themselves; exit status 5 there is "none collected" (EDL_E2E=0).
+# ones, which tests/conftest.py orders first, start side by side. Tests marked `alone` would
+# run afterwards with the machine to themselves (none is marked today: the real-time
+# fidelity runs record watch events instead of sampling on time); exit status 5 there is
+# "none collected".
 WORKERS ?= 4
 XDIST := -n $(WORKERS) --dist load --maxschedchunk 2
 # `make check`: every test that needs neither the Kubernetes binaries nor edl/torch

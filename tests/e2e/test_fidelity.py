@@ -10,31 +10,36 @@ kube-apiserver, kube-controller-manager, kube-scheduler and kwok, and in `edl si
 Acceptance: CPU utilisation over the run within 5 points of the simulation, and the same
 allocation after each event has settled. "Settled" is checked, not assumed: the real
 allocation must have stopped moving `SETTLE_MARGIN_S` (scaled) before the next event, so
-two resting states are compared. "The same allocation" (`fidelity_compare.Stretch.same`):
-every job's running trainers at the stretch's last sample equal the simulator's at seed
-0 — exactly, for `fidelity`. In `fidelity-constrained`'s preemption stretch the
-simulator itself does not fix how the preempted room splits between the two CPU jobs
-(which trainers kube-scheduler's preemption picks depends on where they landed), so
-there "the same" is: the real allocation equals the simulated one of at least one of
-seeds 0-7 (`Comparison.possible`), and in every stretch where those seeds agree this is
-exact equality with all of them.
+two resting states are compared. "The same allocation" (`fidelity_compare.Stretch`):
+for `fidelity`, every job's running trainers at the stretch's last sample equal the
+simulator's at seed 0, exactly (`same`; its seeds all agree). For
+`fidelity-constrained` the simulator itself does not fix one thing: after the service
+rises, how the preempted room splits between the two CPU jobs (which equal-priority
+trainers kube-scheduler's preemption picks depends on where they landed; seeds 0-23
+give cpu/research 12/2 or 10/4, always 14 together). There "the same" is `determined`:
+over seeds 0-7, every job whose count all seeds agree on has exactly that count, and the
+jobs whose count varies have exactly the total all seeds give, each within the seeds'
+range; in every other stretch that is exact equality.
 
 Time scale (issue 19): `fidelity` runs at the production scale (200 s of real time: the
-figures of docs/fidelity.md). `fidelity-constrained` runs at half scale
-(`edl.sim.timescale.scale_time(..., 0.5)`: every submission, replica change, pod latency,
-autoscaler tick and sample twice as fast; 70 s instead of 140 s). What it proves does not
-depend on that: the simulator's settled allocations are the same at scales 1 and 0.5 and
-its utilisation within a point (test_fidelity_compare.py pins it for both scenarios), and
-what does not scale on the real side -- API, watch and controller latencies of 1-3 s per
-event -- is what the settle check measures: the run fails if the real cluster had not
-come to rest well before the next event. `bench/fidelity_real.py --time-scale` runs
-either scenario at any scale.
+figures of docs/fidelity.md). `fidelity-constrained` runs at three quarters
+(`edl.sim.timescale.scale_time(..., 0.75)`: every submission, replica change, pod
+latency, autoscaler tick and sample three quarters as long; 105 s instead of 140 s). What it
+proves does not depend on that: the simulator's settled allocations are the same at
+scales 1, 0.75 and 0.5 and its utilisation within a point (test_fidelity_compare.py pins
+it for both scenarios), and what does not scale on the real side -- API, watch and
+controller latencies of 2-14 s per event, more on a loaded machine -- is what the settle
+check measures: the run fails if the real cluster had not come to rest `SETTLE_MARGIN_S`
+× scale before the next event. (At half scale, under load 22, the first stretch settled
+14 s into its 20: too close to the 15 s limit to be reliable.)
+`bench/fidelity_real.py --time-scale` runs either scenario at any scale.
 
 Recording: the real side is a log of watch events replayed on the sample grid afterwards
 (tests/e2e/watch_record.py), so a loaded machine cannot make it miss its grid; the
 scheduled actions must still start within `ACTION_LATE_S` of their time, and the watch's
-lag is bounded. Hence no `alone` marker: these tests run in the parallel part of
-`make test` (docs/testing.md has the runs under load).
+lag (arrival minus creationTimestamp) must stay under the settle margin: a state recorded
+later than that could pass for settled when it was not. Hence no `alone` marker: these
+tests run in the parallel part of `make test` (docs/testing.md has the runs under load).
 
 Each plane is this test's own (kwok's stages carry the scenario's latencies, the nodes
 its shape), not the session's.
@@ -64,7 +69,6 @@ from edl.sim.timescale import scale_time
 UTILISATION_POINTS = 5.0
 SETTLE_MARGIN_S = 10.0  # at the production scale; scaled with the scenario
 ACTION_LATE_S = 1.0  # a submission or replica change started at most this late
-WATCH_LAG_S = 3.0  # receive time - creationTimestamp of a pod (whole seconds: +1 s)
 SEEDS = range(8)
 
 
@@ -100,7 +104,8 @@ def _run(name: str, scale: float, tmp_path: Path,
           f"Running on kwok over {len(latencies)} pods: mean {statistics.fmean(latencies):.1f}"
           f" s, {min(latencies):.0f}-{max(latencies):.0f} s")
     assert run.late_s < ACTION_LATE_S, "an action started late: the schedule was not kept"
-    assert run.watch_lag_s < WATCH_LAG_S, "the watch fell behind: its timestamps are late"
+    assert run.watch_lag_s < SETTLE_MARGIN_S * scale, (
+        "the watch fell behind by more than the settle margin: its timestamps are late")
     # kwok played the scenario's start latency (the API's timestamps are whole seconds).
     low, high = scenario.pod_start_latency_s.min, scenario.pod_start_latency_s.max
     assert low - 1 <= statistics.fmean(latencies) <= high + 1
@@ -114,7 +119,7 @@ def _check(scale: float, result: Comparison, exact: bool) -> None:
         assert stretch.real_settle_s <= stretch.end - stretch.start - margin, (
             f"the real cluster had not settled {margin:g} s before the next "
             f"event in {stretch.start:g}-{stretch.end:g} s:\n{result.table()}")
-        same = stretch.same if exact else stretch.possible
+        same = stretch.same if exact else stretch.determined
         assert same, (
             f"allocation after the event at {stretch.start:g} s differs:\n{result.table()}")
 
@@ -123,7 +128,7 @@ def _agree(result: Comparison, scale: float, seeds: range) -> bool:
     margin = SETTLE_MARGIN_S * scale
     exact = len(seeds) == 1
     return abs(result.util_diff_pct) <= UTILISATION_POINTS and all(
-        (s.same if exact else s.possible) and s.real_settle_s <= s.end - s.start - margin
+        (s.same if exact else s.determined) and s.real_settle_s <= s.end - s.start - margin
         for s in result.stretches)
 
 
@@ -136,8 +141,8 @@ def test_simulated_and_real_control_plane_agree(tmp_path: Path) -> None:
 @pytest.mark.timeout(600)
 def test_simulated_and_real_agree_on_a_constrained_cluster(tmp_path: Path) -> None:
     """Taints, a selector, PriorityClasses with kube-scheduler's preemption, a quota."""
-    _, result, run = _run("fidelity-constrained", 0.5, tmp_path, SEEDS)
-    _check(0.5, result, exact=False)
+    _, result, run = _run("fidelity-constrained", 0.75, tmp_path, SEEDS)
+    _check(0.75, result, exact=False)
     # what makes it constrained happened on the real side, not only in the model
     preempted = [e for e in run.events if e.kind == "Pod" and e.type == "MODIFIED"
                  and any(c.get("reason") == "PreemptionByScheduler"
