@@ -87,17 +87,19 @@ class WatchRecorder:
     # -- one kind ------------------------------------------------------------------------
     def _follow(self, kind: str, listed: threading.Event) -> None:
         path = Rest.path(kind)
-        version = self._list(kind, path)
-        listed.set()
+        version = ""
         while not self._stop.is_set():
             try:
+                if not version:  # first, or after an error: list (logged as a RESYNC)
+                    version = self._list(kind, path)
+                    listed.set()
                 version = self._watch(kind, path, version)
-            except (urllib.error.URLError, OSError, ValueError) as error:
+            except (urllib.error.URLError, OSError, ValueError, KeyError) as error:
                 if self._stop.is_set():
                     return
                 self.errors.append(f"{kind}: {error}")
+                version = ""
                 time.sleep(0.2)
-                version = self._list(kind, path)
 
     def _list(self, kind: str, path: str) -> str:
         answer = self.plane.request("GET", path)
