@@ -132,7 +132,7 @@ def _agree(result: Comparison, scale: float, seeds: range) -> bool:
         for s in result.stretches)
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)
 def test_simulated_and_real_control_plane_agree(tmp_path: Path) -> None:
     _, result, _ = _run("fidelity", 1.0, tmp_path, range(1))
     _check(1.0, result, exact=True)
