@@ -44,6 +44,19 @@ async def test_no_prior_and_no_measurement_means_no_scaling() -> None:
     assert await tracker.scaling(KEY, 0.0) is None
 
 
+async def test_a_resized_job_without_a_curve_still_reports_its_cooldowns() -> None:
+    """Nothing declared nor measured yet, but resized: reported as linear with the
+    times since its resizes, so a policy's cooldowns hold for it too."""
+    tracker = ScalingTracker(ThroughputBoard())
+    tracker.remember(KEY, {"edl.dev/join-cost-s": "45"})
+    assert await tracker.scaling(KEY, 0.0) is None
+    tracker.resized(KEY, +10, now=5.0)
+    scaling = await tracker.scaling(KEY, 12.0)
+    assert scaling is not None and scaling.curve == UslCurve(1.0)
+    assert scaling.source == "none: linear assumed" and scaling.join_cost_s == 45.0
+    assert (scaling.since_grow_s, scaling.since_shrink_s) == (7.0, None)
+
+
 async def test_measurements_at_a_chosen_batch_are_fitted_at_the_declared_one() -> None:
     """A job with spec.batch: what it ran at a larger batch is converted back to its
     declared per-trainer batch through the compute rate it reports; φ and that rate

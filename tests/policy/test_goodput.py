@@ -151,3 +151,36 @@ def test_goodput_defers_a_growth_too_small_to_be_worth_a_resize() -> None:
     assert target == 29 and "grows in one step" in reason
     # room for six: +24 %, made at once
     assert plan(GoodputPolicy(), 24)[0] == 30
+
+
+def test_goodput_does_not_shrink_a_job_within_its_cooldown_for_a_job_below_its_floor() -> None:
+    """`a` was shrunk 10 s ago (its cooldown holds it at 30); `b` holds 2 of a floor of
+    8. Both levels are -inf (not a donor / most in need): the cooldown must win, or `a`
+    is shrunk again every tick of its cooldown (each a resize)."""
+    c = _scheduled(4, 8_000, Job("ns", "a", 1, 40, 30), Job("ns", "b", 1, 40, 2))
+
+    def target_of_a(since_shrink_s: float | None) -> int:
+        views = _with_scaling(c, {
+            "a": Scaling(CURVES[0], since_shrink_s=since_shrink_s), "b": Scaling(CURVES[0])
+        })
+        return {d.name: d.target for d in GoodputPolicy().plan(views, c.resources(), 1.0)}["a"]
+
+    assert target_of_a(since_shrink_s=None) < 30  # out of its cooldown: it gives
+    assert target_of_a(since_shrink_s=10.0) == 30
+
+
+def test_goodput_never_takes_a_donor_below_its_goodput_share() -> None:
+    """Ten 10-core nodes hold 30 trainers of 3 cores, the budget 33: `t`'s share (15)
+    does not fit beside `d`'s (18, what it holds). Rebalancing finds `t` room only by
+    taking `d` under the share the allocation gave it (a trainer at a time, a resize
+    each); it must not. Held above its share, `d` still gives down to it."""
+    def targets(d_held: int, t_held: int) -> dict[str, int]:
+        c = _scheduled(10, 10_000, Job("ns", "d", 1, 40, d_held, 3000, 1000),
+                       Job("ns", "t", 1, 40, t_held, 3000, 1000))
+        views = _with_scaling(c, {"d": Scaling(CURVES[0]), "t": Scaling(CURVES[0])})
+        decisions = GoodputPolicy().plan(views, c.resources(), 1.0)
+        assert "goodput share 18" in next(d.reason for d in decisions if d.name == "d")
+        return {d.name: d.target for d in decisions}
+
+    assert targets(18, 12) == {"d": 18, "t": 12}
+    assert targets(26, 4)["d"] == 18

@@ -19,11 +19,13 @@ from edl.policy.base import Scaling
 from edl.throughput.annotations import read_hints
 from edl.throughput.batch import BatchLimits, at_declared_batch
 from edl.throughput.board import ThroughputSource
+from edl.throughput.curve import UslCurve
 from edl.throughput.fit import Observation, OnlineFit
 
 log = logging.getLogger(__name__)
 
 Key = tuple[str, str]
+_LINEAR = UslCurve(1.0)  # what a policy assumes of a job it knows nothing of
 _NOISE_WINDOW = 8  # φ is the mean of the newest measurements (each one is noisy)
 
 
@@ -78,7 +80,8 @@ class ScalingTracker:
         return entry.fit if entry is not None else None
 
     async def scaling(self, key: Key, now: float, batch: float | None = None) -> Scaling | None:
-        """The job's `Scaling` now (None when neither a prior nor a measurement exists);
+        """The job's `Scaling` now (None when neither a prior nor a measurement exists
+        and the job was never resized; resized, it reads as linear, `_LINEAR`);
         ``batch``: the total batch the policy last chose for it (None: none chosen;
         the Scaling then carries the batch the job reports running at)."""
         entry = self._jobs.get(key)
@@ -90,9 +93,14 @@ class ScalingTracker:
                 entry.fit.extend(self._declared(entry, fresh))
                 entry.seen_until = max(o.at for o in fresh)
         curve = entry.fit.curve()
-        if curve is None:
-            return None
         source = entry.fit.method
+        if curve is None:
+            if entry.grown_at is None and entry.shrunk_at is None:
+                return None
+            # Resized, yet nothing measured nor declared: the cooldowns must still hold
+            # (without them such a job was grown and shrunk on alternate ticks), so it
+            # is reported as the linear curve a policy assumes for it anyway.
+            curve, source = _LINEAR, "none: linear assumed"
         latest = entry.fit.latest()
         return Scaling(
             curve=curve,

@@ -182,6 +182,12 @@ class GoodputPolicy(DefaultPolicy):
             return plan.fulfillment(count)
         if count <= self._floors.get(want.key, 0):
             return -math.inf  # below its floor (fairness, cooldown): not a donor
+        if count < min(plan.share, plan.target):
+            # Below the goodput share it holds more than: not a donor either. The share
+            # is where the allocation, its deadband and its cooldowns left the job; a
+            # donor taken under it gave a trainer or two every cooldown (each a resize
+            # that moved its speed by a few per cent).
+            return -math.inf
         value = trainer_value(want, count, self._budget, self.params)
         if count <= want.held:  # a trainer it holds: moving it is not free
             value *= 1.0 + self.params.incumbency

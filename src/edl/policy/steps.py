@@ -7,6 +7,7 @@ all are pure arithmetic on copies of the policy's inputs.
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable, Sequence
 
 from edl.accounting.types import ClusterResource
@@ -273,7 +274,8 @@ def rebalance(
     free but the load cap stopped the growth, the donors shed for the budget. A
     job below its share grows in a later plan, once the room is really free.
     ``level_of(plan, count)`` is the fairness level a donor must keep above the
-    taker's: fulfillment for `default`, the share held for `goodput`.
+    taker's: fulfillment for `default`, the share held for `goodput`; -inf means the
+    job may not go down to ``count`` at all (a cooldown, its floor, its share).
     """
     waiters: list[tuple[Shape, int]] = []  # (shape, taker); its nodes: the taker's
     for index, plan in enumerate(plans):
@@ -300,8 +302,9 @@ def rebalance(
         after = plan.target - extra - 1
         if index in takers or plan.grown or after < plan.view.min_instance:
             return None
-        if level_of(plan, after) < level[0]:
-            return None
+        kept = level_of(plan, after)
+        if kept == -math.inf or kept < level[0]:  # -inf: held where it is (not a donor),
+            return None  # even for a taker whose own level is -inf (below its floor)
         span = plan.view.max_instance - plan.view.min_instance
         return (plan.share - after) / span
 
