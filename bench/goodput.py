@@ -72,6 +72,11 @@ def _family(rng: random.Random) -> dict[str, Any]:
 
 def varied_scenario(seed: int) -> Scenario:
     """A random scenario: cluster, job mix, arrivals and maybe a service wave."""
+    return parse_scenario(varied_data(seed), f"varied-{seed}")
+
+
+def varied_data(seed: int) -> dict[str, Any]:
+    """`varied_scenario`'s document, before parsing (other benches add to its jobs)."""
     rng = random.Random(seed)
     nodes = rng.choice([8, 12, 16])
     jobs, at = [], 0.0
@@ -106,7 +111,7 @@ def varied_scenario(seed: int) -> Scenario:
         "workloads": workloads,
         "training": {"jobs": jobs},
     }
-    return parse_scenario(data, f"varied-{seed}")
+    return data
 
 
 def _value(metrics: Metrics, key: str) -> float:

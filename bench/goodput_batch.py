@@ -16,18 +16,25 @@ figure measured in this run on the same seeds:
 
 It also prints the JCT bound (each job alone at its best goodput, with and without
 batch adaptation, `edl.sim.jct_bound`). ``--out DIR`` writes a PNG of mean JCT per
-variant. Usage: ``python bench/goodput_batch.py [--seeds 10] [--parts 3] [--out docs/img]``.
+variant. ``--varied N``: also ``goodput`` against ``default`` on N generated scenarios
+(`bench/goodput.py`'s generator, seeds 3000.., neither its tuning nor its reporting
+seeds) whose every job is given a batch range and a rising noise scale
+(`noisy_varied_scenario`), so a change is not judged on `mixed-scaling` alone.
+Usage: ``python bench/goodput_batch.py [--seeds 10] [--parts 3] [--varied 3] [--out docs/img]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import random
 import statistics
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
 
 from edl.accounting.types import ClusterResource
 from edl.policy import Decision, JobView, Policy
@@ -38,8 +45,9 @@ from edl.policy.marginal import GoodputParams
 from edl.sim.jct_bound import mean_jct_lower_bound
 from edl.sim.metrics import Metrics
 from edl.sim.runner import run_policy
-from edl.sim.scenario import load_scenario
+from edl.sim.scenario import Scenario, load_scenario, parse_scenario
 from edl.throughput.batch import GoodputCurve
+from goodput import varied_data
 
 BATCH_GAIN = GoodputParams().batch_gain
 
@@ -88,6 +96,48 @@ VARIANTS: dict[str, tuple[str, type[Policy] | None, GoodputParams | None]] = {
     "goodput, throughput only": ("goodput", ThroughputOnly, None),
 }
 MAIN = ("goodput", "default")
+VARIED_SEEDS = 3000
+
+
+def noisy_varied_scenario(seed: int) -> Scenario:
+    """`bench/goodput.py`'s generated scenario ``seed`` with every job adapting its batch:
+    a per-trainer batch of 32-128 at its start count, a largest batch 16-64 times the
+    initial one, and a noise scale rising 5-15-fold from 2-6 times the initial batch
+    (the shape `mixed-scaling`'s jobs have; drawn from a stream of their own, so the
+    jobs, curves and arrivals are the generator's)."""
+    data = varied_data(seed)
+    rng = random.Random(f"noise-{seed}")
+    for job in data["training"]["jobs"]:
+        initial = rng.choice([32, 64, 128]) * job["trainer"]["start"]
+        start = round(initial * rng.uniform(2.0, 6.0))
+        job["work"].update(
+            initial_batch=initial,
+            max_batch=initial * rng.choice([16, 32, 64]),
+            noise_scale={"start": start, "end": round(start * rng.uniform(5.0, 15.0))},
+        )
+    data["name"] = f"varied-noisy-{seed}"
+    return parse_scenario(data, data["name"])
+
+
+def varied_table(runs: dict[str, dict[str, Metrics]]) -> str:
+    """One row per generated scenario: goodput and default, and their ratios."""
+    lines = [
+        "| scenario | goodput JCT (s) | default JCT (s) | JCT / default "
+        "| makespan / default | resizes / default | unfinished (goodput, default) |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
+    def ratio(ours: float | None, base: float | None) -> str:
+        return "-" if ours is None or not base else f"{ours / base:.2f}"
+
+    for name, pair in runs.items():
+        g, d = pair["goodput"], pair["default"]
+        lines.append(
+            f"| {name} | {g.jct_mean_s or 0:.0f} | {d.jct_mean_s or 0:.0f} "
+            f"| {ratio(g.jct_mean_s, d.jct_mean_s)} | {ratio(g.makespan_s, d.makespan_s)} "
+            f"| {ratio(g.resizes_per_job_hour, d.resizes_per_job_hour)} "
+            f"| {len(g.unfinished_names)}, {len(d.unfinished_names)} |"
+        )
+    return "\n".join(lines)
 
 
 def _planner(name: str) -> Policy | None:
@@ -169,6 +219,8 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seeds", type=int, default=10, help="seeds for goodput and default")
     parser.add_argument("--parts", type=int, default=3, help="seeds for the other variants")
+    parser.add_argument("--varied", type=int, default=0,
+                        help="generated scenarios with noise scales (goodput vs default)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     started = time.perf_counter()
@@ -194,6 +246,19 @@ def main(argv: list[str]) -> int:
     default_jct = statistics.fmean(m.jct_mean_s for m in runs["default"])
     print(f"\nbound / default mean JCT: batch adapted {adapted / default_jct:.2f}, "
           f"per-trainer batch kept {fixed / default_jct:.2f}")
+    varied: dict[str, dict[str, Metrics]] = {}
+    for seed in range(VARIED_SEEDS, VARIED_SEEDS + args.varied):
+        generated = noisy_varied_scenario(seed)
+        varied[generated.name] = {
+            policy: run_policy(generated, policy, 0).metrics for policy in MAIN
+        }
+        print(f"{generated.name}: " + ", ".join(
+            f"{policy} JCT {m.jct_mean_s or 0:.0f} s, "
+            f"resizes/job-h {m.resizes_per_job_hour or 0:.1f}"
+            for policy, m in varied[generated.name].items()), flush=True)
+    if varied:
+        print()
+        print(varied_table(varied))
     if args.out is not None:
         print(f"wrote {plot(runs, (adapted, fixed), args.out)}")
     print(f"bench wall time {time.perf_counter() - started:.0f} s")
