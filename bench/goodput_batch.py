@@ -163,6 +163,8 @@ def table(runs: dict[str, list[Metrics]]) -> str:
     ]
     base = runs["default"]
     for name, metrics in runs.items():
+        if not metrics:  # not run (``--parts 0``)
+            continue
         def ratio(key: str, ms: list[Metrics] = metrics) -> str:
             per = [getattr(m, key) / getattr(d, key) for m, d in zip(ms, base, strict=False)]
             return _spread_ratio(per)
@@ -194,7 +196,7 @@ def plot(runs: dict[str, list[Metrics]], bounds: tuple[float, float], out: Path)
 
     out.mkdir(parents=True, exist_ok=True)
     figure, axes = plt.subplots(figsize=(8.0, 3.6))
-    names = list(runs)
+    names = [name for name in runs if runs[name]]
     means = [statistics.fmean(m.jct_mean_s for m in runs[n]) for n in names]
     axes.bar(range(len(names)), means, color="tab:blue")
     axes.axhline(bounds[0], color="tab:green", linestyle="--",

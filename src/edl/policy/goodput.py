@@ -176,7 +176,9 @@ class GoodputPolicy(DefaultPolicy):
         trainer it keeps is worth no more than the one the taker gains (fulfillment
         would keep a flat job's useless trainers). Negated: a higher level is a job
         better served. A trainer the job holds is worth ``1 + incumbency`` times more, so
-        a move must gain that margin; under fixed curves the move back never pays."""
+        a move must gain that margin; under fixed curves the move back never pays. -inf
+        (never a donor there): at or below its floor, or below the goodput share of a
+        job holding more than it."""
         want = self._wants.get(plan.view.key)
         if want is None:
             return plan.fulfillment(count)
