@@ -184,3 +184,18 @@ def test_goodput_never_takes_a_donor_below_its_goodput_share() -> None:
 
     assert targets(18, 12) == {"d": 18, "t": 12}
     assert targets(26, 4)["d"] == 18
+
+
+@settings(max_examples=200, deadline=None)
+@given(scaled_views(), loads)
+def test_rebalancing_never_takes_a_donor_below_its_goodput_share(state, load) -> None:
+    """A job shrunk to give room (or budget) to jobs below their goodput share ends at
+    or above its own share: the allocation already priced what it keeps."""
+    import re
+
+    views, resources = state
+    for decision in GoodputPolicy().plan(views, resources, load):
+        found = re.search(r"below their goodput share \(this job's share: (\d+)\)",
+                          decision.reason)
+        if found:
+            assert decision.target >= int(found.group(1)), decision.reason
