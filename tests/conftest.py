@@ -15,12 +15,14 @@ Also the suite's two collection hooks (docs/testing.md):
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import cpu_profile
 from edl.cluster.inproc.clock import VirtualClock
 from edl.cluster.inproc.cluster import InProcessCluster
 from edl.cluster.inproc.simulated_pods import Fixed, SimulatedPodRunner
@@ -80,6 +82,12 @@ def _expected_length_rank(item: pytest.Item, default_timeout: float) -> tuple[fl
     long_timeout = timeout if timeout > default_timeout else 0.0
     return (-long_timeout, 0 if _directory(item) == E2E_DIR else 1,
             0 if item.get_closest_marker("slow") else 1)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """EDL_TEST_CPU=path: record each test's CPU (tests/cpu_profile.py); off otherwise."""
+    if os.environ.get(cpu_profile.ENV):
+        cpu_profile.register(config)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+import cpu_profile
 from e2e.control_plane import ControlPlane, PlaneConfig, k8s_binaries, keep_or_remove
 from e2e.helpers import (
     CONTROLLER_ARGS,
@@ -53,6 +54,7 @@ def plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
         install_edl(Rest(cp))
         yield cp
     finally:
+        cpu_profile.plane_components(plane_pids(cp))
         cp.stop()
         note = keep_or_remove(cp, failed=request.session.testsfailed > 0)
         if note:
@@ -82,6 +84,13 @@ def namespace(rest: Rest, plane: ControlPlane) -> Iterator[str]:
     # The next test counts cluster capacity: wait until this one's pods are gone.
     wait_until(lambda: rest.find("Namespace", name) is None, 120, f"namespace {name} deleted")
     plane.check_running()
+
+
+def plane_pids(cp: ControlPlane) -> list[tuple[str, int]]:
+    """(name, pid) of the plane's running processes, for tests/cpu_profile.py."""
+    pids = [(name, c.proc.pid) for name, c in cp.components.items() if c.proc is not None]
+    etcd = cp.etcd._proc if cp.etcd is not None else None
+    return [*pids, ("etcd", etcd.pid)] if etcd is not None else pids
 
 
 def _has_default_sa(rest: Rest, namespace: str) -> bool:
