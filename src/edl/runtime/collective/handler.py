@@ -29,10 +29,10 @@ from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend as c10d
 
 from edl.runtime.collective import gateway, keys
 from edl.runtime.collective.batch import BatchWatch
+from edl.runtime.collective.launch import BACKEND
 
 log = logging.getLogger(__name__)
 
-BACKEND = "edl"
 Report = Callable[[dict[str, Any]], None]
 current: ReportingHandler | None = None  # this process's handler (one agent per process)
 

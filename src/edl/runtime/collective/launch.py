@@ -13,7 +13,11 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from edl.runtime.collective.handler import BACKEND
+# The name `handler` registers its rendezvous handler under with torch. Here, not in
+# `handler`, so that `edl agent`, which only builds torchrun's command line and
+# supervises it, does not import torch (about 2.5 CPU-seconds per trainer pod start):
+# torch is imported by the torchrun process the agent starts.
+BACKEND = "edl"
 
 # Rendezvous timings: a new round waits `last_call` s for late joiners once min
 # nodes are in; a node whose heartbeats (every `keep_alive_interval` s) stop for
