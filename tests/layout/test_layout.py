@@ -6,6 +6,9 @@ breaks the layering fails here before it confuses a reader.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 from layout.importgraph import SRC, find_cycle, module_graph, modules, package_graph
 
 MAX_MODULE_LINES = 450
@@ -96,3 +99,18 @@ def test_the_graph_builder_sees_cycles_and_layer_breaks(tmp_path):
         ["edl.alpha", "edl.beta", "edl.alpha"], ["edl.beta", "edl.alpha", "edl.beta"]
     )
     assert module_graph("edl.beta", tmp_path)["edl.beta.two"] == {"edl.beta.three"}
+
+
+def test_the_per_pod_supervisors_do_not_import_torch():
+    # `edl agent` (one per collective trainer pod), the master, the rendezvous store's
+    # command and `edl run` only supervise or coordinate: importing torch would cost every
+    # pod start about 2.5 CPU-seconds (docs/testing.md, "Where the CPU goes"). The
+    # processes that compute (torchrun's, the script's, pservers, trainers) import it.
+    supervisors = ("edl.cli.agent", "edl.runtime.collective.agent", "edl.cli.master",
+                   "edl.runtime.master.main", "edl.cli.rendezvous", "edl.local.run")
+    probe = (f"import sys\nimport {', '.join(supervisors)}\n"
+             "print(' '.join(m for m in ('torch', 'sklearn', 'scipy') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [], f"imported by a supervisor: {done.stdout}"
