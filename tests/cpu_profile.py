@@ -4,14 +4,15 @@
 file (every xdist worker appends to the same file; each row is one `write`, so rows do
 not interleave). `python tests/cpu_profile.py /tmp/cpu.tsv` summarises it. Columns:
 
-    kind  worker  name  wall_s  self_cpu_s  children_cpu_s
+    kind  worker  name  wall_s  self_cpu_s  children_cpu_s  [outcome]
 
 * `test`: one test's setup + call + teardown. `self_cpu_s` is the worker's own CPU
   (user + sys, `RUSAGE_SELF`): in-process clusters, asyncio controllers, hypothesis.
   `children_cpu_s` is the CPU of the processes reaped during the test (`RUSAGE_CHILDREN`:
   `edl run`, masters, trainers, torch workers, `edl controller`; a grandchild counts once
-  its parent has reaped it). A session-scoped fixture's set-up lands on the first test
-  that asks for it.
+  its parent has reaped it; not a process orphaned by a SIGKILL of its parent, which
+  nothing here reaps). A session-scoped fixture's set-up lands on the first test that
+  asks for it. The last column says `passed` or `failed` (in any phase).
 * `plane`: one e2e control plane (etcd, kube-apiserver, kube-controller-manager,
   kube-scheduler, kwok) over its whole life, per component, read from /proc/<pid>/stat
   just before it is stopped; `wall_s` is how long it ran. These processes are reaped
@@ -65,9 +66,12 @@ class CpuProfile:
         self.worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
         self.pending_plane_cpu = 0.0  # reaped in the current test but not its own
         self._collect_start = (0.0, 0.0)
+        self._failed = False
 
-    def write(self, kind: str, name: str, wall: float, own: float, children: float) -> None:
-        row = f"{kind}\t{self.worker}\t{name}\t{wall:.3f}\t{own:.3f}\t{children:.3f}\n"
+    def write(self, kind: str, name: str, wall: float, own: float, children: float,
+              outcome: str = "-") -> None:
+        row = (f"{kind}\t{self.worker}\t{name}\t{wall:.3f}\t{own:.3f}\t{children:.3f}"
+               f"\t{outcome}\n")
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, row.encode())
@@ -89,11 +93,16 @@ class CpuProfile:
         wall0 = time.monotonic()
         own0, children0 = _cpu(resource.RUSAGE_SELF), _cpu(resource.RUSAGE_CHILDREN)
         self.pending_plane_cpu = 0.0
+        self._failed = False
         yield
         children = _cpu(resource.RUSAGE_CHILDREN) - children0 - self.pending_plane_cpu
         self.pending_plane_cpu = 0.0
         self.write("test", item.nodeid, time.monotonic() - wall0,
-                   _cpu(resource.RUSAGE_SELF) - own0, max(children, 0.0))
+                   _cpu(resource.RUSAGE_SELF) - own0, max(children, 0.0),
+                   "failed" if self._failed else "passed")
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self._failed = self._failed or report.failed
 
     def pytest_sessionfinish(self) -> None:
         self.write("session", "-", proc_age(os.getpid()), _cpu(resource.RUSAGE_SELF),
@@ -180,8 +189,10 @@ def summarise(rows: list[list[str]], top: int = 40) -> str:
         for key, (cpu, wall, count) in sorted(table.items(), key=lambda kv: -kv[1][0])[:top]:
             lines.append(f"  {cpu:7.1f} {wall:7.1f} {count:4.0f}  {key}")
     lines.append("\ntests: CPU s (own + children), wall s")
+    failed = {r[2] for r in rows if r[0] == "test" and len(r) > 6 and r[6] == "failed"}
     for cpu, own, children, wall, name in sorted(tests, reverse=True)[:top]:
-        lines.append(f"  {cpu:7.1f} = {own:6.1f} + {children:6.1f}  {wall:7.1f}  {name}")
+        mark = "  (failed)" if name in failed else ""
+        lines.append(f"  {cpu:7.1f} = {own:6.1f} + {children:6.1f}  {wall:7.1f}  {name}{mark}")
     return "\n".join(lines)
 
 
