@@ -45,9 +45,25 @@ def true_conditions(job: dict) -> dict[str, dict]:
             if c["status"] == "True"}
 
 
-def no_refused_writes(*controllers) -> None:
-    lines = [line for c in controllers for line in c.text().splitlines()
-             if REFUSED_WRITE.search(line) and ("status" in line or "Job" in line)]
+CONFLICT = re.compile(r"HTTP/1\.1 409|\bConflict\b")
+
+
+def no_refused_writes(*controllers, raced: tuple[tuple[int, int], ...] = ()) -> None:
+    """No status write refused. ``raced``: byte ranges of the (single) controller's log
+    where the test itself wrote the trainer Job; a 409 there is the compare-and-swap
+    doing its job (the controller read the Job, the test's write landed, the patch's
+    resourceVersion was stale: it re-reads and retries), so only a 409 is allowed
+    there, never a 422, and never a 409 anywhere else."""
+    lines = []
+    for c in controllers:
+        at = 0
+        for line in c.text().splitlines(keepends=True):
+            start, at = at, at + len(line.encode())
+            if not (REFUSED_WRITE.search(line) and ("status" in line or "Job" in line)):
+                continue
+            if CONFLICT.search(line) and any(a <= start < b for a, b in raced):
+                continue
+            lines.append(line.rstrip("\n"))
     assert not lines, "\n".join(lines[:10])
 
 
@@ -114,21 +130,27 @@ def test_a_suspended_then_resumed_trainer_job(
     controller = start_controller("replica-a")
     rest.create(trainingjob("queued", min_instance=2, max_instance=2), namespace)
     wait_trainers(rest, namespace, "queued", 2)
+    suspending = controller.offset()
     rest.merge("Job", "queued-trainer", {"spec": {"suspend": True}}, namespace)  # as Kueue
     wait_until(lambda: not all_trainer_pods(rest, namespace, "queued"), 60, "no trainer pod")
     job = wait_until(lambda: (lambda j: j if "Suspended" in true_conditions(j) else None)(
         trainer_job(rest, namespace, "queued")), 30, "Suspended=True")
+    raced = [(suspending, controller.offset())]
     assert job["status"].get("active", 0) == 0 and not job["status"].get("startTime")
     wait_tj(rest, namespace, "queued", lambda t: "suspended" in t["status"]["message"])
     time.sleep(3)
     assert not all_trainer_pods(rest, namespace, "queued")  # none made while suspended
+    resuming = controller.offset()
     rest.merge("Job", "queued-trainer", {"spec": {"suspend": False}}, namespace)  # admitted
     wait_trainers(rest, namespace, "queued", 2)
     job = trainer_job(rest, namespace, "queued")
     (suspended,) = [c for c in job["status"]["conditions"] if c["type"] == "Suspended"]
     assert (suspended["status"], suspended["reason"]) == ("False", "JobResumed")
     assert job["status"]["startTime"]
-    no_refused_writes(controller)
+    raced.append((resuming, controller.offset()))
+    # the test's two spec writes race the controller's status writes (a 409, retried);
+    # outside them, or as a 422, a refused write is a defect
+    no_refused_writes(controller, raced=tuple(raced))
 
 
 def test_refused_trainer_pods_are_reported_in_the_api_servers_words(
