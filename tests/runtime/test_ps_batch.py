@@ -79,9 +79,17 @@ def test_an_incomplete_update_outlives_its_trainer_and_its_pserver(job) -> None:
 
 def test_ps_job_publishes_phi_and_a_killed_trainer_loses_no_update(job, harness) -> None:
     """Digits with spec.batch's initial batch 96 (three trainers' 32): the master's
-    progress carries the batch, a finite positive φ, its efficiency and the gain; a
-    trainer SIGKILLed while the others push leaves the job finishing, every task done
-    once per pass, and every push the pservers took applied."""
+    progress carries the batch, the gain and, whenever the shards' summed |G|² estimate
+    is positive, a finite positive φ and its efficiency; a trainer SIGKILLed while the
+    others push leaves the job finishing, every task done once per pass, and every push
+    the pservers took applied.
+
+    Why φ is not demanded at every run: on this job the measured φ is ~2.7e4 samples
+    (larger than the data set), i.e. |G|² is small against the gradient noise, and its
+    unbiased estimate can sit at or below zero for a whole run; one loaded clean-clone
+    run saw exactly that. φ is then infinite (no gradient signal left), which the
+    progress shows as no `noise_scale`; the test checks that this happens only when the
+    published shard estimates really sum to |G|² <= 0."""
     passes = 15
     job.env.update(EDL_BATCH_INITIAL="96", EDL_BATCH_FLUSH="2", EDL_PASSES=str(passes))
     job.start("master", "master-0")
@@ -90,12 +98,24 @@ def test_ps_job_publishes_phi_and_a_killed_trainer_loses_no_update(job, harness)
     for name in ("trainer-a", "trainer-b", "trainer-c"):
         job.start("trainer", name)
     progress = job.wait_for(
-        lambda p: p.get("noise_scale") is not None and p.get("tasks_done", 0) > 2, 180,
-        "the master's progress to carry φ")
+        lambda p: p.get("gain") is not None and p.get("tasks_done", 0) > 2, 180,
+        "the master's progress to carry the shards' estimate")
     assert progress["batch"] == 96 and progress["initial_batch"] == 96
-    assert math.isfinite(progress["noise_scale"]) and progress["noise_scale"] > 0
-    assert 0 < progress["efficiency"] <= 1.0 and progress["gain"] > 0
-    assert progress["shards"] == 2
+    assert progress["gain"] > 0 and progress["shards"] == 2
+    if progress.get("noise_scale") is not None:
+        assert math.isfinite(progress["noise_scale"]) and progress["noise_scale"] > 0
+        assert 0 < progress["efficiency"] <= 1.0
+    else:  # φ infinite: only while the published shard estimates sum to |G|² <= 0
+        def consistent() -> bool:
+            records = shard_records(job, 2)
+            measured = all(r.get("measured", 0) > 0 and r.get("sqr") is not None
+                           for r in records)
+            if measured and sum(r["sqr"] for r in records) <= 0:
+                return True
+            phi = job.state()[0].get("noise_scale")  # the estimate has just turned
+            return phi is not None and math.isfinite(phi) and phi > 0
+
+        wait_until(consistent, 30, "no φ only while the shards' |G|² sums to <= 0")
     job.signal("trainer-c", signal.SIGKILL)  # mid-update: its pushes are in a pending sum
     progress = job.wait_for(lambda p: p["finished"] and "accuracy" in p["metrics"], 300,
                             "the job to finish without trainer-c")
