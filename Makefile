@@ -20,12 +20,13 @@ CHECK_TESTS := -m "not e2e and not processes"
 .PHONY: venv test check types run lint bench clean k8s
 
 $(STAMP): pyproject.toml Makefile
-	@echo "setting up $(VENV): first time about 3 GB of downloads (torch's CPU wheel is most of it),"
+	@echo "setting up $(VENV): first time about 3 GB of downloads (torch and its CUDA libraries are most of it),"
 	@echo "  5-15 min depending on the network; later runs reuse it and pip's cache"
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	# torch first, pinned, so pip takes the CPU build instead of resolving a CUDA one
-	@echo "installing torch 2.13.0 (CPU build)..."
+	# torch first, pinned, with a progress bar: PyPI serves only its CUDA build for Linux
+	# (about 3 GB with the nvidia packages); it runs on the CPU, no GPU needed
+	@echo "installing torch 2.13.0 (PyPI's build; runs on the CPU)..."
 	$(BIN)/python -m pip install --progress-bar on torch==2.13.0
 	@echo "installing edl and its development tools..."
 	$(BIN)/python -m pip install -q -e '.[dev]'
