@@ -22,7 +22,7 @@ import pytest
 from edl.coord.embedded import EmbeddedEtcd
 from edl.coord.errors import EtcdUnavailableError
 from edl.runtime.config import RuntimeConfig
-from edl.runtime.coordination import make_client, read_state
+from edl.runtime.coordination import connect, make_client, read_state
 from polling import run_retrying
 
 EDL = [sys.executable, "-m", "edl.cli.main"]
@@ -108,6 +108,23 @@ class JobProcesses:
                 proc.wait()
 
     # ---- reading the job's state from etcd, as `edl status` would ----
+    def read_json(self, key: str):
+        """A JSON value under the job's etcd prefix (None: absent); "pservers": the live
+        pservers by index."""
+
+        async def read():
+            client = await connect(RuntimeConfig(job_name=self.job,
+                                                 etcd_endpoints=self.etcd.endpoints))
+            try:
+                if key == "pservers":
+                    return await client.list_pservers()
+                raw = await client.get_key(key)
+                return json.loads(raw) if raw else None
+            finally:
+                await client.shutdown()
+
+        return run_retrying(read, (EtcdUnavailableError,))
+
     def state(self) -> tuple[dict, dict[int, dict]]:
         """(progress, task records by id)."""
 

@@ -4,7 +4,6 @@ master's progress; a trainer killed mid-update hangs nothing and loses no push."
 
 from __future__ import annotations
 
-import json
 import math
 import signal
 import time
@@ -12,33 +11,14 @@ import time
 import grpc
 import numpy as np
 
-from edl.coord.errors import EtcdUnavailableError
 from edl.runtime import tensors
-from edl.runtime.config import RuntimeConfig
-from edl.runtime.coordination import connect
 from edl.runtime.proto import runtime_pb2 as pb
 from edl.runtime.proto import runtime_pb2_grpc as pb_grpc
-from polling import run_retrying, wait_until
-
-
-def etcd_json(job, key: str):
-    """A JSON value under the job's prefix (None: absent); "pservers": the live ones."""
-
-    async def read():
-        client = await connect(RuntimeConfig(job_name=job.job, etcd_endpoints=job.etcd.endpoints))
-        try:
-            if key == "pservers":
-                return await client.list_pservers()
-            raw = await client.get_key(key)
-            return json.loads(raw) if raw else None
-        finally:
-            await client.shutdown()
-
-    return run_retrying(read, (EtcdUnavailableError,))
+from polling import wait_until
 
 
 def shard_records(job, shards: int) -> list[dict]:
-    return [etcd_json(job, f"state/gradients/{i}") or {} for i in range(shards)]
+    return [job.read_json(f"state/gradients/{i}") or {} for i in range(shards)]
 
 
 def test_an_incomplete_update_outlives_its_trainer_and_its_pserver(job) -> None:
@@ -47,7 +27,7 @@ def test_an_incomplete_update_outlives_its_trainer_and_its_pserver(job) -> None:
     replacement applies it once no push completes it."""
     job.env.update(EDL_PSERVERS="1", EDL_CHECKPOINT_INTERVAL="0.5", EDL_BATCH_INITIAL="4")
     job.start("pserver", "ps-a", EDL_BATCH_FLUSH="600")  # holds the half-batch: no flush
-    address = wait_until(lambda: etcd_json(job, "pservers").get(0), 90, "ps-a to register")
+    address = wait_until(lambda: job.read_json("pservers").get(0), 90, "ps-a to register")
     stub = pb_grpc.PServerStub(grpc.insecure_channel(address))
     init = pb.InitRequest(params=[tensors.encode("w#0", np.zeros(4, np.float32))])
     init.optimizer.name, init.optimizer.lr = "sgd", 1.0
@@ -62,12 +42,12 @@ def test_an_incomplete_update_outlives_its_trainer_and_its_pserver(job) -> None:
     record = wait_until(lambda: (r := shard_records(job, 1)[0]).get("received") == 1 and r,
                         30, "ps-a to publish the pending push")
     assert record["pending"] == 1 and record["applied"] == 0 and record["batch"] == 4
-    wait_until(lambda: (m := etcd_json(job, "checkpoints/0")) and m["timestamp"] > pushed_at,
+    wait_until(lambda: (m := job.read_json("checkpoints/0")) and m["timestamp"] > pushed_at,
                30, "a checkpoint holding the pending push")
     job.signal("ps-a", signal.SIGKILL)
     job.start("pserver", "ps-b", EDL_BATCH_FLUSH="1")
     new_address = wait_until(
-        lambda: (a := etcd_json(job, "pservers").get(0)) != address and a, 90, "ps-b at index 0")
+        lambda: (a := job.read_json("pservers").get(0)) != address and a, 90, "ps-b at index 0")
     stub = pb_grpc.PServerStub(grpc.insecure_channel(new_address))
     reply = wait_until(lambda: (r := stub.Pull(pb.PullRequest(), timeout=5)).version == 1 and r,
                        30, "ps-b to apply the restored half-batch")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import signal
 import time
 from pathlib import Path
@@ -11,27 +10,10 @@ import grpc
 import numpy as np
 import pytest
 
-from edl.coord.errors import EtcdUnavailableError
 from edl.runtime import tensors
-from edl.runtime.config import RuntimeConfig
-from edl.runtime.coordination import connect
 from edl.runtime.proto import runtime_pb2 as pb
 from edl.runtime.proto import runtime_pb2_grpc as pb_grpc
-from polling import run_retrying, wait_until
-
-
-def etcd_read(job, what: str):
-    async def read():
-        client = await connect(RuntimeConfig(job_name=job.job, etcd_endpoints=job.etcd.endpoints))
-        try:
-            if what == "pservers":
-                return await client.list_pservers()
-            raw = await client.get_key(what)
-            return json.loads(raw) if raw else None
-        finally:
-            await client.shutdown()
-
-    return run_retrying(read, (EtcdUnavailableError,))
+from polling import wait_until
 
 
 def stub_for(address: str) -> pb_grpc.PServerStub:
@@ -60,16 +42,16 @@ def one_pserver(job):
 def test_replacement_restores_checkpoint_and_keeps_checkpointing(one_pserver) -> None:
     job = one_pserver
     job.start("pserver", "ps-a")
-    address = wait_until(lambda: etcd_read(job, "pservers").get(0), 90, "ps-a to register")
+    address = wait_until(lambda: job.read_json("pservers").get(0), 90, "ps-a to register")
     pushed = init_and_push(stub_for(address), 5)
     saved = wait_until(
-        lambda: (m := etcd_read(job, "checkpoints/0")) and m["version"] == pushed and m,
+        lambda: (m := job.read_json("checkpoints/0")) and m["version"] == pushed and m,
         30, "a checkpoint of version 5",
     )  # fmt: skip
     job.signal("ps-a", signal.SIGKILL)
     job.start("pserver", "ps-b")
     new_address = wait_until(
-        lambda: (a := etcd_read(job, "pservers").get(0)) != address and a, 90, "ps-b at index 0"
+        lambda: (a := job.read_json("pservers").get(0)) != address and a, 90, "ps-b at index 0"
     )
     stub = stub_for(new_address)
     reply = stub.Pull(pb.PullRequest(), timeout=10)
@@ -86,7 +68,7 @@ def test_replacement_restores_checkpoint_and_keeps_checkpointing(one_pserver) ->
     )
     assert np.allclose(tensors.decode(reply.params[0]), expected, atol=1e-5)
     later = wait_until(
-        lambda: (m := etcd_read(job, "checkpoints/0")) and m["version"] > pushed and m,
+        lambda: (m := job.read_json("checkpoints/0")) and m["version"] > pushed and m,
         30, "a checkpoint after the restore",
     )  # fmt: skip
     assert later["path"] != saved["path"] and not Path(saved["path"]).exists()
@@ -98,13 +80,13 @@ def test_replacement_restores_checkpoint_and_keeps_checkpointing(one_pserver) ->
 def test_frozen_pserver_stops_serving_when_its_lease_is_gone(one_pserver) -> None:
     job = one_pserver
     job.start("pserver", "ps-a")
-    address = wait_until(lambda: etcd_read(job, "pservers").get(0), 90, "ps-a to register")
+    address = wait_until(lambda: job.read_json("pservers").get(0), 90, "ps-a to register")
     init_and_push(stub_for(address), 1)
-    wait_until(lambda: etcd_read(job, "checkpoints/0"), 30, "a first checkpoint")
+    wait_until(lambda: job.read_json("checkpoints/0"), 30, "a first checkpoint")
     job.signal("ps-a", signal.SIGSTOP)
     job.start("pserver", "ps-b")  # takes index 0 once ps-a's lease expires
     new_address = wait_until(
-        lambda: (a := etcd_read(job, "pservers").get(0)) != address and a, 90, "ps-b at index 0"
+        lambda: (a := job.read_json("pservers").get(0)) != address and a, 90, "ps-b at index 0"
     )
     job.signal("ps-a", signal.SIGCONT)
     with pytest.raises(grpc.RpcError) as refused:
@@ -112,7 +94,7 @@ def test_frozen_pserver_stops_serving_when_its_lease_is_gone(one_pserver) -> Non
     assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
     assert stub_for(new_address).Pull(pb.PullRequest(), timeout=10).initialized
     time.sleep(1.0)
-    assert etcd_read(job, "pservers") == {0: new_address}  # no duplicate index
+    assert job.read_json("pservers") == {0: new_address}  # no duplicate index
     assert "lost its lease; stopped serving" in job.log("ps-a")
 
 
@@ -120,9 +102,9 @@ def test_sigterm_checkpoints_and_frees_the_index_at_once(one_pserver) -> None:
     job = one_pserver
     job.env["EDL_CHECKPOINT_INTERVAL"] = "3600"  # only the shutdown checkpoint
     job.start("pserver", "ps-a")
-    address = wait_until(lambda: etcd_read(job, "pservers").get(0), 90, "ps-a to register")
+    address = wait_until(lambda: job.read_json("pservers").get(0), 90, "ps-a to register")
     pushed = init_and_push(stub_for(address), 3)
     job.signal("ps-a", signal.SIGTERM)
     assert job.wait("ps-a", 30) == 0
-    assert etcd_read(job, "pservers") == {}  # lease revoked, not left to expire
-    assert etcd_read(job, "checkpoints/0")["version"] == pushed
+    assert job.read_json("pservers") == {}  # lease revoked, not left to expire
+    assert job.read_json("checkpoints/0")["version"] == pushed
