@@ -258,3 +258,28 @@ def test_only_a_true_terminal_condition_or_a_success_ends_scaling(status, done):
     from edl.control.autoscaler import trainer_job_done
 
     assert trainer_job_done({"status": status}) is done
+
+
+def test_the_reason_for_a_resize_outlives_the_ticks_that_keep_it(
+    clock, cluster_factory, manifests
+):
+    """A poller that sees the new size after later ticks still reads why it changed."""
+    cluster = cluster_factory(nodes=2, cpu="16")
+
+    async def scenario():
+        autoscaler, tasks = start_loops(cluster, interval=1.0)
+        await asyncio.sleep(0)
+        cluster.create_training_job(manifests.training_job("grow", 2, 8, cpu="2"))
+        await asyncio.sleep(10)  # grown, then about ten ticks that keep 8
+        for task in tasks:
+            task.cancel()
+        return autoscaler
+
+    autoscaler = clock.run(scenario())
+    last = autoscaler.decision_for(("default", "grow"))
+    resize = autoscaler.last_resizes[("default", "grow")]
+    assert last is not None and last.target == last.parallelism == 8
+    assert last.reason.startswith("keep 8")
+    assert (resize.parallelism, resize.target) == (2, 8)
+    assert resize.reason.startswith("grow 2->8"), resize.reason
+    assert autoscaler.ticks > 5

@@ -179,6 +179,9 @@ class Autoscaler:
         self._kicked = True  # the first run() iteration ticks at once
         self.ticks = 0
         self.last_decisions: list[Decision] = []
+        # per job, the last decision that changed its parallelism: a later tick that keeps
+        # the new size must not hide why it was changed from a reader that polls
+        self.last_resizes: dict[tuple[str, str], Decision] = {}
         self.scaling = ScalingTracker(throughput)
         self._batches: dict[tuple[str, str], float | None] = {}  # chosen, per trainer Job
         self.batches = BatchPublisher()  # .sink: where collective workers read the batch
@@ -202,6 +205,7 @@ class Autoscaler:
         self.scaling.forget(key)
         self.collective.forget(key)
         self.batches.forget(key)
+        self.last_resizes.pop(key, None)
         self.kick()
 
     def kick(self) -> None:
@@ -290,6 +294,7 @@ class Autoscaler:
                 )
                 await self._scale(decision)
                 self.collective.resized((decision.namespace, decision.name), now)
+                self.last_resizes[(decision.namespace, decision.name)] = decision
             elif self._batch_changes(decision):
                 log.info("batch %s/%s -> %d: %s", decision.namespace, decision.name,
                          decision.batch, decision.reason)

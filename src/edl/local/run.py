@@ -279,9 +279,9 @@ class LocalRun:
         if not self._desired_history or self._desired_history[-1][1] != counts.desired:
             elapsed = round(time.monotonic() - self._started, 2)
             if self._desired_history and self._desired_history[-1][1]:  # not the creation
-                decisions = self.loops.autoscaler.last_decisions if (
-                    self.loops is not None and self.loops.autoscaler is not None) else []
-                why = scale_reason(decisions, (self.namespace, self.name), counts.desired)
+                resizes = self.loops.autoscaler.last_resizes if (
+                    self.loops is not None and self.loops.autoscaler is not None) else {}
+                why = scale_reason(resizes, (self.namespace, self.name), counts.desired)
                 self._event(f"autoscaler: trainers {self._desired_history[-1][1]} -> "
                             f"{counts.desired}: {why or 'policy ' + self.options.policy}")
             self._desired_history.append((elapsed, counts.desired))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -104,9 +104,14 @@ def failure_detail(message: str, failures: dict[str, RoleFailures]) -> str:
     return f"{message}; last {role} error: {last_line(last.last_message)}"
 
 
-def scale_reason(decisions: Iterable[Any], job: tuple[str, str], target: int) -> str:
-    """The Autoscaler's reason for setting ``job`` to ``target`` trainers ("" if unknown)."""
-    for decision in decisions:
-        if (decision.namespace, decision.name, decision.target) == (*job, target):
-            return str(decision.reason)
+def scale_reason(resizes: Mapping[tuple[str, str], Any], job: tuple[str, str],
+                 target: int) -> str:
+    """The Autoscaler's reason for setting ``job`` to ``target`` trainers ("" if unknown).
+
+    ``resizes`` holds each job's last resize, not the last tick's decisions: by the time
+    a poller sees the new size, a later tick may already have decided to keep it.
+    """
+    decision = resizes.get(job)
+    if decision is not None and decision.target == target:
+        return str(decision.reason)
     return ""
