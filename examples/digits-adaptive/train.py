@@ -101,6 +101,9 @@ def main():
 
     if rank == 0:
         print(f"test accuracy {accuracy:.4f} with {world_size} workers", flush=True)
+    # DDP holds the process group: free it before the group (and the interpreter) goes,
+    # or gloo's threads may be torn down at exit, which aborts the process
+    del adaptive, ddp
     dist.destroy_process_group()
 
 

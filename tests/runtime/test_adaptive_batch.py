@@ -43,6 +43,8 @@ SCRIPT = textwrap.dedent('''
         adaptive.step()
     if rank == 0:
         print("RESULT " + json.dumps(adaptive.metrics()), flush=True)
+    dist.barrier()  # every rank is done with the group before one tears it down
+    del adaptive, ddp  # DDP holds the group: free it before interpreter exit
     dist.destroy_process_group()
 ''')
 
@@ -92,6 +94,8 @@ AGREE = textwrap.dedent('''
                              initial_batch=32, env=env)
     with open(os.path.join(sys.argv[1], f"rank{rank}.json"), "w") as out:  # one file each:
         json.dump([rank, adaptive.batch, adaptive.local_batch_size()], out)  # no interleaving
+    dist.barrier()  # every rank is done with the group before one tears it down
+    del adaptive  # DDP holds the group: free it before interpreter exit
     dist.destroy_process_group()
 ''')
 
@@ -173,6 +177,8 @@ ADAM = textwrap.dedent('''
         print("RESULT " + json.dumps({**adaptive.metrics(), "expected": expected,
                                       "plain": plain, "adaptive": adaptive.adaptive}),
               flush=True)
+    dist.barrier()  # every rank is done with the group before one tears it down
+    del adaptive, ddp  # DDP holds the group: free it before interpreter exit
     dist.destroy_process_group()
 ''')
 
