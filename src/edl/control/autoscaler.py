@@ -179,8 +179,7 @@ class Autoscaler:
         self._kicked = True  # the first run() iteration ticks at once
         self.ticks = 0
         self.last_decisions: list[Decision] = []
-        # per job, the last decision that changed its parallelism: a later tick that keeps
-        # the new size must not hide why it was changed from a reader that polls
+        # per job, the last decision that changed its size (why, for a reader that polls)
         self.last_resizes: dict[tuple[str, str], Decision] = {}
         self.scaling = ScalingTracker(throughput)
         self._batches: dict[tuple[str, str], float | None] = {}  # chosen, per trainer Job
@@ -284,14 +283,8 @@ class Autoscaler:
                     decision.diff,
                     asyncio.get_running_loop().time(),
                 )
-                log.info(
-                    "scale %s/%s trainers %d -> %d: %s",
-                    decision.namespace,
-                    decision.name,
-                    decision.parallelism,
-                    decision.target,
-                    decision.reason,
-                )
+                log.info("scale %s/%s trainers %d -> %d: %s", decision.namespace,
+                         decision.name, decision.parallelism, decision.target, decision.reason)
                 await self._scale(decision)
                 self.collective.resized((decision.namespace, decision.name), now)
                 self.last_resizes[(decision.namespace, decision.name)] = decision
