@@ -172,7 +172,11 @@ async def test_reservation_shrinks_the_live_world_and_release_grows_it_back(
     run, result = await run_job(job, options, act)
     assert assert_trained_exactly_once(tmp_path, run, result) == 0  # planned: nothing redone
     sizes = worlds(tmp_path)
-    assert sizes[0] == 2 and 1 in sizes and sizes[sizes.index(1):][-1] == 2, sizes
+    # min-instance 1: when the second pod starts late the first world may hold one worker
+    # and grow to 2 live ([1, 2, 1, 2]); what matters is 2, then the shrink to 1, then 2
+    assert 2 in sizes, sizes
+    after_two = sizes[sizes.index(2):]
+    assert 1 in after_two and after_two[after_two.index(1):][-1] == 2, sizes
     drained = [p for p in run.run_dir.glob("live-resize-trainer-*.log")
                if "leaving at step" in p.read_text()]
     assert drained, "the shrink's victim left at a step boundary"

@@ -17,6 +17,13 @@ pytestmark = pytest.mark.slow
 
 
 def test_a_ps_job_adapting_its_batch_shows_its_noise_scale(tmp_path: Path) -> None:
+    """The run shows the job's batch and what its shards measured of φ.
+
+    On this job φ is about 2.7e4 samples (docs/local.md), far above its batches, so in
+    some runs the shards' summed |G|² estimate is still not positive at the end: then φ
+    is unresolved, and the run must say so (never show a made-up φ or nothing). When it
+    is resolved, the figure and the batch's efficiency must be finite and in range.
+    """
     job = digits_job(tmp_path, "digits-batch", passes=10,
                      batch={"initial": 64, "max": 512})
     proc = start_edl_run(tmp_path, job, "--policy", "goodput")
@@ -28,6 +35,11 @@ def test_a_ps_job_adapting_its_batch_shows_its_noise_scale(tmp_path: Path) -> No
     snapshot = read_snapshot(run_dir)
     assert snapshot.state == "Succeeded"
     assert snapshot.batch is not None and 64 <= snapshot.batch <= 512
-    assert snapshot.noise_scale is not None and 0 < snapshot.noise_scale < math.inf
-    assert snapshot.efficiency is not None and 0 < snapshot.efficiency <= 1.0
+    if snapshot.noise_scale is None:
+        assert snapshot.noise_unresolved, "neither a noise scale nor the unresolved state"
+        assert "noise scale unresolved" in out, out
+        assert snapshot.efficiency is None
+    else:
+        assert 0 < snapshot.noise_scale < math.inf
+        assert snapshot.efficiency is not None and 0 < snapshot.efficiency <= 1.0
     assert snapshot.accuracy is not None and snapshot.accuracy >= 0.9

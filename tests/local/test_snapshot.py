@@ -27,6 +27,17 @@ def test_a_batch_adapting_job_s_batch_and_noise_scale_are_shown() -> None:
     assert apply_progress(RunSnapshot(job="digits"), PROGRESS).batch is None
 
 
+def test_an_unresolved_noise_scale_is_shown_as_such_until_a_figure_arrives() -> None:
+    unresolved = {**PROGRESS, "batch": 64.0, "noise_unresolved": True}
+    s = apply_progress(RunSnapshot(job="digits"), unresolved)
+    assert s.noise_unresolved and s.noise_scale is None
+    assert "batch 64, noise scale unresolved" in summary_line(s)
+    s = apply_progress(s, PROGRESS)  # a progress without the shards' figures changes nothing
+    assert s.noise_unresolved
+    s = apply_progress(s, {**PROGRESS, "noise_scale": 900.0, "efficiency": 0.9})
+    assert not s.noise_unresolved and "noise scale 900, efficiency 0.90" in summary_line(s)
+
+
 def test_finished_job_shows_its_last_pass_complete() -> None:
     done = {**PROGRESS, "pass": 15, "finished": True, "tasks_done": 0}
     s = apply_progress(RunSnapshot(job="digits"), done)

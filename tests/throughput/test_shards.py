@@ -68,3 +68,13 @@ def test_the_master_s_progress_is_a_point_with_batch_and_noise_scale() -> None:
     assert (point.batch, point.noise_scale) == (96.0, 140.5)
     plain = observation_from_progress({**progress, "batch": None, "noise_scale": "x"}, 4.0)
     assert plain is not None and (plain.batch, plain.noise_scale) == (None, None)
+
+
+def test_a_measured_but_unresolved_noise_scale_is_said_not_left_out() -> None:
+    """|G|² summed to zero or below: φ is beyond what the updates resolve, which the job's
+    figures say (`noise_unresolved`) instead of showing no figure or a made-up one."""
+    figures = combine_shards([record(-0.3, 30.0), record(0.1, 70.0)])
+    assert figures["noise_unresolved"] is True
+    assert "noise_scale" not in figures and "efficiency" not in figures
+    assert "noise_unresolved" not in combine_shards([record(0.6, 30.0)])
+    assert "noise_unresolved" not in combine_shards([record(None, None)])

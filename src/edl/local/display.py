@@ -248,6 +248,8 @@ def _batch_parts(s: RunSnapshot) -> list[str]:
         parts.append(f"batch {s.batch:.0f}")
     if s.noise_scale is not None:
         parts.append(f"noise scale {s.noise_scale:.0f}")
+    elif s.noise_unresolved:  # the job's gradient noise hides |G|² so far: φ is not bounded
+        parts.append("noise scale unresolved (|G|² below the noise)")
     if s.efficiency is not None:
         parts.append(f"efficiency {s.efficiency:.2f}")
     return parts

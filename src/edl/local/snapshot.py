@@ -46,6 +46,8 @@ def apply_progress(s: RunSnapshot, progress: Mapping[str, Any] | None) -> RunSna
         batch=_float(progress.get("batch"), s.batch),
         noise_scale=_float(progress.get("noise_scale"), s.noise_scale),
         efficiency=_float(progress.get("efficiency"), s.efficiency),
+        noise_unresolved=bool(progress.get("noise_unresolved", s.noise_unresolved))
+        and progress.get("noise_scale") is None,
     )
 
 

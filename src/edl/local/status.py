@@ -83,6 +83,7 @@ class RunSnapshot:
     batch: float | None = None
     noise_scale: float | None = None
     efficiency: float | None = None
+    noise_unresolved: bool = False  # measured, but |G|² not yet above the noise: φ unknown
     # [seconds since start, world size, round] at every new rendezvous round
     world_history: list[list[float]] = field(default_factory=list)
     # faults and decisions, one line each: [seconds since start, text]; the last few only,

@@ -65,7 +65,8 @@ def job_estimate(records: Iterable[Mapping[str, Any]]) -> tuple[float, float] | 
 def combine_shards(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """The job's figures from its shards' records: ``batch`` (the batch its updates are
     summed to), ``initial_batch``, and once measured ``noise_scale`` (φ, samples),
-    ``efficiency`` of the batch and ``gain``; {} when no shard has published."""
+    ``efficiency`` of the batch and ``gain`` (``noise_unresolved`` instead of the first
+    two while the summed |G|² estimate is not positive); {} when no shard has published."""
     usable = [r for r in records if isinstance(r, Mapping)]
     batches = [b for r in usable if (b := _number(r.get("batch"))) and b > 0]
     initials = [b for r in usable if (b := _number(r.get("initial_batch"))) and b > 0]
@@ -86,4 +87,6 @@ def combine_shards(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         phi = initial * var / sqr
         out["noise_scale"] = round(phi, 2)
         out["efficiency"] = round(efficiency(phi, initial, batch), 4)
+    else:  # measured, but the noise hides |G|²: φ is beyond what the updates so far resolve
+        out["noise_unresolved"] = True
     return out
