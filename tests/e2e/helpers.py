@@ -115,13 +115,21 @@ def trainingjob(name: str, *, min_instance: int = 2, max_instance: int = 6,
 
 def wait_tj(rest: Rest, namespace: str, name: str, check: Callable[[dict[str, Any]], Any],
             timeout: float = 90, label: str = "") -> Any:
-    """Poll TrainingJob `name` until `check(obj)` is truthy; its value."""
+    """Poll TrainingJob `name` until `check(obj)` is truthy; its value. On a time-out the
+    error carries the last status seen, so a failure says what the job showed instead."""
+    last: dict[str, Any] = {}
+
     def probe() -> Any:
         try:
-            return check(rest.get("TrainingJob", name, namespace))
+            obj = rest.get("TrainingJob", name, namespace)
+            last["status"] = obj.get("status")
+            return check(obj)
         except (KeyError, TypeError, IndexError, ApiError):
             return None
-    return wait_until(probe, timeout, label or f"TrainingJob {name}")
+    try:
+        return wait_until(probe, timeout, label or f"TrainingJob {name}")
+    except AssertionError as error:
+        raise AssertionError(f"{error}; last status: {last.get('status')}") from None
 
 
 def trainer_pods(rest: Rest, namespace: str, job: str, phase: str = "Running") -> list[str]:
