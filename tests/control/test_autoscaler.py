@@ -283,3 +283,42 @@ def test_the_reason_for_a_resize_outlives_the_ticks_that_keep_it(
     assert (resize.parallelism, resize.target) == (2, 8)
     assert resize.reason.startswith("grow 2->8"), resize.reason
     assert autoscaler.ticks > 5
+
+
+def test_an_edited_fixed_size_reaches_the_trainer_job(clock, cluster_factory, manifests):
+    """`kubectl scale --replicas=max` makes min = max: the job is no longer elastic, but
+    its new size is still a guarantee the Autoscaler (the single writer of parallelism)
+    must apply -- up on a full cluster (the pods wait), and down again on the next edit."""
+    cluster = cluster_factory(nodes=1, cpu="8")
+
+    async def resize(low: int, high: int) -> None:
+        job = cluster.get_training_job("default", "j")
+        job["spec"]["trainer"].update({"min-instance": low, "max-instance": high})
+        cluster.replace_training_job(job)
+        await asyncio.sleep(5)
+
+    async def scenario():
+        autoscaler, tasks = start_loops(cluster, interval=1.0)
+        await asyncio.sleep(0)
+        cluster.create_training_job(manifests.training_job("j", 2, 6, cpu="1"))
+        await asyncio.sleep(10)
+        sizes = [await parallelism(cluster, "j")]
+        cluster.create_deployment({"metadata": {"name": "svc"}, "spec": {
+            "replicas": 1, "template": manifests.pod_template("4", "1Gi")}})
+        await asyncio.sleep(10)
+        sizes.append(await parallelism(cluster, "j"))
+        for low, high in ((6, 6), (3, 3), (3, 6)):
+            await resize(low, high)
+            sizes.append(await parallelism(cluster, "j"))
+        waiting = cluster.trainer_counts("default", "j")
+        for task in tasks:
+            task.cancel()
+        return sizes, autoscaler.last_resizes[("default", "j")].reason, waiting
+
+    sizes, reason, counts = clock.run(scenario())
+    # 8 CPU: master 0.5 + pserver 1 + trainers 1 each, under 97 %: 6 fit, then 2 with
+    # the service; min = max = 6 brings all 6 back (the service keeps its room: 4 wait)
+    assert sizes[:2] == [6, 2]
+    assert sizes[2:] == [6, 3, 3], sizes
+    assert reason.startswith("shrink 6->3: fixed size"), reason
+    assert counts.desired == 3

@@ -49,7 +49,7 @@ def test_goodput_places_every_added_trainer_without_overcommit(state, load) -> N
         assert view.min_instance <= decision.target <= view.max_instance
         assert decision.reason
         kept = min(view.total - view.unbound, view.parallelism, view.max_instance)
-        if decision.target > view.parallelism:
+        if decision.target > view.parallelism and view.elastic:  # fixed: the scheduler's
             assert len(placement[view.key]) == decision.target - min(kept, decision.target)
     assert_no_node_overcommitted(views, placement, resources)
 
@@ -66,10 +66,15 @@ def test_goodput_keeps_cpu_within_max_load_and_never_grows_and_shrinks(state, lo
             (n - v.total) * v.cpu_request_milli for n, v in zip(counts, views, strict=True)
         )
 
-    before = requests([v.parallelism for v in views])
+    # a fixed-size job's size is its guarantee, not the plan's choice: the same on both sides
+    before = requests([v.parallelism if v.elastic else d.target
+                       for v, d in zip(views, decisions, strict=True)])
     after = requests([d.target for d in decisions])
     assert after <= (cap if before <= cap else before)
-    for decision in decisions:
+    for view, decision in zip(views, decisions, strict=True):
+        if not view.elastic:
+            assert decision.target == view.min_instance
+            continue
         verb = decision.reason.split(" ", 1)[0]
         expected = {1: "grow", -1: "shrink", 0: "keep"}[
             (decision.target > decision.parallelism) - (decision.target < decision.parallelism)

@@ -1,8 +1,10 @@
 """`Autoscaler`: every few seconds, re-plan every elastic job's trainer count and apply it.
 
-PaddlePaddle EDL's Autoscaler, async and backend-free. One step is `tick()`:
+PaddlePaddle EDL's Autoscaler, async and backend-free. The single writer of every
+trainer Job's parallelism: a fixed-size job (min-instance = max-instance) is planned
+too, so an edit of its size (``kubectl scale``) reaches its Job. One step is `tick()`:
 
-1. per elastic job, its trainer Job (current parallelism, an API read on Kubernetes);
+1. per job, its trainer Job (current parallelism, an API read on Kubernetes);
 2. ``Cluster.inquiry_resource()`` — totals, requests, per-node room, pending services —
    and each job's ``job_pods`` counts -> `edl.policy.JobView`, read together after
    every wait (one snapshot of the caches, see `_observe`);
@@ -298,7 +300,7 @@ class Autoscaler:
         return decisions
 
     def decision_for(self, key: tuple[str, str]) -> Decision | None:
-        """The last plan's decision for a job (None: not planned, or not elastic)."""
+        """The last plan's decision for a job (None: not planned yet)."""
         for decision in self.last_decisions:
             if (decision.namespace, decision.name) == key:
                 return decision
@@ -311,10 +313,7 @@ class Autoscaler:
         return self._batches.get((decision.namespace, decision.name)) != float(decision.batch)
 
     def _remember(self, job: TrainingJob) -> None:
-        key = job_key(job)
-        if not job.elastic():
-            self._jobs.pop(key, None)
-            return
+        key = job_key(job)  # fixed-size jobs too: their edited size reaches the Job here
         self._jobs[key] = job
         self._trainer_resources[key] = trainer_request(job)
         self.scaling.remember(key, job.metadata.annotations, _batch_limits(job))

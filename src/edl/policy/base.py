@@ -175,6 +175,23 @@ class JobView:
         """(namespace, name): unique per job, used to break ties deterministically."""
         return (self.namespace, self.name)
 
+    @property
+    def elastic(self) -> bool:
+        return self.min_instance < self.max_instance
+
+    def clamped(self) -> int:
+        """The parallelism moved into [min, max]: what any plan starts from, and the whole
+        plan of a fixed-size job (an edit of its size reaches the Job only this way)."""
+        return min(max(self.parallelism, self.min_instance), self.max_instance)
+
+    def fixed_reason(self) -> str:
+        """Why a fixed-size job (min-instance = max-instance) gets `clamped()`."""
+        size = self.clamped()
+        if size == self.parallelism:
+            return f"keep {size}: not elastic (min-instance = max-instance)"
+        verb = "grow" if size > self.parallelism else "shrink"
+        return f"{verb} {self.parallelism}->{size}: fixed size (min-instance = max-instance)"
+
     def fulfillment(self, instances: int | None = None) -> float:
         """(instances - min) / (max - min), 1 when min == max (the original's definition)."""
         if self.max_instance == self.min_instance:

@@ -108,15 +108,8 @@ class DefaultPolicy:
         for view in jobs:
             plan = by_key.get(view.key)
             if plan is None:
-                decisions.append(
-                    Decision(
-                        view.namespace,
-                        view.name,
-                        view.parallelism,
-                        view.parallelism,
-                        "not elastic (min-instance = max-instance)",
-                    )
-                )
+                decisions.append(Decision(view.namespace, view.name, view.parallelism,
+                                          view.clamped(), view.fixed_reason()))
                 continue
             shrinking = plan.target < view.parallelism
             nodes = [room.names[n] for n in plan.victim_nodes if n >= 0]

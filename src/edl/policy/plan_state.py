@@ -165,12 +165,7 @@ def build_plans(
     )
     plans: list[JobPlan] = []
     for view in jobs:
-        elastic = view.min_instance < view.max_instance
-        target = (
-            min(max(view.parallelism, view.min_instance), view.max_instance)
-            if elastic
-            else view.parallelism
-        )
+        elastic, target = view.elastic, view.clamped()
         budget.cpu += view.cpu_request_milli * (target - view.total)
         budget.memory += view.memory_request_mega * (target - view.total)
         budget.gpu += view.gpu_limit * (target - view.total)

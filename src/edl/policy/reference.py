@@ -161,7 +161,7 @@ class ReferencePolicy:
         for job in jobs:
             key = job.key
             if job.min_instance >= job.max_instance:
-                reason, target = "not elastic (min-instance = max-instance)", job.parallelism
+                reason, target = job.fixed_reason(), job.clamped()
             elif key not in diff:
                 # fix 4: even a job that is not rescheduled stays within [min, max]
                 target = min(max(job.parallelism, job.min_instance), job.max_instance)
