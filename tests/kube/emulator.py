@@ -16,7 +16,10 @@ controller, no scheduler). This subclass adds, and only adds:
 * fault injection (`fail_next`): answer the next N matching requests with an
   error status *before* touching any state;
 * `expire_watches`: push a 410 Gone ERROR event into every open watch of a
-  resource, as the API server does when a watch's resourceVersion is compacted.
+  resource, as the API server does when a watch's resourceVersion is compacted;
+* `send_bookmark`: push a BOOKMARK event, shaped as the API server's (an empty
+  object of the kind, carrying only a resourceVersion: a Pod's `spec.containers`
+  is null).
 
 Anything here is a test double: passing these tests means the real lightkube and
 kopf code paths work against an HTTP server that speaks the Kubernetes API, not
@@ -97,6 +100,16 @@ class EdlEmulator(kmock.KubernetesEmulator):
             "type": "ERROR",
             "object": _status_body(410, "Expired", "too old resource version"),
         })
+
+    async def send_bookmark(self, resource: str, kind: str, spec: dict[str, Any]) -> str:
+        """Send a BOOKMARK at a new resourceVersion to every open watch of `resource`;
+        returns that version."""
+        version = str(next(self._versions))
+        self.current_version = int(version)
+        await self._buses[kmock.resource(resource)].put({"type": "BOOKMARK", "object": {
+            "kind": kind, "apiVersion": "v1", "spec": spec,
+            "metadata": {"resourceVersion": version, "creationTimestamp": None}}})
+        return version
 
     # -- request handling --------------------------------------------------------------
 

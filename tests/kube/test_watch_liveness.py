@@ -7,7 +7,7 @@ import asyncio
 from typing import Any
 
 from lightkube import AsyncClient
-from lightkube.resources.core_v1 import Node
+from lightkube.resources.core_v1 import Node, Pod
 
 from edl.kube.metrics import HealthState
 from edl.kube.reflector import Reflector
@@ -53,6 +53,29 @@ async def test_watches_ask_for_bookmarks(api: AsyncClient, emulator: Any) -> Non
     try:
         await eventually(lambda: queries)
         assert "allowWatchBookmarks=true" in queries[0]
+    finally:
+        task.cancel()
+
+
+async def test_a_pod_bookmark_moves_the_version_without_breaking_the_watch(
+    api: AsyncClient, emulator: Any,
+) -> None:
+    """The API server's Pod BOOKMARK is an empty Pod (`spec.containers: null`), which
+    lightkube's Pod model rejects; the stream must take its resourceVersion and go on
+    (it broke and re-opened after each bookmark, seen on the real control plane)."""
+    store = Names()
+    reflector = Reflector(api, Pod, store)  # every namespace, as the controller watches
+    task = asyncio.create_task(reflector.run())
+    try:
+        await asyncio.wait_for(reflector.synced.wait(), 10)
+        await asyncio.sleep(0.2)  # the watch is open
+        version = await emulator.send_bookmark("v1/pods", "Pod", {"containers": None})
+        await eventually(lambda: reflector.resource_version == version)
+        await api.create(Pod.from_dict({"metadata": {"name": "p", "namespace": "default"},
+                                        "spec": {"containers": [{"name": "c", "image": "i"}]}}))
+        await eventually(lambda: store.names == {"p"})
+        assert reflector.events == 1 and reflector.lists == 1
+        assert reflector.watch_restarts == 0  # one stream throughout
     finally:
         task.cancel()
 

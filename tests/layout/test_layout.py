@@ -16,7 +16,8 @@ GENERATED = ("_pb2.py", "_pb2_grpc.py")
 
 # edl.kube, bottom to top: a module imports only from its own layer or the ones below.
 KUBE_LAYERS = (
-    ("client", "retry", "crd_rules", "crd", "status", "events", "failures", "trainer_index"),
+    ("client", "retry", "watch_stream", "crd_rules", "crd", "status", "events", "failures",
+     "trainer_index"),
     ("reflector", "state", "managed", "admission"),
     ("cluster",),
     ("operator", "autoscaling", "throughput", "leader", "metrics", "runner"),

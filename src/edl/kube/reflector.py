@@ -31,6 +31,7 @@ from typing import Any, Protocol
 from lightkube import AsyncClient
 
 from edl.kube.retry import http_status
+from edl.kube.watch_stream import raw_watch
 
 log = logging.getLogger(__name__)
 
@@ -120,21 +121,24 @@ class Reflector:
         return max((self.clock() if now is None else now) - self.failing_since, 0.0)
 
     def _open_watch(self) -> AsyncIterable[tuple[str, Any]]:
-        """The watch stream, with bookmarks requested.
+        """The watch stream, with bookmarks requested, as plain dicts.
 
-        lightkube's ``watch()`` has no bookmark parameter, so the request is prepared
-        with its own request builder and the one extra query parameter.
+        lightkube's ``watch()`` has no bookmark parameter and decodes every event,
+        bookmarks too, into its strict model: a Pod BOOKMARK (an empty Pod whose
+        ``spec.containers`` is null) failed validation and broke the stream each
+        time the server sent one. So the request is built with lightkube's request
+        builder and its lines are read here (`raw_watch`); objects stay dicts, which
+        also spares a model round trip per event.
         """
-        params = {"timeoutSeconds": self.server_timeout,
-                  "resourceVersion": self.resource_version, "allowWatchBookmarks": "true"}
         inner = getattr(self.client, "_client", None)
         if inner is None or not hasattr(inner, "prepare_request"):
             return self.client.watch(self.resource, resource_version=self.resource_version,
                                      server_timeout=self.server_timeout, **self._scope())
+        params = {"timeoutSeconds": self.server_timeout,
+                  "resourceVersion": self.resource_version, "allowWatchBookmarks": "true"}
         request = inner.prepare_request("list", res=self.resource, watch=True, params=params,
                                         **self._scope())
-        stream: AsyncIterable[tuple[str, Any]] = inner.watch(request)
-        return stream
+        return raw_watch(inner, request)
 
     async def watch_once(self) -> None:
         """Follow the watch stream until it raises (`WatchIdle` after ``idle_timeout``).
@@ -153,7 +157,7 @@ class Reflector:
 
     def _received(self, event_type: str, obj: Any) -> None:
         self.failing_since = None  # the server talks to us
-        raw = obj.to_dict()
+        raw = obj if isinstance(obj, dict) else obj.to_dict()
         version = (raw.get("metadata") or {}).get("resourceVersion")
         if version:
             self.resource_version = version
