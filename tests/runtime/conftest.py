@@ -108,22 +108,32 @@ class JobProcesses:
                 proc.wait()
 
     # ---- reading the job's state from etcd, as `edl status` would ----
-    def read_json(self, key: str):
-        """A JSON value under the job's etcd prefix (None: absent); "pservers": the live
-        pservers by index."""
+    def _read(self, fetch):
+        """`fetch(client)`'s value, with a client of the job's etcd (retried while etcd is
+        unavailable, as `edl status` is)."""
 
         async def read():
             client = await connect(RuntimeConfig(job_name=self.job,
                                                  etcd_endpoints=self.etcd.endpoints))
             try:
-                if key == "pservers":
-                    return await client.list_pservers()
-                raw = await client.get_key(key)
-                return json.loads(raw) if raw else None
+                return await fetch(client)
             finally:
                 await client.shutdown()
 
         return run_retrying(read, (EtcdUnavailableError,))
+
+    def read_json(self, key: str):
+        """A JSON value under the job's etcd prefix (None: absent)."""
+
+        async def fetch(client):
+            raw = await client.get_key(key)
+            return json.loads(raw) if raw else None
+
+        return self._read(fetch)
+
+    def live_pservers(self) -> dict:
+        """The registered pservers by index."""
+        return self._read(lambda client: client.list_pservers())
 
     def state(self) -> tuple[dict, dict[int, dict]]:
         """(progress, task records by id)."""

@@ -27,7 +27,7 @@ def test_an_incomplete_update_outlives_its_trainer_and_its_pserver(job) -> None:
     replacement applies it once no push completes it."""
     job.env.update(EDL_PSERVERS="1", EDL_CHECKPOINT_INTERVAL="0.5", EDL_BATCH_INITIAL="4")
     job.start("pserver", "ps-a", EDL_BATCH_FLUSH="600")  # holds the half-batch: no flush
-    address = wait_until(lambda: job.read_json("pservers").get(0), 90, "ps-a to register")
+    address = wait_until(lambda: job.live_pservers().get(0), 90, "ps-a to register")
     stub = pb_grpc.PServerStub(grpc.insecure_channel(address))
     init = pb.InitRequest(params=[tensors.encode("w#0", np.zeros(4, np.float32))])
     init.optimizer.name, init.optimizer.lr = "sgd", 1.0
@@ -47,7 +47,7 @@ def test_an_incomplete_update_outlives_its_trainer_and_its_pserver(job) -> None:
     job.signal("ps-a", signal.SIGKILL)
     job.start("pserver", "ps-b", EDL_BATCH_FLUSH="1")
     new_address = wait_until(
-        lambda: (a := job.read_json("pservers").get(0)) != address and a, 90, "ps-b at index 0")
+        lambda: (a := job.live_pservers().get(0)) != address and a, 90, "ps-b at index 0")
     stub = pb_grpc.PServerStub(grpc.insecure_channel(new_address))
     reply = wait_until(lambda: (r := stub.Pull(pb.PullRequest(), timeout=5)).version == 1 and r,
                        30, "ps-b to apply the restored half-batch")

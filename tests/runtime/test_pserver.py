@@ -42,7 +42,7 @@ def one_pserver(job):
 def test_replacement_restores_checkpoint_and_keeps_checkpointing(one_pserver) -> None:
     job = one_pserver
     job.start("pserver", "ps-a")
-    address = wait_until(lambda: job.read_json("pservers").get(0), 90, "ps-a to register")
+    address = wait_until(lambda: job.live_pservers().get(0), 90, "ps-a to register")
     pushed = init_and_push(stub_for(address), 5)
     saved = wait_until(
         lambda: (m := job.read_json("checkpoints/0")) and m["version"] == pushed and m,
@@ -51,7 +51,7 @@ def test_replacement_restores_checkpoint_and_keeps_checkpointing(one_pserver) ->
     job.signal("ps-a", signal.SIGKILL)
     job.start("pserver", "ps-b")
     new_address = wait_until(
-        lambda: (a := job.read_json("pservers").get(0)) != address and a, 90, "ps-b at index 0"
+        lambda: (a := job.live_pservers().get(0)) != address and a, 90, "ps-b at index 0"
     )
     stub = stub_for(new_address)
     reply = stub.Pull(pb.PullRequest(), timeout=10)
@@ -80,13 +80,13 @@ def test_replacement_restores_checkpoint_and_keeps_checkpointing(one_pserver) ->
 def test_frozen_pserver_stops_serving_when_its_lease_is_gone(one_pserver) -> None:
     job = one_pserver
     job.start("pserver", "ps-a")
-    address = wait_until(lambda: job.read_json("pservers").get(0), 90, "ps-a to register")
+    address = wait_until(lambda: job.live_pservers().get(0), 90, "ps-a to register")
     init_and_push(stub_for(address), 1)
     wait_until(lambda: job.read_json("checkpoints/0"), 30, "a first checkpoint")
     job.signal("ps-a", signal.SIGSTOP)
     job.start("pserver", "ps-b")  # takes index 0 once ps-a's lease expires
     new_address = wait_until(
-        lambda: (a := job.read_json("pservers").get(0)) != address and a, 90, "ps-b at index 0"
+        lambda: (a := job.live_pservers().get(0)) != address and a, 90, "ps-b at index 0"
     )
     job.signal("ps-a", signal.SIGCONT)
     with pytest.raises(grpc.RpcError) as refused:
@@ -94,7 +94,7 @@ def test_frozen_pserver_stops_serving_when_its_lease_is_gone(one_pserver) -> Non
     assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
     assert stub_for(new_address).Pull(pb.PullRequest(), timeout=10).initialized
     time.sleep(1.0)
-    assert job.read_json("pservers") == {0: new_address}  # no duplicate index
+    assert job.live_pservers() == {0: new_address}  # no duplicate index
     assert "lost its lease; stopped serving" in job.log("ps-a")
 
 
@@ -102,9 +102,9 @@ def test_sigterm_checkpoints_and_frees_the_index_at_once(one_pserver) -> None:
     job = one_pserver
     job.env["EDL_CHECKPOINT_INTERVAL"] = "3600"  # only the shutdown checkpoint
     job.start("pserver", "ps-a")
-    address = wait_until(lambda: job.read_json("pservers").get(0), 90, "ps-a to register")
+    address = wait_until(lambda: job.live_pservers().get(0), 90, "ps-a to register")
     pushed = init_and_push(stub_for(address), 3)
     job.signal("ps-a", signal.SIGTERM)
     assert job.wait("ps-a", 30) == 0
-    assert job.read_json("pservers") == {}  # lease revoked, not left to expire
+    assert job.live_pservers() == {}  # lease revoked, not left to expire
     assert job.read_json("checkpoints/0")["version"] == pushed
