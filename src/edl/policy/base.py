@@ -177,6 +177,7 @@ class JobView:
 
     @property
     def elastic(self) -> bool:
+        """Whether a plan may choose its size (min-instance < max-instance)."""
         return self.min_instance < self.max_instance
 
     def clamped(self) -> int:

@@ -133,7 +133,7 @@ class ReferencePolicy:
         movable = [
             job
             for job in jobs
-            if job.min_instance < job.max_instance and (have_pending or job.total == job.running)
+            if job.elastic and (have_pending or job.total == job.running)
         ]
         movable.sort(key=reference_order)
         dry_run = _DryRun(resources, max_load_desired)
@@ -160,11 +160,11 @@ class ReferencePolicy:
         decisions = []
         for job in jobs:
             key = job.key
-            if job.min_instance >= job.max_instance:
+            if not job.elastic:
                 reason, target = job.fixed_reason(), job.clamped()
             elif key not in diff:
                 # fix 4: even a job that is not rescheduled stays within [min, max]
-                target = min(max(job.parallelism, job.min_instance), job.max_instance)
+                target = job.clamped()
                 reason = "trainers not all running; not rescheduled"
                 if target != job.parallelism:
                     reason = f"clamp {job.parallelism}->{target} to [min, max]; {reason}"
