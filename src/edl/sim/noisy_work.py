@@ -42,11 +42,14 @@ def _work_factor(p0: float, p1: float, batch: float, initial: float, ramp: Noise
     extra = batch - initial
     if extra == 0:
         return p1 - p0
-    low, high = a + b * p0 + initial, a + b * p1 + initial
+    low = a + b * p0 + initial
     if abs(b) <= 1e-9 * max(1.0, abs(low)):  # φ constant: no log
         middle = a + b * (p0 + p1) / 2 + initial
         return (p1 - p0) * (1.0 + extra / middle)
-    return (p1 - p0) + extra / b * math.log(high / low)
+    # log1p of the relative rise, not log(high / low): when φ barely changes, the ratio's
+    # rounding (1e-16) divided by a tiny slope b swamped the answer (hypothesis: start 2,
+    # end 2.00001 put the inverse 2e-9 off)
+    return (p1 - p0) + extra / b * math.log1p(b * (p1 - p0) / low)
 
 
 def seconds_to(
