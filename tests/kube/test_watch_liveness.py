@@ -68,9 +68,12 @@ async def test_a_pod_bookmark_moves_the_version_without_breaking_the_watch(
     task = asyncio.create_task(reflector.run())
     try:
         await asyncio.wait_for(reflector.synced.wait(), 10)
-        await asyncio.sleep(0.2)  # the watch is open
-        version = await emulator.send_bookmark("v1/pods", "Pod", {"containers": None})
-        await eventually(lambda: reflector.resource_version == version)
+
+        async def bookmarked() -> bool:  # sent again until the watch is open to take one
+            version = await emulator.send_bookmark("v1/pods", "Pod", {"containers": None})
+            await asyncio.sleep(0.1)
+            return reflector.resource_version == version
+        await eventually(bookmarked)
         await api.create(Pod.from_dict({"metadata": {"name": "p", "namespace": "default"},
                                         "spec": {"containers": [{"name": "c", "image": "i"}]}}))
         await eventually(lambda: store.names == {"p"})

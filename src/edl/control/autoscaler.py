@@ -1,4 +1,4 @@
-"""`Autoscaler`: every few seconds, re-plan every elastic job's trainer count and apply it.
+"""`Autoscaler`: every few seconds, re-plan every job's trainer count and apply it.
 
 PaddlePaddle EDL's Autoscaler, async and backend-free. The single writer of every
 trainer Job's parallelism: a fixed-size job (min-instance = max-instance) is planned
