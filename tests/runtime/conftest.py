@@ -195,7 +195,11 @@ def harness() -> types.SimpleNamespace:
 def fault_free(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     """One elastic fault-free run, shared by the tests that compare against it."""
     with EmbeddedEtcd() as etcd:
-        job = JobProcesses(etcd, tmp_path_factory.mktemp("fault-free"), EDL_PASSES=str(E2E_PASSES))
+        job = JobProcesses(
+            etcd, tmp_path_factory.mktemp("fault-free"), EDL_PASSES=str(E2E_PASSES),
+            # the hold in run_elastic must not read as a lost trainer or a late task
+            EDL_TRAINER_TTL="300", EDL_TASK_TIMEOUT="300",
+        )  # fmt: skip
         try:
             yield run_elastic(job)
         finally:
@@ -209,7 +213,17 @@ def run_elastic(job) -> dict:
     job.start("trainer", "trainer-a")
     job.start("trainer", "trainer-b")
     job.wait_for(lambda p: p["tasks_done"] > 0, 120, "the first finished task")
-    job.start("trainer", "trainer-c")  # grow towards max while it trains
+    # Grow towards max while it trains. Trainer-c's start (torch's import) can take
+    # longer than the whole job on a fast, busy machine (CI saw a and b finish all
+    # 40 passes first), so a and b are held until c has reached the master.
+    for held in ("trainer-a", "trainer-b"):
+        job.signal(held, signal.SIGSTOP)
+    job.start("trainer", "trainer-c")
+    try:
+        job.wait_for(lambda p: "trainer-c" in p["trainers"], 120, "trainer-c to reach the master")
+    finally:
+        for held in ("trainer-a", "trainer-b"):
+            job.signal(held, signal.SIGCONT)
     job.wait_for(
         lambda p: all(
             p["trainers"].get(t, {}).get("tasks", 0) > 0 for t in ("trainer-b", "trainer-c")

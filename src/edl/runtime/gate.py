@@ -13,6 +13,14 @@ from typing import Any
 
 import grpc
 
+from edl.runtime.proto import runtime_pb2 as pb
+
+
+def rpc_names(service: str) -> list[str]:
+    """Every RPC of `service` in runtime.proto: a gate forwards them all, so an RPC
+    added to the proto can never reach the base class's UNIMPLEMENTED."""
+    return [method.name for method in pb.DESCRIPTOR.services_by_name[service].methods]
+
 
 def make_gate(base: type, methods: list[str], what: str, sync: bool = False) -> Any:
     """A `base` servicer whose `methods` forward to `.current` when it is set."""

@@ -21,7 +21,7 @@ from edl.coord import Election, FencedStore
 from edl.coord.errors import CoordError, NotLeaderError
 from edl.runtime.config import RuntimeConfig
 from edl.runtime.coordination import GRADIENTS, PROGRESS_KEY, connect, dumps
-from edl.runtime.gate import SERVER_OPTIONS, make_gate
+from edl.runtime.gate import SERVER_OPTIONS, make_gate, rpc_names
 from edl.runtime.master.queue import QueueMeta, TaskQueue, TaskRecord, TimeoutPolicy
 from edl.runtime.master.server import LeadershipLost, MasterService
 from edl.runtime.proto import runtime_pb2_grpc as pb_grpc
@@ -29,10 +29,7 @@ from edl.runtime.signals import stop_on_signals
 from edl.throughput.shards import combine_shards, parse_records
 
 log = logging.getLogger("edl.master")
-METHODS = [
-    "SetDataset", "GetTask", "FinishTask", "FailTask", "ReturnTask", "Beat", "Report",
-    "GetProgress",
-]  # fmt: skip
+METHODS = rpc_names("Master")
 T = TypeVar("T")
 
 

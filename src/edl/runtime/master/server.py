@@ -185,6 +185,12 @@ class MasterService(pb_grpc.MasterServicer):
         await self._persist(context)
         return pb.Ack(accepted=ok)
 
+    async def Leave(self, request: pb.Heartbeat, context: grpc.aio.ServicerContext) -> pb.Ack:
+        returned = self.queue.forget_trainer(request.trainer, self.clock())
+        log.info("trainer %s left; tasks back in the queue: %s", request.trainer, returned)
+        await self._persist(context)
+        return pb.Ack(accepted=True)
+
     async def Beat(self, request: pb.Heartbeat, context: grpc.aio.ServicerContext) -> pb.Ack:
         self.queue.beat(request.trainer, self.clock())
         return pb.Ack(accepted=True)

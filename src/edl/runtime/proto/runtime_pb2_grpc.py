@@ -64,6 +64,11 @@ class MasterStub:
                 request_serializer=edl_dot_runtime_dot_proto_dot_runtime__pb2.Heartbeat.SerializeToString,
                 response_deserializer=edl_dot_runtime_dot_proto_dot_runtime__pb2.Ack.FromString,
                 _registered_method=True)
+        self.Leave = channel.unary_unary(
+                '/edl.runtime.Master/Leave',
+                request_serializer=edl_dot_runtime_dot_proto_dot_runtime__pb2.Heartbeat.SerializeToString,
+                response_deserializer=edl_dot_runtime_dot_proto_dot_runtime__pb2.Ack.FromString,
+                _registered_method=True)
         self.Report = channel.unary_unary(
                 '/edl.runtime.Master/Report',
                 request_serializer=edl_dot_runtime_dot_proto_dot_runtime__pb2.Metrics.SerializeToString,
@@ -115,6 +120,14 @@ class MasterServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Leave(self, request, context):
+        """a trainer leaving (scale-down): every task the master has it holding goes back,
+        whatever the trainer itself knew (a reply in flight names a task it never saw)
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Report(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -157,6 +170,11 @@ def add_MasterServicer_to_server(servicer, server):
             ),
             'Beat': grpc.unary_unary_rpc_method_handler(
                     servicer.Beat,
+                    request_deserializer=edl_dot_runtime_dot_proto_dot_runtime__pb2.Heartbeat.FromString,
+                    response_serializer=edl_dot_runtime_dot_proto_dot_runtime__pb2.Ack.SerializeToString,
+            ),
+            'Leave': grpc.unary_unary_rpc_method_handler(
+                    servicer.Leave,
                     request_deserializer=edl_dot_runtime_dot_proto_dot_runtime__pb2.Heartbeat.FromString,
                     response_serializer=edl_dot_runtime_dot_proto_dot_runtime__pb2.Ack.SerializeToString,
             ),
@@ -331,6 +349,33 @@ class Master:
             request,
             target,
             '/edl.runtime.Master/Beat',
+            edl_dot_runtime_dot_proto_dot_runtime__pb2.Heartbeat.SerializeToString,
+            edl_dot_runtime_dot_proto_dot_runtime__pb2.Ack.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Leave(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/edl.runtime.Master/Leave',
             edl_dot_runtime_dot_proto_dot_runtime__pb2.Heartbeat.SerializeToString,
             edl_dot_runtime_dot_proto_dot_runtime__pb2.Ack.FromString,
             options,

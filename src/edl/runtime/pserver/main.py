@@ -24,7 +24,7 @@ from edl.coord import EtcdClient
 from edl.coord.errors import CoordError, NotRegisteredError
 from edl.runtime.config import RuntimeConfig
 from edl.runtime.coordination import connect, dumps
-from edl.runtime.gate import SERVER_OPTIONS, make_gate
+from edl.runtime.gate import SERVER_OPTIONS, make_gate, rpc_names
 from edl.runtime.master.main import until_stopped
 from edl.runtime.proto import runtime_pb2_grpc as pb_grpc
 from edl.runtime.pserver.aggregate import Aggregation
@@ -35,7 +35,7 @@ from edl.runtime.pserver.shard import Shard
 from edl.runtime.signals import stop_on_signals
 
 log = logging.getLogger("edl.pserver")
-METHODS = ["Init", "Push", "Pull"]
+METHODS = rpc_names("PServer")
 
 
 class Checkpointer:

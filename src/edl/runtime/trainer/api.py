@@ -131,6 +131,7 @@ class Job:
         self._task: pb.Task | None = None
         self._stop = threading.Event()
         self._terminating = threading.Lock()
+        self._leaving = False
         self.steps = 0
         self.skipped_steps = 0  # non-finite gradients not pushed (a job adapting its batch)
         self._batch_samples = 0  # the size of the last batch `batches` yielded
@@ -303,17 +304,34 @@ class Job:
             self.master.call("ReturnTask", report, timeout=timeout, deadline=timeout)
 
     def _beat(self) -> None:
-        while not self._stop.wait(1.0):
+        while not self._stop.wait(1.0) and not self._leaving:
             with contextlib.suppress(Exception):
                 self.master.call("Beat", pb.Heartbeat(trainer=self.name), timeout=2.0, deadline=2.0)
+
+    def _leave(self, timeout: float) -> bool:
+        """Tell the master this trainer is gone, so it requeues what it has it holding.
+
+        By name, not by task: SIGTERM's handler runs between bytecodes, often just
+        after a GetTask reply arrived and before `_task` names it."""
+        self._task = None
+        self._leaving = True  # no heartbeat after the goodbye
+        try:
+            self.master.call("Leave", pb.Heartbeat(trainer=self.name), timeout=timeout,
+                             deadline=timeout)  # fmt: skip
+        except Exception:  # leaving anyway: the trainer TTL requeues the task
+            return False
+        return True
 
     def _on_sigterm(self, signum: int, frame: object) -> None:
         """Scale-down: hand the task back and leave within 2 s."""
         if not self._terminating.acquire(blocking=False):
             return
         threading.Timer(1.8, lambda: os._exit(SIGTERM_EXIT)).start()  # hard stop, whatever happens
-        self._give_back(timeout=1.0)
-        print(f"edl trainer {self.name}: SIGTERM, task handed back, exiting", file=sys.stderr)
+        if self._leave(timeout=1.0):
+            said = "task handed back"
+        else:
+            said = "master unreachable, its trainer TTL requeues the task"
+        print(f"edl trainer {self.name}: SIGTERM, {said}, exiting", file=sys.stderr)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(SIGTERM_EXIT)
