@@ -27,6 +27,7 @@ from edl.cluster.inproc import AsyncioClock, Fixed, InProcessCluster, SimulatedP
 from edl.cluster.port import Cluster, Manifest
 from edl.kube.client import make_client
 from edl.kube.cluster import KubeCluster, TrainingJobResource
+from edl.kube.crd import PLURAL
 from edl.kube.operator import OperatorThread
 from kube.emulator import EdlEmulator, declare_resources
 from polling import eventually
@@ -96,6 +97,11 @@ class EmulatorHarness:
     async def start(self) -> None:
         await self.kube.start(timeout=30)
         self.operator.start()
+        # kopf stopped amid its API discovery retries a request for its 5 s grace;
+        # a test begins once kopf watches TrainingJobs, as `edl controller` serves then
+        await eventually(
+            lambda: PLURAL in self.emulator.watched, 30, "kopf to watch TrainingJobs"
+        )
 
     async def add_node(self, name: str, cpu: str, memory: str) -> None:
         await self.api.create(Node.from_dict({

@@ -82,6 +82,8 @@ class EdlEmulator(kmock.KubernetesEmulator):
     _versions: Any = attrs.field(factory=lambda: itertools.count(1), init=False)
     current_version: int = attrs.field(default=0, init=False)
     faults: list[Fault] = attrs.field(factory=list, init=False)
+    # the plural of every resource a client has opened a watch on (e.g. "trainingjobs")
+    watched: set[str] = attrs.field(factory=set, init=False)
 
     # -- test controls ---------------------------------------------------------------
 
@@ -123,6 +125,8 @@ class EdlEmulator(kmock.KubernetesEmulator):
                     status=fault.status, content_type="application/json",
                 )
         if request.resource is not None:
+            if request.params.get("watch") == "true":
+                self.watched.add(request.resource.plural)
             conflict = self._stamp(request)
             if conflict is not None:
                 return conflict
