@@ -19,10 +19,12 @@ def pserver(**overrides: object) -> None:
     """Run a pserver: register for an index, restore its checkpoint, serve its shard."""
     import torch
 
+    from edl.runtime.heap import freeze_startup_heap
     from edl.runtime.malloc import tune_malloc
     from edl.runtime.pserver.main import serve
 
     tune_malloc()
+    freeze_startup_heap()
     torch.set_num_threads(1)  # updates are small and many trainers share the cores
     config = load_config("pserver", **overrides)
     try:

@@ -31,6 +31,7 @@ import torch
 
 from edl.runtime import tensors
 from edl.runtime.config import RuntimeConfig, compute_threads, from_env
+from edl.runtime.heap import freeze_startup_heap
 from edl.runtime.malloc import tune_malloc
 from edl.runtime.proto import runtime_pb2 as pb
 from edl.runtime.pserver.optim import OptimizerConfig, make_optimizer
@@ -142,6 +143,7 @@ class Job:
         self._beater = threading.Thread(target=self._beat, name="edl-beat", daemon=True)
         self._beater.start()
         self._pull_all(init=True)
+        freeze_startup_heap()  # torch, the model and the data live until exit
 
     # ---- the user's loop ----
     def batches(
