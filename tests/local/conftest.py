@@ -17,11 +17,14 @@ DIGITS = REPO / "examples" / "digits"
 EDL = str(Path(sys.executable).with_name("edl"))
 
 
-def digits_job(tmp_path: Path, name: str = "digits", **spec: Any) -> Path:
-    """The digits example with spec overrides, workspace pinned to the example's directory."""
+def digits_job(
+    tmp_path: Path, name: str = "digits", *, workspace: Path = DIGITS, **spec: Any
+) -> Path:
+    """The digits example with spec overrides, workspace pinned to the example's directory
+    (or to `workspace`, e.g. a paced copy from tests/paced.py)."""
     job = yaml.safe_load((DIGITS / "job.yaml").read_text())
     job["metadata"]["name"] = name
-    job["spec"]["trainer"]["workspace"] = str(DIGITS)
+    job["spec"]["trainer"]["workspace"] = str(workspace)
     job["spec"].update(spec)
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(job))

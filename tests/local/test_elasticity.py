@@ -13,6 +13,7 @@ import yaml
 from edl.local import procs
 from edl.local.process_pods import RUN_MARKER_ENV
 from edl.local.run import LocalRun, RunOptions
+from paced import paced_digits
 
 from .conftest import DIGITS, digits_job
 
@@ -27,19 +28,10 @@ async def until(predicate, timeout: float, what: str) -> None:  # type: ignore[n
         await asyncio.sleep(0.25)
 
 
-# The digits example, paced: each step also sleeps, so the job lasts about as long on
-# an idle machine as on a loaded one and cannot finish before it has grown back.
-PACED_SCRIPT = (DIGITS / "train.py").read_text().replace(
-    "    job.step(F.cross_entropy(model(images), labels))",
-    "    job.step(F.cross_entropy(model(images), labels))\n    time.sleep(STEP_PAUSE_S)",
-).replace("import torch\n", "import time\n\nimport torch\n\nSTEP_PAUSE_S = 0.03\n", 1)
-
-
 async def test_reserved_share_shrinks_then_grows_the_job_with_no_task_lost(tmp_path: Path) -> None:
-    assert "time.sleep(STEP_PAUSE_S)" in PACED_SCRIPT, "the example's loop changed"
-    workspace = tmp_path / "paced"
-    workspace.mkdir()
-    (workspace / "train.py").write_text(PACED_SCRIPT)
+    # paced (0.03 s a step): the job lasts about as long on an idle machine as on a
+    # loaded one and cannot finish before it has grown back
+    workspace = paced_digits(tmp_path / "paced", 0.03)
     job = yaml.safe_load(digits_job(tmp_path, passes=40).read_text())
     job["spec"]["trainer"]["workspace"] = str(workspace)
     # A virtual 2-core node: master 100m + 2 pservers 200m + 3 trainers 750m fit;

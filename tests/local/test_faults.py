@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from edl.local.status import read_snapshot
+from paced import paced_digits
 
 from .conftest import descendants, digits_job, run_dir_of, start_edl_run, wait_for
 
@@ -52,8 +53,12 @@ def _finish(proc: subprocess.Popen[str], timeout: float) -> tuple[str, str]:
 
 def test_etcd_sigkilled_mid_run_is_restarted_and_the_run_succeeds(tmp_path: Path) -> None:
     """Defect 1: the run hung for ever with etcd <defunct>. Now: noticed at once, restarted
-    on the same data dir, the members carry on, the run succeeds with the same data."""
-    proc = start_edl_run(tmp_path, digits_job(tmp_path, passes=40))
+    on the same data dir, the members carry on, the run succeeds with the same data.
+
+    Paced (0.02 s a step, 40 passes: at least ~12 s of training at 3 trainers): an
+    unpaced run could finish on a fast machine before the test finds etcd to kill."""
+    workspace = paced_digits(tmp_path / "paced", 0.02)
+    proc = start_edl_run(tmp_path, digits_job(tmp_path, passes=40, workspace=workspace))
     try:
         run_dir = wait_for(lambda: run_dir_of(tmp_path), 60, "the run directory")
         wait_for(lambda: (read_snapshot(run_dir).tasks_done or 0) > 0, 180, "training")
@@ -131,8 +136,13 @@ def test_a_sigkilled_run_leaves_no_etcd_data_dir_after_the_next_run(tmp_path: Pa
 
 def test_pserver_and_master_kills_are_one_line_each_in_plain_output(tmp_path: Path) -> None:
     """The display's lines for a pserver kill (its replacement and how its shard came back)
-    and a master kill (the failover and the pass it resumed at)."""
-    proc = start_edl_run(tmp_path, digits_job(tmp_path, passes=60), "--checkpoint-interval", "1")
+    and a master kill (the failover and the pass it resumed at).
+
+    Paced (0.02 s a step, 60 passes: at least ~18 s of training at 3 trainers), so the
+    master is still there to kill after the pserver's recovery on a fast machine too."""
+    workspace = paced_digits(tmp_path / "paced", 0.02)
+    proc = start_edl_run(tmp_path, digits_job(tmp_path, passes=60, workspace=workspace),
+                         "--checkpoint-interval", "1")  # fmt: skip
     try:
         run_dir = wait_for(lambda: run_dir_of(tmp_path), 60, "the run directory")
         wait_for(lambda: (read_snapshot(run_dir).tasks_done or 0) > 0, 180, "training")

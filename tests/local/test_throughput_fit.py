@@ -10,21 +10,18 @@ import pytest
 import yaml
 
 from edl.local.run import LocalRun, RunOptions
+from paced import paced_digits
 from polling import eventually
 
 from .conftest import DIGITS, digits_job
-from .test_elasticity import PACED_SCRIPT
 
 pytestmark = pytest.mark.slow
 POINTS_PER_COUNT = 8
 
 
 async def test_fitted_curve_tracks_measured_throughput_at_1_2_3_trainers(tmp_path: Path) -> None:
-    workspace = tmp_path / "paced"
-    workspace.mkdir()
     # paced steps (0.1 s each): the rate is set by the job, not by how loaded the machine is
-    (workspace / "train.py").write_text(PACED_SCRIPT.replace("STEP_PAUSE_S = 0.03",
-                                                             "STEP_PAUSE_S = 0.1"))
+    workspace = paced_digits(tmp_path / "paced", 0.1)
     job = yaml.safe_load(digits_job(tmp_path, passes=1000).read_text())
     job["spec"]["trainer"]["workspace"] = str(workspace)
     job["metadata"]["annotations"] = {"edl.dev/throughput-prior": '{"per_trainer": 100}'}

@@ -23,12 +23,17 @@ from edl.coord.embedded import EmbeddedEtcd
 from edl.coord.errors import EtcdUnavailableError
 from edl.runtime.config import RuntimeConfig
 from edl.runtime.coordination import connect, make_client, read_state
+from paced import paced_digits
 from polling import run_retrying
 
 EDL = [sys.executable, "-m", "edl.cli.main"]
 REPO = Path(__file__).resolve().parents[2]
 DIGITS = REPO / "examples" / "digits"
 E2E_PASSES = 40
+# The e2e runs are paced (tests/paced.py): 40 passes of 45 steps last at least ~12 s at
+# 3 trainers, so the grow, the shrink and the chaos kills land while the job trains on
+# any machine (CI's, faster than this one, finished an unpaced run inside a trainer start)
+E2E_STEP_PAUSE_S = 0.02
 
 
 @pytest.fixture
@@ -187,16 +192,19 @@ def assert_every_task_once_per_pass(tasks: dict[int, dict], passes: int) -> None
 def harness() -> types.SimpleNamespace:
     """Helpers for test modules (importlib mode: tests cannot import conftest)."""
     return types.SimpleNamespace(
-        JobProcesses=JobProcesses, once_per_pass=assert_every_task_once_per_pass
-    )
+        JobProcesses=JobProcesses, once_per_pass=assert_every_task_once_per_pass,
+        paced_digits=paced_digits, e2e_step_pause_s=E2E_STEP_PAUSE_S,
+    )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def fault_free(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     """One elastic fault-free run, shared by the tests that compare against it."""
     with EmbeddedEtcd() as etcd:
+        tmp = tmp_path_factory.mktemp("fault-free")
         job = JobProcesses(
-            etcd, tmp_path_factory.mktemp("fault-free"), EDL_PASSES=str(E2E_PASSES),
+            etcd, tmp, EDL_PASSES=str(E2E_PASSES),
+            EDL_WORKSPACE=str(paced_digits(tmp / "paced", E2E_STEP_PAUSE_S)),
             # the hold in run_elastic must not read as a lost trainer or a late task
             EDL_TRAINER_TTL="300", EDL_TASK_TIMEOUT="300",
         )  # fmt: skip

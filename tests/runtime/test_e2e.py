@@ -41,7 +41,9 @@ def test_elastic_job_finishes_digits_with_accuracy(fault_free: dict, harness) ->
 def test_chaos_kills_lose_no_task(fault_free: dict, tmp_path: Path, harness) -> None:
     rng = random.Random(7)
     with EmbeddedEtcd() as etcd:
-        job = harness.JobProcesses(etcd, tmp_path, EDL_PASSES=str(PASSES))
+        workspace = harness.paced_digits(tmp_path / "paced", harness.e2e_step_pause_s)
+        job = harness.JobProcesses(etcd, tmp_path, EDL_PASSES=str(PASSES),
+                                   EDL_WORKSPACE=str(workspace))  # fmt: skip
         try:
             job.start("master", "master-0")
             job.start("master", "master-standby")

@@ -71,7 +71,11 @@ def test_ps_job_publishes_phi_and_a_killed_trainer_loses_no_update(job, harness)
     progress shows as no `noise_scale`; the test checks that this happens only when the
     published shard estimates really sum to |G|² <= 0."""
     passes = 15
-    job.env.update(EDL_BATCH_INITIAL="96", EDL_BATCH_FLUSH="2", EDL_PASSES=str(passes))
+    # paced (0.05 s a step: at least ~11 s of training at 3 trainers), so trainer-c is
+    # still pushing when it is killed, on a fast machine too
+    workspace = harness.paced_digits(job.tmp / "paced", 0.05)
+    job.env.update(EDL_BATCH_INITIAL="96", EDL_BATCH_FLUSH="2", EDL_PASSES=str(passes),
+                   EDL_WORKSPACE=str(workspace))  # fmt: skip
     job.start("master", "master-0")
     job.start("pserver", "pserver-0")
     job.start("pserver", "pserver-1")
@@ -96,6 +100,7 @@ def test_ps_job_publishes_phi_and_a_killed_trainer_loses_no_update(job, harness)
             return phi is not None and math.isfinite(phi) and phi > 0
 
         wait_until(consistent, 30, "no φ only while the shards' |G|² sums to <= 0")
+    assert job.procs["trainer-c"].poll() is None, "the job ended before trainer-c's kill"
     job.signal("trainer-c", signal.SIGKILL)  # mid-update: its pushes are in a pending sum
     progress = job.wait_for(lambda p: p["finished"] and "accuracy" in p["metrics"], 300,
                             "the job to finish without trainer-c")
