@@ -34,6 +34,7 @@ import torch
 import edl.runtime.trainer
 from edl.runtime.heap import freeze_startup_heap
 
+tracked = len(gc.get_objects())
 frozen = sys.argv[1] == "frozen"
 if frozen:
     freeze_startup_heap()
@@ -59,7 +60,7 @@ for _ in range(int(sys.argv[2])):
     torch.nn.functional.cross_entropy(model(x), y).backward()
     optimizer.step()
     junk = [{"step": i} for i in range(50)]  # what a loop's logging and metrics leave
-print(json.dumps({"full_ms": full_ms, "pauses": pauses}))
+print(json.dumps({"full_ms": full_ms, "pauses": pauses, "tracked": tracked}))
 """
 
 EXIT_CHILD = """
@@ -86,6 +87,7 @@ def main() -> None:
     args = parser.parse_args()
     modes = ("unfrozen", "frozen")
     full: dict[str, list[float]] = {m: [] for m in modes}
+    tracked: list[int] = []
     pauses: dict[str, list[list[float]]] = {m: [] for m in modes}
     wall: dict[str, list[float]] = {m: [] for m in modes}
     for _ in track(range(args.samples), description="samples (alternating modes)"):
@@ -93,6 +95,7 @@ def main() -> None:
             _, out = child(CHILD, mode, str(args.steps))
             result = json.loads(out)
             full[mode].append(result["full_ms"])
+            tracked.append(result["tracked"])
             pauses[mode].append(result["pauses"])
             wall[mode].append(child(EXIT_CHILD, mode)[0])
     table = Table(title=f"freezing the startup heap ({args.samples} samples each)")
@@ -111,7 +114,10 @@ def main() -> None:
         {m: statistics.median(max(p, default=0.0) for p in pauses[m]) for m in modes}, "ms")
     row("import torch + trainer API, exit (median wall)",
         {m: statistics.median(wall[m]) * 1e3 for m in modes}, "ms")  # fmt: skip
-    Console().print(table)
+    console = Console()
+    objects = statistics.median(tracked)
+    console.print(f"objects the collector tracks after the imports: median {objects:,.0f}")
+    console.print(table)
 
 
 if __name__ == "__main__":

@@ -193,7 +193,7 @@ def harness() -> types.SimpleNamespace:
     """Helpers for test modules (importlib mode: tests cannot import conftest)."""
     return types.SimpleNamespace(
         JobProcesses=JobProcesses, once_per_pass=assert_every_task_once_per_pass,
-        paced_digits=paced_digits, e2e_step_pause_s=E2E_STEP_PAUSE_S,
+        e2e_step_pause_s=E2E_STEP_PAUSE_S,
     )  # fmt: skip
 
 

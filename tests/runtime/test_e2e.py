@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from edl.coord.embedded import EmbeddedEtcd
+from paced import paced_digits
 from polling import wait_until
 
 PASSES = 40  # keep equal to conftest.E2E_PASSES
@@ -41,7 +42,7 @@ def test_elastic_job_finishes_digits_with_accuracy(fault_free: dict, harness) ->
 def test_chaos_kills_lose_no_task(fault_free: dict, tmp_path: Path, harness) -> None:
     rng = random.Random(7)
     with EmbeddedEtcd() as etcd:
-        workspace = harness.paced_digits(tmp_path / "paced", harness.e2e_step_pause_s)
+        workspace = paced_digits(tmp_path / "paced", harness.e2e_step_pause_s)
         job = harness.JobProcesses(etcd, tmp_path, EDL_PASSES=str(PASSES),
                                    EDL_WORKSPACE=str(workspace))  # fmt: skip
         try:

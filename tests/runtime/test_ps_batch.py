@@ -14,6 +14,7 @@ import numpy as np
 from edl.runtime import tensors
 from edl.runtime.proto import runtime_pb2 as pb
 from edl.runtime.proto import runtime_pb2_grpc as pb_grpc
+from paced import paced_digits
 from polling import wait_until
 
 
@@ -73,7 +74,7 @@ def test_ps_job_publishes_phi_and_a_killed_trainer_loses_no_update(job, harness)
     passes = 15
     # paced (0.05 s a step: at least ~11 s of training at 3 trainers), so trainer-c is
     # still pushing when it is killed, on a fast machine too
-    workspace = harness.paced_digits(job.tmp / "paced", 0.05)
+    workspace = paced_digits(job.tmp / "paced", 0.05)
     job.env.update(EDL_BATCH_INITIAL="96", EDL_BATCH_FLUSH="2", EDL_PASSES=str(passes),
                    EDL_WORKSPACE=str(workspace))  # fmt: skip
     job.start("master", "master-0")

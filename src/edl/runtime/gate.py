@@ -14,16 +14,20 @@ from typing import Any
 import grpc
 
 from edl.runtime.proto import runtime_pb2 as pb
+from edl.runtime.proto import runtime_pb2_grpc as pb_grpc
 
 
 def rpc_names(service: str) -> list[str]:
-    """Every RPC of `service` in runtime.proto: a gate forwards them all, so an RPC
-    added to the proto can never reach the base class's UNIMPLEMENTED."""
+    """Every RPC of `service` ("Master", "PServer") as runtime.proto declares it."""
     return [method.name for method in pb.DESCRIPTOR.services_by_name[service].methods]
 
 
-def make_gate(base: type, methods: list[str], what: str, sync: bool = False) -> Any:
-    """A `base` servicer whose `methods` forward to `.current` when it is set."""
+def make_gate(service: str, sync: bool = False) -> Any:
+    """A servicer for `service` whose every RPC forwards to `.current` when it is set.
+
+    The RPCs come from the proto, not from a list: one added there can never fall
+    through to the generated base class's UNIMPLEMENTED."""
+    what = service.lower()
 
     def forward_sync(name: str) -> Callable[..., Any]:
         def handler(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
@@ -46,7 +50,8 @@ def make_gate(base: type, methods: list[str], what: str, sync: bool = False) -> 
         return handler
 
     make = forward_sync if sync else forward
-    cls = type(f"{what.title()}Gate", (base,), {m: make(m) for m in methods})
+    base = getattr(pb_grpc, f"{service}Servicer")
+    cls = type(f"{service}Gate", (base,), {m: make(m) for m in rpc_names(service)})
     gate = cls()
     gate.current = None
     return gate

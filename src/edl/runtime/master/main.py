@@ -21,7 +21,7 @@ from edl.coord import Election, FencedStore
 from edl.coord.errors import CoordError, NotLeaderError
 from edl.runtime.config import RuntimeConfig
 from edl.runtime.coordination import GRADIENTS, PROGRESS_KEY, connect, dumps
-from edl.runtime.gate import SERVER_OPTIONS, make_gate, rpc_names
+from edl.runtime.gate import SERVER_OPTIONS, make_gate
 from edl.runtime.master.queue import QueueMeta, TaskQueue, TaskRecord, TimeoutPolicy
 from edl.runtime.master.server import LeadershipLost, MasterService
 from edl.runtime.proto import runtime_pb2_grpc as pb_grpc
@@ -29,7 +29,6 @@ from edl.runtime.signals import stop_on_signals
 from edl.throughput.shards import combine_shards, parse_records
 
 log = logging.getLogger("edl.master")
-METHODS = rpc_names("Master")
 T = TypeVar("T")
 
 
@@ -86,7 +85,7 @@ def new_queue(
 async def serve(config: RuntimeConfig, stop: asyncio.Event | None = None) -> None:
     stop = stop_on_signals(stop)
     client = await connect(config)
-    gate = make_gate(pb_grpc.MasterServicer, METHODS, "master")
+    gate = make_gate("Master")
     server = grpc.aio.server(options=SERVER_OPTIONS)
     pb_grpc.add_MasterServicer_to_server(gate, server)
     port = server.add_insecure_port(f"{config.pod_ip}:{config.port}")

@@ -24,7 +24,7 @@ from edl.coord import EtcdClient
 from edl.coord.errors import CoordError, NotRegisteredError
 from edl.runtime.config import RuntimeConfig
 from edl.runtime.coordination import connect, dumps
-from edl.runtime.gate import SERVER_OPTIONS, make_gate, rpc_names
+from edl.runtime.gate import SERVER_OPTIONS, make_gate
 from edl.runtime.master.main import until_stopped
 from edl.runtime.proto import runtime_pb2_grpc as pb_grpc
 from edl.runtime.pserver.aggregate import Aggregation
@@ -35,7 +35,6 @@ from edl.runtime.pserver.shard import Shard
 from edl.runtime.signals import stop_on_signals
 
 log = logging.getLogger("edl.pserver")
-METHODS = rpc_names("PServer")
 
 
 class Checkpointer:
@@ -111,7 +110,7 @@ class Checkpointer:
 async def serve(config: RuntimeConfig, stop: asyncio.Event | None = None) -> None:
     stop = stop_on_signals(stop)
     client = await connect(config)
-    gate = make_gate(pb_grpc.PServerServicer, METHODS, "pserver", sync=True)
+    gate = make_gate("PServer", sync=True)
     server = grpc.server(ThreadPoolExecutor(max_workers=8), options=SERVER_OPTIONS)
     pb_grpc.add_PServerServicer_to_server(gate, server)
     port = server.add_insecure_port(f"{config.pod_ip}:{config.port}")
