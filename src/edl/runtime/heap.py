@@ -2,7 +2,7 @@
 
 With torch and edl imported a process tracks ~180,000 container objects (modules,
 functions, classes, torch's op registrations) that live until it exits. Each full
-collection walks them all (150-200 ms here: a pause in the middle of a training
+collection walks them all (110-180 ms here: a pause in the middle of a training
 step or a pserver update), and so does the interpreter's exit. Frozen, they sit in
 the permanent generation and are never walked again (bench/gc_freeze.py).
 """
