@@ -24,7 +24,8 @@ from edl.coord.errors import EtcdUnavailableError
 from edl.runtime.config import RuntimeConfig
 from edl.runtime.coordination import connect, make_client, read_state
 from paced import paced_digits
-from polling import run_retrying
+from polling import run_retrying, wait_until
+from serving import answers
 
 EDL = [sys.executable, "-m", "edl.cli.main"]
 REPO = Path(__file__).resolve().parents[2]
@@ -139,6 +140,17 @@ class JobProcesses:
     def live_pservers(self) -> dict:
         """The registered pservers by index."""
         return self._read(lambda client: client.list_pservers())
+
+    def serving_pserver(self, index: int = 0, other_than: str | None = None) -> str:
+        """The address of the pserver at `index` once it answers RPCs (see `answers`)."""
+
+        def serving() -> str | None:
+            address = self.live_pservers().get(index)
+            if not address or address == other_than:
+                return None
+            return address if answers(address, "PServer") else None
+
+        return wait_until(serving, 90, f"a pserver serving index {index}")
 
     def state(self) -> tuple[dict, dict[int, dict]]:
         """(progress, task records by id)."""

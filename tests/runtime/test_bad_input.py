@@ -22,7 +22,8 @@ from edl.runtime.config import RuntimeConfig
 from edl.runtime.coordination import connect
 from edl.runtime.proto import runtime_pb2 as pb
 from edl.runtime.proto import runtime_pb2_grpc as pb_grpc
-from polling import run_retrying
+from polling import run_retrying, wait_until
+from serving import answers
 
 EDL = [sys.executable, "-m", "edl.cli.main"]
 
@@ -103,6 +104,8 @@ def test_malformed_grpc_is_rejected_and_servers_survive(job) -> None:
     job.start("master", "master-0")
     job.start("pserver", "pserver-0")
     master, pservers = _wait_addresses(job.etcd.endpoints, job.job, 1)
+    wait_until(lambda: answers(master, "Master") and answers(pservers[0], "PServer"), 90,
+               "the master and the pserver to serve")
     with grpc.insecure_channel(pservers[0]) as channel:
         raw_push = channel.unary_unary("/edl.runtime.PServer/Push")  # bytes in, bytes out
         with pytest.raises(grpc.RpcError) as garbage:

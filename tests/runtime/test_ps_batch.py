@@ -28,7 +28,7 @@ def test_an_incomplete_update_outlives_its_trainer_and_its_pserver(job) -> None:
     replacement applies it once no push completes it."""
     job.env.update(EDL_PSERVERS="1", EDL_CHECKPOINT_INTERVAL="0.5", EDL_BATCH_INITIAL="4")
     job.start("pserver", "ps-a", EDL_BATCH_FLUSH="600")  # holds the half-batch: no flush
-    address = wait_until(lambda: job.live_pservers().get(0), 90, "ps-a to register")
+    address = job.serving_pserver(0)
     stub = pb_grpc.PServerStub(grpc.insecure_channel(address))
     init = pb.InitRequest(params=[tensors.encode("w#0", np.zeros(4, np.float32))])
     init.optimizer.name, init.optimizer.lr = "sgd", 1.0
@@ -47,8 +47,7 @@ def test_an_incomplete_update_outlives_its_trainer_and_its_pserver(job) -> None:
                30, "a checkpoint holding the pending push")
     job.signal("ps-a", signal.SIGKILL)
     job.start("pserver", "ps-b", EDL_BATCH_FLUSH="1")
-    new_address = wait_until(
-        lambda: (a := job.live_pservers().get(0)) != address and a, 90, "ps-b at index 0")
+    new_address = job.serving_pserver(0, other_than=address)
     stub = pb_grpc.PServerStub(grpc.insecure_channel(new_address))
     reply = wait_until(lambda: (r := stub.Pull(pb.PullRequest(), timeout=5)).version == 1 and r,
                        30, "ps-b to apply the restored half-batch")

@@ -42,7 +42,7 @@ def one_pserver(job):
 def test_replacement_restores_checkpoint_and_keeps_checkpointing(one_pserver) -> None:
     job = one_pserver
     job.start("pserver", "ps-a")
-    address = wait_until(lambda: job.live_pservers().get(0), 90, "ps-a to register")
+    address = job.serving_pserver(0)
     pushed = init_and_push(stub_for(address), 5)
     saved = wait_until(
         lambda: (m := job.read_json("checkpoints/0")) and m["version"] == pushed and m,
@@ -50,9 +50,7 @@ def test_replacement_restores_checkpoint_and_keeps_checkpointing(one_pserver) ->
     )  # fmt: skip
     job.signal("ps-a", signal.SIGKILL)
     job.start("pserver", "ps-b")
-    new_address = wait_until(
-        lambda: (a := job.live_pservers().get(0)) != address and a, 90, "ps-b at index 0"
-    )
+    new_address = job.serving_pserver(0, other_than=address)
     stub = stub_for(new_address)
     reply = stub.Pull(pb.PullRequest(), timeout=10)
     assert reply.initialized and reply.version == pushed
@@ -80,14 +78,12 @@ def test_replacement_restores_checkpoint_and_keeps_checkpointing(one_pserver) ->
 def test_frozen_pserver_stops_serving_when_its_lease_is_gone(one_pserver) -> None:
     job = one_pserver
     job.start("pserver", "ps-a")
-    address = wait_until(lambda: job.live_pservers().get(0), 90, "ps-a to register")
+    address = job.serving_pserver(0)
     init_and_push(stub_for(address), 1)
     wait_until(lambda: job.read_json("checkpoints/0"), 30, "a first checkpoint")
     job.signal("ps-a", signal.SIGSTOP)
     job.start("pserver", "ps-b")  # takes index 0 once ps-a's lease expires
-    new_address = wait_until(
-        lambda: (a := job.live_pservers().get(0)) != address and a, 90, "ps-b at index 0"
-    )
+    new_address = job.serving_pserver(0, other_than=address)
     job.signal("ps-a", signal.SIGCONT)
     with pytest.raises(grpc.RpcError) as refused:
         stub_for(address).Pull(pb.PullRequest(), timeout=10)
@@ -102,7 +98,7 @@ def test_sigterm_checkpoints_and_frees_the_index_at_once(one_pserver) -> None:
     job = one_pserver
     job.env["EDL_CHECKPOINT_INTERVAL"] = "3600"  # only the shutdown checkpoint
     job.start("pserver", "ps-a")
-    address = wait_until(lambda: job.live_pservers().get(0), 90, "ps-a to register")
+    address = job.serving_pserver(0)
     pushed = init_and_push(stub_for(address), 3)
     job.signal("ps-a", signal.SIGTERM)
     assert job.wait("ps-a", 30) == 0
