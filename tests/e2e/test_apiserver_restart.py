@@ -4,8 +4,13 @@ and carry on; the next ticks must see the cluster as it is."""
 
 from __future__ import annotations
 
+import ssl
 import time
+import urllib.error
 import urllib.request
+from pathlib import Path
+
+import yaml
 
 from e2e.control_plane import ControlPlane
 from e2e.helpers import filler, trainingjob, wait_tj, wait_trainers
@@ -33,8 +38,25 @@ def requested_cpu_milli(rest: Rest) -> int:
     return total
 
 
+def controller_may_list_pods(plane: ControlPlane, kubeconfig: Path) -> bool:
+    """Whether the API server grants the controller's token a list of pods yet (False
+    on 403: its authorizer's caches are still filling after a start)."""
+    token = yaml.safe_load(kubeconfig.read_text())["users"][0]["user"]["token"]
+    request = urllib.request.Request(plane.url + "/api/v1/pods?limit=1",
+                                     headers={"Authorization": f"Bearer {token}"})
+    context = ssl.create_default_context(cafile=str(plane.pki.ca_cert))
+    try:
+        with urllib.request.urlopen(request, context=context, timeout=10):
+            return True
+    except urllib.error.HTTPError as error:
+        if error.code == 403:
+            return False
+        raise
+
+
 def test_caches_resume_after_an_apiserver_restart(
-        rest: Rest, plane: ControlPlane, namespace: str, start_controller) -> None:
+        rest: Rest, plane: ControlPlane, namespace: str, start_controller,
+        controller_kubeconfig: Path) -> None:
     # A leader that cannot renew its Lease within the renew deadline exits by design; the
     # API server is down for a few seconds here, so give the Lease production-like slack.
     controller = start_controller("replica-a", "--lease-duration=30", "--renew-deadline=20")
@@ -47,7 +69,9 @@ def test_caches_resume_after_an_apiserver_restart(
     # missing grant (they stop by themselves; everything later must pass).
     before = controller.offset()
     plane.restart_apiserver(down_for=2.0)
-    time.sleep(5)
+    wait_until(lambda: controller_may_list_pods(plane, controller_kubeconfig), 60,
+               "the restarted API server to authorize the controller")
+    time.sleep(1)  # a request the server refused just before is logged just after
     controller.excused.append((before, controller.offset()))
     assert controller.proc.poll() is None, controller.text()[-3000:]
 

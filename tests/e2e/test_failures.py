@@ -16,6 +16,11 @@ import time
 from e2e.helpers import trainingjob, wait_tj, wait_trainers
 from e2e.kwok_stages import CRASH_MESSAGE
 from e2e.rest import Rest
+from polling import wait_until
+
+
+def warning_events(rest: Rest, namespace: str, name: str) -> list[dict]:
+    return [e for e in rest.events_for(namespace, name) if e["type"] == "Warning"]
 
 
 def failed_condition(tj: dict) -> dict:
@@ -35,8 +40,9 @@ def test_invalid_job_fails_with_every_problem_and_can_be_fixed(
     assert "cpu" in message and "gpu" in message.lower(), message
     condition = failed_condition(tj)
     assert (condition["status"], condition["reason"]) == ("True", "InvalidSpec")
-    warnings = [e for e in rest.events_for(namespace, "invalid") if e["type"] == "Warning"]
-    assert warnings and "cpu" in warnings[-1]["message"]
+    # the Warning Event is posted after the status write the test just saw
+    warnings = wait_until(lambda: warning_events(rest, namespace, "invalid"), 30, "a Warning")
+    assert "cpu" in warnings[-1]["message"]
     assert rest.find("Job", "invalid-trainer", namespace) is None
 
     # `kubectl edit` the job right: it starts.
@@ -74,8 +80,9 @@ def test_crashing_trainer_fails_the_job_after_its_backoff_limit(
     assert (condition["status"], condition["reason"]) == ("True", "TrainerJobFailed")
     job = rest.get("Job", "crashing-trainer", namespace)
     assert job["status"]["failed"] > job["spec"]["backoffLimit"] == 6
-    warnings = [e for e in rest.events_for(namespace, "crashing") if e["type"] == "Warning"]
-    assert any("BackoffLimitExceeded" in e["message"] for e in warnings)
+    wait_until(lambda: any("BackoffLimitExceeded" in e["message"]
+                           for e in warning_events(rest, namespace, "crashing")),
+               30, "a BackoffLimitExceeded Warning")
 
     # The controller survived and still serves the healthy job.
     assert controller.proc.poll() is None, controller.text()[-2000:]

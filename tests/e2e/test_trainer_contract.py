@@ -165,8 +165,11 @@ def test_refused_trainer_pods_are_reported_in_the_api_servers_words(
     tj = wait_tj(rest, namespace, "quota",
                  lambda t: t if "exceeded quota" in t["status"]["message"] else None, 60)
     assert tj["status"]["state"] == "Created", tj["status"]
-    events = [e for e in rest.events_for(namespace, "quota") if e["reason"] == "FailedCreate"]
-    assert events and "exceeded quota" in events[-1]["message"]
+    # the status names the refusal before the FailedCreate Event is posted
+    events = wait_until(
+        lambda: [e for e in rest.events_for(namespace, "quota") if e["reason"] == "FailedCreate"],
+        30, "a FailedCreate Event")
+    assert "exceeded quota" in events[-1]["message"]
     assert events[-1]["type"] == "Warning"
     # no Event claims trainers were made (edl posts ScalingUp for a target, never ScaledUp)
     assert not [e for e in rest.events_for(namespace, "quota") if e["reason"] == "ScaledUp"]

@@ -84,7 +84,9 @@ def test_readme_walkthrough(rest: Rest, plane: ControlPlane, namespace: str,
         assert (owner["kind"], owner["name"], owner["uid"]) == ("TrainingJob", JOB, uid)
         assert owner["controller"] is True and owner["blockOwnerDeletion"] is True
         assert child["metadata"]["labels"]["edl.dev/job"] == JOB
-    assert len(rest.list("Pod", namespace, f"edl.dev/job={JOB},edl.dev/role=pserver")) == 2
+    # the ReplicaSet controller makes the pserver pods in its own time
+    wait_until(lambda: len(rest.list("Pod", namespace, f"edl.dev/job={JOB},edl.dev/role=pserver"))
+               == 2, 60, "two pserver pods")
 
     # The empty cluster has room: the autoscaler grows the job to max-instance.
     wait_trainers(rest, namespace, JOB, 6)

@@ -42,6 +42,27 @@ def _pod_pid(run_dir: Path, prefix: str) -> int | None:
     return pods[0].pid if pods else None
 
 
+def _shard_of(run_dir: Path, pid: int) -> int:
+    """The shard index the pserver pod with `pid` serves, from its log."""
+    (pod,) = [p for p in read_snapshot(run_dir).pods if p.pid == pid]
+    found = wait_for(lambda: re.search(r"pserver (\d+) serving on",
+                                       (run_dir / f"{pod.name}.log").read_text()),
+                     60, f"{pod.name} to serve")  # fmt: skip
+    return int(found.group(1))
+
+
+def _wait_checkpoint_of_record(run_dir: Path, index: int) -> None:
+    """Until shard `index` has a checkpoint in etcd's record: a pserver deletes its
+    previous file only after recording the next, so a file replaced by a newer one was
+    recorded (a file merely present may be a write not yet recorded)."""
+
+    def files() -> set[str]:
+        return {p.name for p in (run_dir / "checkpoints").glob(f"**/pserver-{index}-*.ckpt")}
+
+    first = wait_for(files, 60, f"a checkpoint of shard {index}")
+    wait_for(lambda: (now := files()) and not now & first, 60, f"shard {index}'s next one")
+
+
 def _finish(proc: subprocess.Popen[str], timeout: float) -> tuple[str, str]:
     try:
         return proc.communicate(timeout=timeout)
@@ -147,8 +168,7 @@ def test_pserver_and_master_kills_are_one_line_each_in_plain_output(tmp_path: Pa
         run_dir = wait_for(lambda: run_dir_of(tmp_path), 60, "the run directory")
         wait_for(lambda: (read_snapshot(run_dir).tasks_done or 0) > 0, 180, "training")
         pserver = wait_for(lambda: _pod_pid(run_dir, "digits-pserver-"), 10, "a pserver pid")
-        wait_for(lambda: list((run_dir / "checkpoints").glob("**/*")), 60, "a checkpoint")
-        time.sleep(2)
+        _wait_checkpoint_of_record(run_dir, _shard_of(run_dir, pserver))
         os.killpg(pserver, signal.SIGKILL)
         wait_for(lambda: any("restored shard" in e[1] or "no checkpoint" in e[1]
                              for e in read_snapshot(run_dir).events), 120, "the pserver back")

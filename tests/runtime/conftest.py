@@ -19,12 +19,13 @@ from pathlib import Path
 
 import pytest
 
+from edl.coord import leader_address
 from edl.coord.embedded import EmbeddedEtcd
 from edl.coord.errors import EtcdUnavailableError
 from edl.runtime.config import RuntimeConfig
 from edl.runtime.coordination import connect, make_client, read_state
 from paced import paced_digits
-from polling import run_retrying, wait_until
+from polling import NOT_YET, run_retrying, wait_until
 from serving import answers
 
 EDL = [sys.executable, "-m", "edl.cli.main"]
@@ -96,10 +97,18 @@ class JobProcesses:
         return [n for n, p in self.procs.items() if n.startswith(role) and p.poll() is None]
 
     def leader(self) -> str:
-        """The live master process whose log says it leads."""
-        leaders = [n for n in self.alive("master") if "leading (" in self.log(n)]
-        assert len(leaders) == 1, leaders
-        return leaders[0]
+        """The live master process that leads now: the one listening on the address the
+        election publishes ("leading (" in a log is history: a standby may have led once)."""
+
+        def leading() -> str | None:
+            address = self._read(leader_address)
+            if not address:
+                return None
+            named = [n for n in self.alive("master")
+                     if f"master listening on {address}\n" in self.log(n)]
+            return named[0] if len(named) == 1 else None
+
+        return wait_until(leading, 60, "a live master at the leader's address")
 
     def stop_all(self) -> None:
         for proc in self.procs.values():
@@ -177,8 +186,11 @@ class JobProcesses:
         progress: dict = {}
         while time.monotonic() < deadline:
             progress, _ = self.state()
-            if progress and what(progress):
-                return progress
+            try:  # a progress published before what is asked about: not yet
+                if progress and what(progress):
+                    return progress
+            except NOT_YET:
+                pass
             time.sleep(0.3)
         raise AssertionError(f"timed out waiting for {label}; last progress {progress}")
 

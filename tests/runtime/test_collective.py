@@ -24,6 +24,7 @@ from edl.runtime.collective import gateway, handler, keys
 from edl.runtime.collective.agent import AgentError, find_endpoint, run_agent
 from edl.runtime.collective.launch import LaunchError, config_from_env, expand, torchrun_args
 from edl.runtime.collective.metrics import parse_metrics
+from polling import wait_until
 
 ENV = {
     "EDL_JOB_NAME": "ddp",
@@ -57,7 +58,8 @@ def test_a_worker_dies_with_its_agent(tmp_path: Path) -> None:
     # agent: starts a worker in a new session (as torch does), prints its pid, then hangs
     agent = subprocess.Popen(
         [sys.executable, "-c",
-         "import subprocess, sys, time\n"
+         "import os, subprocess, sys, time\n"
+         "os.environ['EDL_WORKER_PARENT'] = str(os.getpid())\n"  # as edl's torchrun sets it
          "w = subprocess.Popen([sys.executable, '-m', 'edl.runtime.collective.worker',"
          " sys.executable, '-c', 'import time; time.sleep(600)'], start_new_session=True)\n"
          "print(w.pid, flush=True); time.sleep(600)"],
@@ -65,8 +67,8 @@ def test_a_worker_dies_with_its_agent(tmp_path: Path) -> None:
     )
     assert agent.stdout is not None
     worker = int(agent.stdout.readline())
-    time.sleep(1.0)  # the worker has exec'd its command
-    assert b"time.sleep(600)" in Path(f"/proc/{worker}/cmdline").read_bytes()
+    wait_until(lambda: b"collective.worker" not in Path(f"/proc/{worker}/cmdline").read_bytes(),
+               30, "the worker to exec its command")
     agent.kill()
     agent.wait()
     deadline = time.monotonic() + 10
@@ -75,6 +77,33 @@ def test_a_worker_dies_with_its_agent(tmp_path: Path) -> None:
             os.waitpid(worker, os.WNOHANG)
         time.sleep(0.1)
     assert not _alive(worker), "the worker outlived its SIGKILLed agent"
+
+
+def test_a_worker_whose_agent_died_while_it_started_never_runs_its_command(
+    tmp_path: Path,
+) -> None:
+    """PDEATHSIG covers only a death after prctl: a worker already re-parented (its
+    agent was killed while it started) must stop rather than train as an orphan."""
+    marker = tmp_path / "ran"
+    not_the_parent = os.getpid() + 1_000_000  # no process has it: the agent is gone
+    done = subprocess.run(
+        [sys.executable, "-m", "edl.runtime.collective.worker", sys.executable, "-c",
+         f"open({str(marker)!r}, 'w').close()"],
+        env={**os.environ, "EDL_WORKER_PARENT": str(not_the_parent)},
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 1 and not marker.exists()
+    assert done.stderr.strip() == (
+        f"edl worker: its agent (pid {not_the_parent}) is gone; not starting {sys.executable}"
+    )
+    # run by its real parent, the same worker starts its command
+    done = subprocess.run(
+        [sys.executable, "-m", "edl.runtime.collective.worker", sys.executable, "-c",
+         f"open({str(marker)!r}, 'w').close()"],
+        env={**os.environ, "EDL_WORKER_PARENT": str(os.getpid())},
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0 and marker.exists(), done.stderr
 
 
 def _alive(pid: int) -> bool:

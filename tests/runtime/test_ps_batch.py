@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import signal
-import time
+from pathlib import Path
 
 import grpc
 import numpy as np
@@ -14,12 +14,24 @@ import numpy as np
 from edl.runtime import tensors
 from edl.runtime.proto import runtime_pb2 as pb
 from edl.runtime.proto import runtime_pb2_grpc as pb_grpc
+from edl.runtime.pserver.checkpoint import CheckpointError, read_checkpoint
 from paced import paced_digits
 from polling import wait_until
 
 
 def shard_records(job, shards: int) -> list[dict]:
     return [job.read_json(f"state/gradients/{i}") or {} for i in range(shards)]
+
+
+def holds_pending_push(meta: dict | None) -> bool:
+    """Whether the checkpoint `meta` names holds one received, unapplied push."""
+    if not meta:
+        return False
+    try:
+        snap = read_checkpoint(Path(meta["path"]), int(meta["crc"]))
+    except CheckpointError:  # superseded and deleted since the read
+        return False
+    return bool(snap.aggregation and snap.aggregation["received"] == 1 and snap.pending)
 
 
 def test_an_incomplete_update_outlives_its_trainer_and_its_pserver(job) -> None:
@@ -36,15 +48,14 @@ def test_an_incomplete_update_outlives_its_trainer_and_its_pserver(job) -> None:
     half = pb.PushRequest(grads=[tensors.encode("w#0", np.array([4, 0, 0, 0], np.float32))],
                           pull=True, samples=2, grad_sqnorm=16.0)
     reply = stub.Push(half, timeout=10)  # answered at once, nothing applied yet
-    pushed_at = time.time()
     assert reply.initialized and reply.version == 0
     assert list(tensors.decode(reply.params[0])) == [0, 0, 0, 0]
     assert stub.Pull(pb.PullRequest(), timeout=5).version == 0  # trainer A is gone: no hang
     record = wait_until(lambda: (r := shard_records(job, 1)[0]).get("received") == 1 and r,
                         30, "ps-a to publish the pending push")
     assert record["pending"] == 1 and record["applied"] == 0 and record["batch"] == 4
-    wait_until(lambda: (m := job.read_json("checkpoints/0")) and m["timestamp"] > pushed_at,
-               30, "a checkpoint holding the pending push")
+    wait_until(lambda: holds_pending_push(job.read_json("checkpoints/0")), 30,
+               "a checkpoint holding the pending push")  # a save begun before it: stamped later
     job.signal("ps-a", signal.SIGKILL)
     job.start("pserver", "ps-b", EDL_BATCH_FLUSH="1")
     new_address = job.serving_pserver(0, other_than=address)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import time
 from pathlib import Path
 
 import grpc
@@ -54,6 +53,9 @@ def test_replacement_restores_checkpoint_and_keeps_checkpointing(one_pserver) ->
     stub = stub_for(new_address)
     reply = stub.Pull(pb.PullRequest(), timeout=10)
     assert reply.initialized and reply.version == pushed
+    # `edl run` reads "serving on" as "came back, restored or not": it must follow the restore
+    log = wait_until(lambda: (t := job.log("ps-b")) and "serving on" in t and t, 30, "ps-b's log")
+    assert log.index("restored version 5") < log.index("serving on")
     # momentum state survived too: the next step continues the same trajectory
     expected = np.zeros(8, np.float32)
     buf = np.zeros(8, np.float32)
@@ -69,10 +71,14 @@ def test_replacement_restores_checkpoint_and_keeps_checkpointing(one_pserver) ->
         lambda: (m := job.read_json("checkpoints/0")) and m["version"] > pushed and m,
         30, "a checkpoint after the restore",
     )  # fmt: skip
-    assert later["path"] != saved["path"] and not Path(saved["path"]).exists()
-    assert sorted(p.name for p in Path(later["path"]).parent.iterdir()) == [
-        Path(later["path"]).name
-    ]
+    assert later["path"] != saved["path"]
+    # the record is written before the files it supersedes are deleted
+    left = wait_until(
+        lambda: (names := sorted(p.name for p in Path(later["path"]).parent.iterdir()))
+        == [Path(later["path"]).name] and names,
+        30, "the superseded checkpoint files to go",
+    )  # fmt: skip
+    assert not Path(saved["path"]).exists(), left
 
 
 def test_frozen_pserver_stops_serving_when_its_lease_is_gone(one_pserver) -> None:
@@ -89,9 +95,9 @@ def test_frozen_pserver_stops_serving_when_its_lease_is_gone(one_pserver) -> Non
         stub_for(address).Pull(pb.PullRequest(), timeout=10)
     assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
     assert stub_for(new_address).Pull(pb.PullRequest(), timeout=10).initialized
-    time.sleep(1.0)
+    wait_until(lambda: "lost its lease; stopped serving" in job.log("ps-a"), 30,
+               "ps-a to notice its lease is gone")  # fmt: skip
     assert job.live_pservers() == {0: new_address}  # no duplicate index
-    assert "lost its lease; stopped serving" in job.log("ps-a")
 
 
 def test_sigterm_checkpoints_and_frees_the_index_at_once(one_pserver) -> None:

@@ -15,6 +15,7 @@ from edl.runtime.proto import runtime_pb2 as pb
 from edl.runtime.pserver.checkpoint import (
     CheckpointError,
     read_checkpoint,
+    remove_other_checkpoints,
     write_checkpoint,
 )
 from edl.runtime.pserver.optim import OptimizerConfig, make_optimizer
@@ -103,6 +104,20 @@ def test_checkpoint_round_trip_and_corruption(tmp_path) -> None:
     path.write_bytes(bytes(data))
     with pytest.raises(CheckpointError, match="crc"):
         read_checkpoint(path, crc)
+
+
+def test_a_saved_checkpoint_sweeps_its_index_leftovers_only(tmp_path) -> None:
+    """Files a killed pserver left (a superseded checkpoint, a torn write) go once the
+    index has a newer record; other indexes' files stay."""
+    shard = Shard()
+    shard.init({"w#0": np.ones(4)}, OptimizerConfig())
+    stale, _ = write_checkpoint(tmp_path, 1, shard.snapshot())
+    torn = tmp_path / "pserver-1-0123.tmp"
+    torn.write_bytes(b"half")
+    others = [write_checkpoint(tmp_path, i, shard.snapshot())[0] for i in (0, 10, 11)]
+    keep, _ = write_checkpoint(tmp_path, 1, shard.snapshot())
+    assert sorted(remove_other_checkpoints(tmp_path, 1, keep)) == sorted([stale, torn])
+    assert sorted(tmp_path.iterdir()) == sorted([keep, *others])
 
 
 def test_shard_rejects_unknown_block_and_wrong_size() -> None:

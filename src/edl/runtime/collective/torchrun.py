@@ -10,12 +10,13 @@ and exit codes stay exactly torch's.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 from torch.distributed import run
 from torch.distributed.elastic.multiprocessing.api import SignalException
 
-from edl.runtime.collective import handler
+from edl.runtime.collective import handler, worker
 
 # torch's agent logs "Worker group FAILED. 3/100 attempts left; will restart worker
 # group" at INFO; `edl agent` reads it to say why the workers restart (failures.py)
@@ -36,6 +37,7 @@ def main(argv: list[str] | None = None) -> None:
     agent_log.setLevel(min(agent_log.getEffectiveLevel(), logging.INFO))
     agent_log.addFilter(_RestartsOnly())
     handler.register()
+    os.environ[worker.PARENT_ENV] = str(os.getpid())  # torch's workers inherit it
     try:
         run.main(sys.argv[1:] if argv is None else argv)
     except SignalException:

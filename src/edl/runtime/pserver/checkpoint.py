@@ -14,6 +14,7 @@ delete the previous file.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import struct
@@ -119,3 +120,18 @@ def read_checkpoint(path: Path, crc: int) -> ShardSnapshot:
     if actual != crc:
         raise CheckpointError(f"checkpoint {path}: crc {actual} != recorded {crc}")
     return decode_checkpoint(blob)
+
+
+def remove_other_checkpoints(directory: Path, index: int, keep: Path) -> list[Path]:
+    """Delete this index's checkpoint files other than `keep`; returns those deleted.
+
+    Called once `keep` is the index's checkpoint of record: a pserver killed between
+    writing that record and deleting its previous file, or in the middle of a write,
+    leaves files nothing else would ever remove."""
+    removed = []
+    for path in directory.glob(f"pserver-{index}-*"):
+        if path.suffix in (".ckpt", ".tmp") and path != keep:
+            with contextlib.suppress(OSError):
+                path.unlink()
+                removed.append(path)
+    return removed

@@ -28,7 +28,12 @@ from edl.runtime.gate import SERVER_OPTIONS, make_gate
 from edl.runtime.master.main import until_stopped
 from edl.runtime.proto import runtime_pb2_grpc as pb_grpc
 from edl.runtime.pserver.aggregate import Aggregation
-from edl.runtime.pserver.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
+from edl.runtime.pserver.checkpoint import (
+    CheckpointError,
+    read_checkpoint,
+    remove_other_checkpoints,
+    write_checkpoint,
+)
 from edl.runtime.pserver.gradients import run_gradients
 from edl.runtime.pserver.server import PServerService
 from edl.runtime.pserver.shard import Shard
@@ -88,11 +93,12 @@ class Checkpointer:
             log.warning("pserver %d: checkpoint metadata not written: %s", self.index, error)
             path.unlink(missing_ok=True)
             return False
-        if old:
+        if old:  # the previous record, wherever it was written
             old_path = json.loads(old).get("path")
             if old_path and old_path != str(path):
                 with contextlib.suppress(OSError):
                     os.unlink(old_path)
+        await asyncio.to_thread(remove_other_checkpoints, self.directory, self.index, path)
         self.saved_version = snap.version
         self.saved = changes
         self.saves += 1
@@ -141,7 +147,6 @@ async def serve_shard(
     stop: asyncio.Event,
 ) -> None:
     """One registration term: restore, serve and checkpoint until the lease or we stop."""
-    log.info("pserver %d serving on %s:%d", index, client.host, port)
     shard = Shard()
     if config.batch_initial > 0:  # spec.batch: pushes are summed into the job's batch
         shard.aggregation = Aggregation(config.batch_initial, flush_after=config.batch_flush)
@@ -149,6 +154,8 @@ async def serve_shard(
     await ckpt.restore()
     service = PServerService(shard, index, client.lease_valid)  # thread-safe
     gate.current = service
+    # only now: `edl run`'s events read this line as "restored (or not), serving"
+    log.info("pserver %d serving on %s:%d", index, client.host, port)
     helpers = [asyncio.create_task(ckpt.run(config.checkpoint_interval))]
     if shard.aggregation is not None:
         helpers.append(asyncio.create_task(run_gradients(
