@@ -9,7 +9,7 @@ restore.
 
 Order of a save: write a temp file, fsync, rename,
 fsync the directory; only then may the caller publish the metadata and
-delete the previous file.
+delete the index's other files (`remove_other_checkpoints`).
 """
 
 from __future__ import annotations

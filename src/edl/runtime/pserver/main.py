@@ -72,7 +72,7 @@ class Checkpointer:
         return True
 
     async def save(self) -> bool:
-        """temp + fsync + rename, then metadata, then delete the previous file."""
+        """temp + fsync + rename, then metadata, then delete the index's other files."""
         if not self.shard.initialized or self.shard.changes == self.saved:
             return False
         if not self.client.lease_valid():
