@@ -260,6 +260,21 @@ class ControlPlane:
         with urllib.request.urlopen(request, context=self.ssl_context(), timeout=30) as answer:
             return json.loads(answer.read() or b"null")
 
+    def status_as(self, kubeconfig: Path, path: str) -> int:
+        """The HTTP status of a GET of `path` with the token `kubeconfig` holds (a
+        ServiceAccount's, from `service_account_kubeconfig`): what RBAC grants it."""
+        assert self.pki is not None
+        token = yaml.safe_load(kubeconfig.read_text())["users"][0]["user"]["token"]
+        request = urllib.request.Request(self.url + path,
+                                         headers={"Authorization": f"Bearer {token}"})
+        context = ssl.create_default_context(cafile=str(self.pki.ca_cert))
+        try:
+            with urllib.request.urlopen(request, context=context, timeout=10) as answer:
+                json.loads(answer.read())
+                return int(answer.status)
+        except urllib.error.HTTPError as error:
+            return error.code
+
     def wait_ready(self, timeout: float = 120.0) -> None:
         """Block until /readyz answers ok (every post-start hook, RBAC bootstrap included)."""
         deadline = time.monotonic() + timeout

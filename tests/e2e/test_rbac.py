@@ -4,14 +4,9 @@ ServiceAccount's token and fails on any 403 in its log.)"""
 
 from __future__ import annotations
 
-import json
-import ssl
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
-import yaml
 
 from e2e.control_plane import ControlPlane
 from e2e.rest import Rest
@@ -65,18 +60,9 @@ def test_the_authorizer_follows_deploy_rbac_yaml(rest: Rest, attrs: tuple[str, .
 
 def test_the_controller_token_is_refused_outside_its_grant(
         plane: ControlPlane, controller_kubeconfig: Path) -> None:
-    token = yaml.safe_load(controller_kubeconfig.read_text())["users"][0]["user"]["token"]
-    context = ssl.create_default_context(cafile=str(plane.pki.ca_cert))
 
     def get(path: str) -> int:
-        request = urllib.request.Request(plane.url + path,
-                                         headers={"Authorization": f"Bearer {token}"})
-        try:
-            with urllib.request.urlopen(request, context=context, timeout=10) as answer:
-                json.loads(answer.read())
-                return answer.status
-        except urllib.error.HTTPError as error:
-            return error.code
+        return plane.status_as(controller_kubeconfig, path)
 
     assert get("/api/v1/nodes") == 200
     assert get("/apis/edl.dev/v1/trainingjobs") == 200

@@ -85,24 +85,23 @@ def test_a_worker_whose_agent_died_while_it_started_never_runs_its_command(
     """PDEATHSIG covers only a death after prctl: a worker already re-parented (its
     agent was killed while it started) must stop rather than train as an orphan."""
     marker = tmp_path / "ran"
+
+    def worker_started_by(parent: int) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "edl.runtime.collective.worker", sys.executable, "-c",
+             f"open({str(marker)!r}, 'w').close()"],
+            env={**os.environ, "EDL_WORKER_PARENT": str(parent)},
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+
     not_the_parent = os.getpid() + 1_000_000  # no process has it: the agent is gone
-    done = subprocess.run(
-        [sys.executable, "-m", "edl.runtime.collective.worker", sys.executable, "-c",
-         f"open({str(marker)!r}, 'w').close()"],
-        env={**os.environ, "EDL_WORKER_PARENT": str(not_the_parent)},
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    done = worker_started_by(not_the_parent)
     assert done.returncode == 1 and not marker.exists()
     assert done.stderr.strip() == (
         f"edl worker: its agent (pid {not_the_parent}) is gone; not starting {sys.executable}"
     )
     # run by its real parent, the same worker starts its command
-    done = subprocess.run(
-        [sys.executable, "-m", "edl.runtime.collective.worker", sys.executable, "-c",
-         f"open({str(marker)!r}, 'w').close()"],
-        env={**os.environ, "EDL_WORKER_PARENT": str(os.getpid())},
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    done = worker_started_by(os.getpid())
     assert done.returncode == 0 and marker.exists(), done.stderr
 
 
