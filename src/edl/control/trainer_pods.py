@@ -23,6 +23,9 @@ ANNOTATION_COUNTED = "edl.dev/counted"
 CREATOR = "trainer-controller"
 NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # upstream's generateName alphabet
 NAME_SUFFIX_LEN = 5
+# a pod's hostname is its name cut to 63 characters (a DNS label): like upstream's
+# generateName, the base is cut so that the random suffix always stays in the name
+MAX_POD_NAME = 63
 DISRUPTION_REASONS = ("Evicted", "Preempting", "Terminated", "NodeLost", "Shutdown")
 
 
@@ -156,9 +159,11 @@ def name_source(seed: str) -> random.Random:
 
 
 def pod_name(job_name: str, rng: random.Random) -> str:
-    """``<trainer Job>-<5 random characters>``, as upstream's generateName."""
+    """``<trainer Job>-<5 random characters>``, the base cut to 58 characters as
+    upstream's generateName does: at most 63, so every trainer's hostname (the pod's
+    name) is whole and as unique as its suffix."""
     suffix = "".join(rng.choice(NAME_ALPHABET) for _ in range(NAME_SUFFIX_LEN))
-    return f"{job_name}-{suffix}"
+    return f"{job_name}-"[:MAX_POD_NAME - NAME_SUFFIX_LEN] + suffix
 
 
 def trainer_pod(job: Mapping[str, Any], name: str) -> dict[str, Any]:
