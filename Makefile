@@ -10,6 +10,10 @@ UV := $(BIN)/uv pip install --python $(BIN)/python --compile-bytecode
 # it off: without it every test worker re-rewrites every test module's asserts and every
 # process recompiles edl (docs/testing.md measures it)
 unexport PYTHONDONTWRITEBYTECODE
+# hypothesis derandomized in `make test` and `make check` (tests/hypothesis_profile.py):
+# the same examples every run, so a property test fails CI only for a change, never at
+# random; the random search stays on for a plain `pytest` run
+export HYPOTHESIS_PROFILE ?= ci
 
 # Test workers: the e2e and process tests mostly wait (on a control plane, on processes),
 # so more workers than cores; each worker that runs e2e tests has a control plane of its

@@ -23,9 +23,12 @@ from typing import Any
 import pytest
 
 import cpu_profile
+import hypothesis_profile
 from edl.cluster.inproc.clock import VirtualClock
 from edl.cluster.inproc.cluster import InProcessCluster
 from edl.cluster.inproc.simulated_pods import Fixed, SimulatedPodRunner
+
+hypothesis_profile.load(os.environ)
 
 
 def pod_template(

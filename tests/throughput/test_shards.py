@@ -6,11 +6,12 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from edl.throughput.efficiency import adascale_gain, efficiency
-from edl.throughput.progress import observation_from_progress
+from edl.throughput.progress import observation_from_metrics, observation_from_progress
+from edl.throughput.records import DROPPED
 from edl.throughput.shards import combine_shards, job_estimate, parse_records
 
 
@@ -52,6 +53,9 @@ def test_before_any_measurement_only_the_batch_is_known() -> None:
     st.sampled_from(["sqr", "var", "batch", "initial_batch", "adaptive", "updates"]),
     st.one_of(st.floats(allow_nan=True), st.text(max_size=3), st.none(), st.booleans())),
     max_size=4))
+# found by hypothesis (issue 33): a huge batch overflowed φ, and True was read as 1
+@example([{"initial_batch": 1.7976931348605183e+308, "batch": 1.0, "sqr": True, "var": 0.0}])
+@example([{"initial_batch": 1e9, "batch": 1.0, "sqr": 1e-300, "var": 1e100}])
 def test_any_records_give_finite_figures_or_none(records: list[dict]) -> None:
     figures = combine_shards(records)
     for name in ("batch", "noise_scale", "efficiency", "gain"):
@@ -78,3 +82,33 @@ def test_a_measured_but_unresolved_noise_scale_is_said_not_left_out() -> None:
     assert "noise_scale" not in figures and "efficiency" not in figures
     assert "noise_unresolved" not in combine_shards([record(0.6, 30.0)])
     assert "noise_unresolved" not in combine_shards([record(None, None)])
+
+
+def test_unusable_values_from_other_processes_are_dropped_and_counted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    before, DROPPED._seen = DROPPED.count, set()  # every kind of drop warns once again
+    bad = [{"batch": True, "initial_batch": 32, "sqr": "1", "var": 1.0},  # bool, string
+           {"batch": 64, "initial_batch": 1.7976931348605183e+308, "sqr": math.inf, "var": 2.0},
+           {"batch": 64, "initial_batch": 32, "sqr": 1.0, "var": math.nan, "updates": 2.5}]
+    with caplog.at_level("WARNING", logger="edl.throughput.records"):
+        figures = combine_shards(bad)
+    # of six bad values none reached a figure; the one shard with usable norms has no
+    # variance: no φ, and the batch is the only usable one
+    assert DROPPED.count - before == 6
+    assert (figures["batch"], figures["initial_batch"]) == (64.0, 32.0)
+    assert "noise_scale" not in figures
+    assert "dropped from other processes' records so far" in caplog.text
+    # a huge-but-finite pair whose φ overflows gives no φ, counted too
+    before = DROPPED.count
+    overflow = combine_shards([{"batch": 64, "initial_batch": 1e9, "sqr": 1e-300, "var": 1e100}])
+    assert "noise_scale" not in overflow and DROPPED.count - before == 1
+
+
+def test_a_collective_metrics_record_with_a_boolean_or_absurd_figure_is_no_point() -> None:
+    good = {"trainers": 2.0, "samples_per_s": 500.0, "batch": 64.0, "noise_scale": 120.0}
+    assert observation_from_metrics(good, 1.0) is not None
+    assert observation_from_metrics({**good, "trainers": True}, 1.0) is None
+    assert observation_from_metrics({**good, "samples_per_s": 1e300}, 1.0) is None
+    point = observation_from_metrics({**good, "batch": 1e308, "noise_scale": "7"}, 1.0)
+    assert point is not None and (point.batch, point.noise_scale) == (None, None)

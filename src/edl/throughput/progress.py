@@ -6,44 +6,43 @@ tasks recently — one that just joined counts once it produces) and
 ``remaining_samples``; a job adapting its batch also its ``batch`` and ``noise_scale``
 (summed over its pservers' shards, `edl.throughput.shards`). That is one point
 (trainers, samples/s) of the job's scaling curve; `edl run` and `edl controller` turn
-it into an `Observation`.
+it into an `Observation`. Both records come from other processes: every value is
+checked first (`edl.throughput.records`); a point without a usable trainer count and
+rate is no point.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
 from edl.throughput.fit import Observation
+from edl.throughput.records import POSITIVE, POSITIVE_BATCH, RATE, Field, clean
 
 __all__ = ["observation_from_metrics", "observation_from_progress"]
 
 
+MAX_TRAINERS = 1e6
+TRAINERS = Field(0.0, MAX_TRAINERS, integer=True)
+PROGRESS_FIELDS: dict[str, Field] = {
+    "contributing": TRAINERS, "samples_per_s": RATE, "remaining_samples": RATE,
+    "batch": POSITIVE_BATCH, "noise_scale": POSITIVE,
+}
+METRICS_FIELDS: dict[str, Field] = {
+    "trainers": TRAINERS, "samples_per_s": RATE, "batch": POSITIVE_BATCH, "noise_scale": POSITIVE,
+}
+
+
 def observation_from_progress(progress: Mapping[str, Any] | None, at: float) -> Observation | None:
     """The progress as an observation at ``at``; None if it holds no usable point."""
-    if not progress or progress.get("finished"):
+    if not progress or not isinstance(progress, Mapping) or progress.get("finished"):
         return None
-    try:
-        trainers = int(progress.get("contributing") or 0)
-        rate = float(progress.get("samples_per_s") or 0.0)
-        remaining = progress.get("remaining_samples")
-        remaining = None if remaining is None else float(remaining)
-    except (TypeError, ValueError):
-        return None
+    values = clean(progress, PROGRESS_FIELDS, "master progress record")
+    trainers, rate = int(values.get("contributing", 0)), values.get("samples_per_s", 0.0)
     if trainers <= 0 or rate <= 0:
         return None
-    batch, phi = _positive(progress.get("batch")), _positive(progress.get("noise_scale"))
-    return Observation(at, trainers, rate, remaining, batch, phi)
-
-
-def _positive(value: Any) -> float | None:
-    """A finite positive figure (None: absent or unusable)."""
-    try:
-        number = None if value is None else float(value)
-    except (TypeError, ValueError, OverflowError):
-        return None
-    return number if number is not None and 0 < number < math.inf else None
+    return Observation(at, trainers, rate, values.get("remaining_samples"),
+                       values.get("batch"), values.get("noise_scale"))
 
 
 def observation_from_metrics(metrics: Mapping[str, Any] | None, at: float) -> Observation | None:
@@ -52,17 +51,10 @@ def observation_from_metrics(metrics: Mapping[str, Any] | None, at: float) -> Ob
     `edl.runtime.collective.adaptive.AdaptiveBatch` reports ``trainers``,
     ``samples_per_s``, ``batch`` and ``noise_scale`` with each metrics line; the agent
     publishes the merged record (`keys.metrics_key`)."""
-    if not metrics:
+    if not metrics or not isinstance(metrics, Mapping):
         return None
-    try:
-        trainers = int(metrics.get("trainers") or 0)
-        rate = float(metrics.get("samples_per_s") or 0.0)
-        batch, phi = metrics.get("batch"), metrics.get("noise_scale")
-        batch = None if batch is None else float(batch)
-        phi = None if phi is None else float(phi)
-    except (TypeError, ValueError, OverflowError):
+    values = clean(metrics, METRICS_FIELDS, "collective metrics record")
+    trainers, rate = int(values.get("trainers", 0)), values.get("samples_per_s", 0.0)
+    if trainers <= 0 or rate <= 0:
         return None
-    if trainers <= 0 or not (0 < rate < math.inf):
-        return None
-    usable = [None if x is None or not 0 < x < math.inf else x for x in (batch, phi)]
-    return Observation(at, trainers, rate, None, *usable)
+    return Observation(at, trainers, rate, None, values.get("batch"), values.get("noise_scale"))
