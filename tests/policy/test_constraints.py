@@ -249,7 +249,8 @@ def test_growth_only_onto_eligible_nodes_within_every_resource(nodes_raw, jobs_r
 
 def test_a_job_below_min_gets_the_namespace_quota_another_job_holds():
     """Job `a` grew to the whole quota before `b` came: `b`'s trainers are refused at
-    creation until `a` gives back what `b` needs to reach min (victims named)."""
+    creation until `a` gives back what `b` needs to reach min (victims named), and
+    then down to its fair share of the quota (3 each of 6 trainers' worth)."""
     quota = {"metadata": {"name": "team", "namespace": "ml"},
              "spec": {"hard": {"requests.cpu": "6"}},
              "status": {"used": {"requests.cpu": "6"}}}
@@ -261,16 +262,17 @@ def test_a_job_below_min_gets_the_namespace_quota_another_job_holds():
         trainers=(), constraints=constraints_of(spec))
     decisions = plan([node("cpu-1"), node("cpu-2")], trainer_pods(a, spec), [a, b],
                      quotas=[quota])
-    assert decisions["a"].target == 4 and len(decisions["a"].victims) == 2
+    assert decisions["a"].target == 3 and len(decisions["a"].victims) == 3
     assert "cannot admit the namespace's pods" in decisions["a"].reason
+    assert "give quota to b below its fair share" in decisions["a"].reason
     assert decisions["b"].target == 2
-    # once a's two victims are gone the quota has room for b's two: no further shrink
+    # once a's three victims are gone the quota has room for b's three: no further shrink
     leaving = view("a", spec, 1, 10, placed=["cpu-1"] * 6, namespace="ml")
     leaving = JobView.from_pod_resources(
-        "ml", "a", min_instance=1, max_instance=10, parallelism=4,
+        "ml", "a", min_instance=1, max_instance=10, parallelism=3,
         per_pod=pod_request({"spec": spec}), total=6, running=6, pending=0, unscheduled=0,
-        trainers=tuple(Trainer(t.name, t.node, i < 2) for i, t in enumerate(leaving.trainers)),
+        trainers=tuple(Trainer(t.name, t.node, i < 3) for i, t in enumerate(leaving.trainers)),
         constraints=constraints_of(spec))
     decisions = plan([node("cpu-1"), node("cpu-2")], trainer_pods(a, spec), [leaving, b],
                      quotas=[quota])
-    assert decisions["a"].target == 4 and decisions["b"].target == 2
+    assert decisions["a"].target == 3 and decisions["b"].target == 2

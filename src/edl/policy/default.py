@@ -26,6 +26,10 @@ leaving trainers) and where each job's trainers run (`JobView.trainers`). In ord
    room) is a waiting pod for the same preemption search, with victims only from
    jobs above their share that stay at or above it; it grows in a later plan,
    once the room is really free.
+9. Constraints (`choosy.py`): jobs of one namespace quota give quota to those below
+   their share; a wide job's trainers leave the only nodes a narrow job below its
+   share can use when free room elsewhere is held for them; growth prefers nodes no
+   narrower job wants; above min, trainers that fit nowhere leave the target.
 
 Guarantees (property-tested): targets stay in [min, max]; every added trainer
 was placed on a node with room and no node is over-committed; CPU requests stay
@@ -40,6 +44,12 @@ from collections.abc import Sequence
 
 from edl.accounting.types import ClusterResource
 from edl.policy.base import Decision, JobView
+from edl.policy.choosy import (
+    drop_unplaceable,
+    prefer_uncontested,
+    rebalance_quota,
+    relocate,
+)
 from edl.policy.plan_state import Budget, JobPlan, build_plans
 from edl.policy.preempt import Preemptor
 from edl.policy.quotas import QuotaBook
@@ -90,6 +100,7 @@ class DefaultPolicy:
         # Every step walks the plans in one canonical order (by key), so the plan does
         # not depend on the order the caller lists the jobs in.
         budget, plans = build_plans(list(jobs), resources, max_load_desired, room, quotas)
+        masks = prefer_uncontested(plans, room)
         self._begin(plans, budget)
         deficit = place_pending_pods(resources, room)
         place_unscheduled_trainers(plans, room)
@@ -101,6 +112,9 @@ class DefaultPolicy:
         self._fair_shares(plans, budget, room)
         self._grow(plans, budget, room)
         rebalance(plans, budget, room, preemptor, self._level)
+        rebalance_quota(plans, budget, room, self._level)
+        relocate(plans, budget, room, preemptor, masks)
+        drop_unplaceable(plans, budget, room)
 
         by_key = {plan.key: plan for plan in plans}
         placement = {plan.key: [room.names[i] for i in plan.planned_nodes] for plan in plans}

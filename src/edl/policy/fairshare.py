@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Demand", "fair_shares"]
+__all__ = ["Demand", "Limit", "fair_shares"]
 
 _EPSILON = 1e-9
 _BISECTIONS = 50
@@ -45,13 +45,18 @@ class Demand:
 Pool = tuple[Sequence[bool], tuple[int, int, int]]  # (members, budget: cpu, memory, gpu)
 
 
+Limit = tuple[Sequence[int], int]  # (what one trainer of each job costs, budget)
+
+
 def fair_shares(
-    jobs: Sequence[Demand], cpu: int, memory: int, gpu: int, pools: Sequence[Pool] = ()
+    jobs: Sequence[Demand], cpu: int, memory: int, gpu: int, pools: Sequence[Pool] = (),
+    limits: Sequence[Limit] = (),
 ) -> list[int]:
     """Trainer counts per job within the budget (cpu milli, memory mega, GPUs) beyond mins.
 
     The budget is what trainers of these jobs may use in total, mins included; each
-    pool's budget is what its members may use together, mins included.
+    pool's budget is what its members may use together, mins included; each limit
+    (a namespace quota's resource) bounds its per-trainer costs the same way.
     """
     if not jobs:
         return []
@@ -67,7 +72,14 @@ def fair_shares(
     budgets = np.array([[cpu, memory, gpu], *(list(b) for _, b in pools)], dtype=np.int64)
     # one row per (pool, resource): what each job's trainer costs that pool
     weights = (members[:, None, :] * cost[None, :, :]).reshape(-1, len(jobs))
-    left = budgets.reshape(-1) - weights @ lows
+    if limits:
+        extra_rows = np.array([list(costs) for costs, _ in limits], dtype=np.int64)
+        weights = np.vstack([weights, extra_rows])
+        budgets_flat = np.concatenate(
+            [budgets.reshape(-1), np.array([b for _, b in limits], dtype=np.int64)])
+    else:
+        budgets_flat = budgets.reshape(-1)
+    left = budgets_flat - weights @ lows
     # a (pool, resource) row no member uses can never bind: leave it out of the loop
     used_rows = weights.any(axis=1)
     weights, left = weights[used_rows], left[used_rows]

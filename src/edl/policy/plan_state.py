@@ -66,6 +66,7 @@ class JobPlan:
     by_hole: bool = False  # `bound` is sorted by its nodes' free room (largest_hole)
     shape: Shape = (0, 0, 0)  # one trainer's requests in the room's dimensions
     allowed: Eligible | None = None  # the nodes its trainers may use (None: every node)
+    prefer: Eligible | None = None  # of those, the ones no narrower job wants (choosy.py)
     quota: int = -1  # its entry in `book` (-1: no quota of its namespace counts it)
     book: QuotaBook | None = None  # the namespace quotas, shared by every plan
 

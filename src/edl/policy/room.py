@@ -145,8 +145,20 @@ class Room:
 
     # -- room -------------------------------------------------------------------------
 
-    def take(self, shape: Shape, allowed: Eligible | None = None) -> int:
-        """Take free room for one pod on the first node where it fits; its index, or -1."""
+    def take(
+        self, shape: Shape, allowed: Eligible | None = None, prefer: Eligible | None = None
+    ) -> int:
+        """Take free room for one pod on the first node where it fits; its index, or -1.
+
+        `prefer` (nodes among `allowed`) is tried first: room jobs with fewer nodes
+        cannot use (`choosy.prefer_uncontested`)."""
+        if prefer is not None:
+            node = self._take(shape, prefer)
+            if node >= 0:
+                return node
+        return self._take(shape, allowed)
+
+    def _take(self, shape: Shape, allowed: Eligible | None) -> int:
         cpu, memory, gpu = shape[0], shape[1], shape[2]
         key: object = shape if allowed is None else (shape, allowed.key)
         index = self.cursor.get(key, 0)

@@ -11,8 +11,10 @@ pool's budget bounds its members together (`fairshare.fair_shares`), and the
 whole budget under max load bounds everyone. A job's taints, tolerations, nodeSelector
 and required node affinity narrow its node set the same way (`Room.eligible`): jobs
 pool by kind, (shape, eligible nodes), so a job that may use only the tainted GPU
-pool shares that pool and nothing else. A job's max is lowered to what its namespace's
-quotas admit (`quotas.QuotaBook`).
+pool shares that pool and nothing else. Each namespace quota (per capped resource)
+that counts trainers is one more limit: its members' trainers together get what it
+leaves them (`quotas.QuotaBook`), water-filled like a pool, so jobs of one quota get
+fair shares of it rather than first come, first served.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ def assign_fair_shares(plans: Sequence[JobPlan], budget: Budget, room: Room) -> 
     demands = [
         Demand(
             p.view.min_instance,
-            _quota_cap(p),
+            p.view.max_instance,
             p.view.cpu_request_milli,
             p.view.memory_request_mega,
             p.view.gpu_limit,
@@ -51,20 +53,31 @@ def assign_fair_shares(plans: Sequence[JobPlan], budget: Budget, room: Room) -> 
         memory=budget.memory_cap - (budget.memory - trainer_memory),
         gpu=budget.gpu_cap - (budget.gpu - trainer_gpu),
         pools=_pools(plans, room),
+        limits=_quota_limits(plans),
     )
     for plan, share in zip(plans, shares, strict=True):
         plan.share = share
 
 
-def _quota_cap(plan: JobPlan) -> int:
-    """max-instance, lowered to what the namespace's quotas admit (never below min)."""
-    view = plan.view
-    if plan.book is None:
-        return view.max_instance
-    room = plan.book.room_for(plan.quota)
-    if room is None:
-        return view.max_instance
-    return max(view.min_instance, min(view.max_instance, plan.target + room))
+def _quota_limits(plans: Sequence[JobPlan]) -> list[tuple[list[int], int]]:
+    """One limit per (quota, resource) that counts some job's trainers: each member's
+    cost per trainer, and what the quota leaves for all of them together."""
+    rows: dict[tuple[int, str], dict[int, int]] = {}
+    book = None
+    for index, plan in enumerate(plans):
+        if plan.book is None or plan.quota < 0:
+            continue
+        book = plan.book
+        for i, key, cost in book.entries[plan.quota]:
+            rows.setdefault((i, key), {})[index] = cost
+    if book is None:
+        return []
+    out = []
+    for (i, key), costs in sorted(rows.items()):
+        held = sum(plans[j].target * cost for j, cost in costs.items())
+        budget = book.left[i][key] + book.coming[i][key] + held
+        out.append(([costs.get(j, 0) for j in range(len(plans))], max(0, budget)))
+    return out
 
 
 def usable_room(plans: Sequence[JobPlan], room: Room) -> np.ndarray:

@@ -70,7 +70,7 @@ def place_unscheduled_trainers(plans: Sequence[JobPlan], room: Room) -> None:
 
     for plan in sorted(plans, key=order):
         for _ in range(plan.target - len(plan.bound)):
-            node = room.take(plan.shape, plan.allowed)
+            node = room.take(plan.shape, plan.allowed, plan.prefer)
             if node < 0:
                 plan.blocked = plan.target - plan.holding()
                 break
@@ -233,7 +233,7 @@ def grow(plans: Sequence[JobPlan], budget: Budget, room: Room) -> None:
         # Give this job units until it passes the next least fulfilled job (one heap
         # operation per batch instead of per trainer; same result as one at a time).
         rival = heap[0] if heap else None
-        allowed, book, entry = plan.allowed, plan.book, plan.quota
+        allowed, prefer, book, entry = plan.allowed, plan.prefer, plan.book, plan.quota
         while True:
             if not budget.fits(cpu, memory, gpu_limit):
                 plan.stopped = "load"
@@ -241,7 +241,7 @@ def grow(plans: Sequence[JobPlan], budget: Budget, room: Room) -> None:
             if book is not None and not book.fits(entry):
                 plan.stopped = "quota"
                 break
-            node = room.take(shape, allowed)
+            node = room.take(shape, allowed, prefer)
             if node < 0:
                 plan.stopped = "room"
                 break
