@@ -22,7 +22,13 @@ from edl.coord.embedded import EmbeddedEtcd
 from edl.procs import free_port
 from edl.runtime.collective import gateway, handler, keys
 from edl.runtime.collective.agent import AgentError, find_endpoint, run_agent
-from edl.runtime.collective.launch import LaunchError, config_from_env, expand, torchrun_args
+from edl.runtime.collective.launch import (
+    LaunchError,
+    config_from_env,
+    expand,
+    missing_program,
+    torchrun_args,
+)
 from edl.runtime.collective.metrics import parse_metrics
 from polling import wait_until
 
@@ -166,13 +172,35 @@ def test_gateway_and_the_agents_endpoint_lookup_on_a_real_etcd() -> None:
 def test_agent_refuses_to_start_without_its_variables() -> None:
     with pytest.raises(AgentError) as caught:
         run_agent({"EDL_TRAINERS": "1"})
-    assert caught.value.code == 2 and "EDL_ENTRYPOINT" in str(caught.value)
+    assert caught.value.code == 78 and "EDL_ENTRYPOINT" in str(caught.value)  # EX_CONFIG
     done = subprocess.run([sys.executable, "-m", "edl.cli.main", "agent"], env={"PATH": ""},
                           capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2
+    assert done.returncode == 78
     assert done.stderr.strip().splitlines() == [
         "edl agent: EDL_TRAINERS: required; EDL_ENTRYPOINT: required (the TrainingJob's "
         "spec.trainer.entrypoint)"]
+
+
+def test_a_missing_script_or_workspace_is_a_configuration_error_before_torch_starts(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "train.py").write_text("")
+    env = {"EDL_TRAINERS": "1", "EDL_RDZV_ENDPOINT": "127.0.0.1:1", "EDL_WORKSPACE": str(tmp_path)}
+    cases = {
+        "python no_such_script.py": "EDL_ENTRYPOINT: no such script: no_such_script.py",
+        "./no_such_program --x": "EDL_ENTRYPOINT: no such program: ./no_such_program",
+        "no-such-program-on-path": "EDL_ENTRYPOINT: no such program: no-such-program-on-path",
+    }
+    for entrypoint, message in cases.items():
+        with pytest.raises(AgentError) as caught:
+            run_agent({**env, "EDL_ENTRYPOINT": entrypoint}, endpoint_wait_s=0)
+        assert caught.value.code == 78 and str(caught.value).startswith(message), entrypoint
+    assert missing_program("python train.py --lr 1", str(tmp_path)) == ""
+    assert missing_program("sh -c 'python x.py'", str(tmp_path)) == ""
+    with pytest.raises(AgentError) as caught:
+        run_agent({**env, "EDL_ENTRYPOINT": "python train.py",
+                   "EDL_WORKSPACE": str(tmp_path / "nope")}, endpoint_wait_s=0)
+    assert caught.value.code == 78 and "EDL_WORKSPACE: not a directory" in str(caught.value)
 
 
 def test_two_agents_meet_through_the_registered_handler_on_the_masters_store(

@@ -14,7 +14,9 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
+from edl.runtime.collective.agent import CRASH_LOOP_FAILURES, _Failures
 from edl.runtime.collective.failures import ScriptErrors
+from edl.runtime.collective.launch import config_from_env
 
 # what torchrun's stderr looks like when a worker raised and torch gave up
 WORKER_TRACEBACK = """\
@@ -85,6 +87,75 @@ def test_each_restart_torch_counts_is_reported_with_the_scripts_error() -> None:
     assert [(r.left, r.limit, r.error) for r in restarts] == [  # type: ignore[attr-defined]
         (2, 3, "ValueError: bad learning rate: -1"), (1, 3, "ValueError: bad learning rate: -1")]
     assert errors.failures == 2
+
+
+def _ranked(rank: int, text: str) -> list[str]:
+    return [f"[rank{rank}]: {line}" for line in text.splitlines(True)]
+
+
+# torch 2.13, one worker raising after init_process_group (the issue's script)
+AFTER_INIT_REPORT = TORCH_REPORT.replace("exitcode  : 1", "exitcode  : 1 (pid: 12514)")
+
+
+def test_a_script_that_raised_after_init_process_group_is_read_through_the_rank_prefix() -> None:
+    errors = ScriptErrors()
+    feed(errors, "".join(_ranked(0, WORKER_TRACEBACK)) + AFTER_INIT_REPORT)
+    assert errors.reason("") == "ValueError: bad learning rate: -1"
+    restarts = feed(errors, "".join(_ranked(1, WORKER_TRACEBACK)) + RESTART)
+    assert [r.error for r in restarts] == ["ValueError: bad learning rate: -1"]  # type: ignore[attr-defined]
+
+
+LOST_PEER = """Traceback (most recent call last):
+  File "/work/train.py", line 8, in <module>
+    dist.barrier()
+RuntimeError: [gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:5
+"""
+
+
+def test_of_interleaved_ranks_the_one_that_raised_is_named_not_its_peers_lost_connection() -> None:
+    raised, peer = _ranked(1, WORKER_TRACEBACK), _ranked(0, LOST_PEER)
+    interleaved = [line for pair in zip(peer, raised, strict=False) for line in pair]
+    interleaved += raised[len(peer):]
+    errors = ScriptErrors()
+    restarts = feed(errors, "".join(interleaved) + RESTART)
+    assert [r.error for r in restarts] == ["ValueError: bad learning rate: -1"]  # type: ignore[attr-defined]
+    only_peer = ScriptErrors()
+    feed(only_peer, "".join(_ranked(0, LOST_PEER)))
+    assert "Connection closed by peer" in only_peer.reason("")
+
+
+def test_a_chained_exception_is_named_by_its_last_line_and_a_missing_script_by_python() -> None:
+    read_only = WORKER_TRACEBACK.replace("ValueError: bad learning rate: -1",
+                                         "OSError: [Errno 30] Read-only file system")
+    chained = (WORKER_TRACEBACK + "\nDuring handling of the above exception, another "
+               "exception occurred:\n\n" + read_only)
+    errors = ScriptErrors()
+    feed(errors, "".join(_ranked(0, chained)))
+    assert errors.reason("") == "OSError: [Errno 30] Read-only file system"
+    missing = ScriptErrors()
+    feed(missing, "/venv/bin/python3.11: can't open file '/ws/train.py': [Errno 2] No such file "
+         "or directory\n" + RESTART)
+    assert missing.reason("").startswith("/venv/bin/python3.11: can't open file '/ws/train.py'")
+
+
+def test_the_agent_ends_a_crash_loop_of_one_error_but_not_of_errors_between_progress() -> None:
+    config = config_from_env({"EDL_TRAINERS": "1", "EDL_ENTRYPOINT": "python t.py"})
+    stopped: list[str] = []
+    failures = _Failures({}, config, stopped.append)
+
+    def fail(text: str, times: int, left: int = 100) -> None:
+        for n in range(times):
+            for line in (text + RESTART.replace("3/3", f"{left - n}/100")).splitlines(True):
+                failures.feed(line)
+
+    fail("".join(_ranked(0, LOST_PEER)), 5)  # a peer's failures: never a crash loop
+    fail(WORKER_TRACEBACK, CRASH_LOOP_FAILURES - 1)
+    failures.errors.progress()  # the script printed a metric line: it got further
+    fail(WORKER_TRACEBACK, CRASH_LOOP_FAILURES - 1)
+    assert stopped == [] and failures.crash_loop == ""
+    fail(WORKER_TRACEBACK, 1)
+    assert stopped == ["ValueError: bad learning rate: -1"]
+    assert failures.crash_loop == "ValueError: bad learning rate: -1"
 
 
 def test_progress_after_an_error_means_a_later_failure_is_not_blamed_on_it() -> None:

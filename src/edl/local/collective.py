@@ -23,6 +23,7 @@ from typing import Any
 
 from edl.local.status import RunSnapshot
 from edl.runtime.collective import gateway, keys
+from edl.runtime.collective.failures import is_lost_peer
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +81,8 @@ class CrashStreak:
     A script that raises at once is restarted by torch up to max-restarts times in
     every pod (100 by default), and a failed pod is replaced until the trainer Job's
     backoffLimit: many minutes of restarts. `edl run` ends such a run after
-    ``--max-error-exits`` of them, with the line.
+    ``--max-error-exits`` of them, with the line. A failure that only says a peer went
+    away (the other pods' side of one script's error) neither counts nor breaks a streak.
     """
 
     error: str = ""
@@ -88,7 +90,7 @@ class CrashStreak:
     count: int = 0
 
     def add(self, failure: WorkerFailure, epoch: int | None) -> int:
-        if not failure.error:  # a kill, not the script's error
+        if not failure.error or is_lost_peer(failure.error):  # a kill, or the others' side
             return self.count
         same = failure.error == self.error and epoch == self.epoch
         self.count = (self.count if same else 0) + failure.times

@@ -19,13 +19,25 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from edl.procs import die_with_parent
 from edl.runtime.collective import gateway, keys
-from edl.runtime.collective.failures import Restart, ScriptErrors
-from edl.runtime.collective.launch import AgentConfig, LaunchError, config_from_env, torchrun_args
-from edl.runtime.collective.supervise import SIGTERM_EXIT, AgentError, _Metrics, _pump
+from edl.runtime.collective.failures import Restart, ScriptErrors, is_lost_peer
+from edl.runtime.collective.launch import (
+    AgentConfig,
+    LaunchError,
+    config_from_env,
+    missing_program,
+    torchrun_args,
+)
+from edl.runtime.collective.supervise import (
+    CONFIG_EXIT,
+    SIGTERM_EXIT,
+    AgentError,
+    _Metrics,
+    _pump,
+)
 
 # Each rendezvous round's workers get a fresh store, hosted by their rank 0 on a new
 # port, instead of sharing the rank-0 agent's store across rounds: there, keys are
@@ -34,6 +46,11 @@ from edl.runtime.collective.supervise import SIGTERM_EXIT, AgentError, _Metrics,
 # read the previous round's addresses (gloo: "connection refused", round after round).
 WORKER_STORE_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 ENDPOINT_WAIT_S = 120.0
+# torch restarts failed workers up to max-restarts (100) times per pod; the same script
+# error this many times in a row with no metric line between is a crash loop: the agent
+# ends torchrun and fails the pod with the line (on Kubernetes the trainer Job then
+# counts it against its backoffLimit, instead of 100 restarts per pod)
+CRASH_LOOP_FAILURES = 3
 
 
 def find_endpoint(env: Mapping[str, str], config: AgentConfig, wait_s: float) -> str:
@@ -43,7 +60,7 @@ def find_endpoint(env: Mapping[str, str], config: AgentConfig, wait_s: float) ->
         return given
     endpoints = env.get("EDL_ETCD_ENDPOINTS") or ""
     if not endpoints:
-        raise AgentError("EDL_RDZV_ENDPOINT or EDL_ETCD_ENDPOINTS: one is required", 2)
+        raise AgentError("EDL_RDZV_ENDPOINT or EDL_ETCD_ENDPOINTS: one is required", CONFIG_EXIT)
     key = keys.rendezvous_key(config.namespace, config.job)
     deadline = time.monotonic() + wait_s
     while True:
@@ -69,11 +86,17 @@ class _Failures:
     script that fails at once is seen failing, with its line, while torch retries it.
     """
 
-    def __init__(self, env: Mapping[str, str], config: AgentConfig) -> None:
+    def __init__(
+        self, env: Mapping[str, str], config: AgentConfig,
+        on_crash_loop: Callable[[str], None] | None = None,
+    ) -> None:
         self.endpoints = env.get("EDL_ETCD_ENDPOINTS") or ""
         self.key = keys.failure_key(config.namespace, config.job, env.get("EDL_POD_NAME") or "")
         self.errors = ScriptErrors()
         self.tail: collections.deque[str] = collections.deque(maxlen=20)
+        self.on_crash_loop = on_crash_loop
+        self.crash_loop = ""  # the error that ended torchrun as a crash loop
+        self._streak: tuple[str, int] = ("", 0)  # (error, failures in a row)
 
     def feed(self, line: str) -> None:
         if line.strip():
@@ -89,6 +112,7 @@ class _Failures:
             f"({restart.left} of {restart.limit} restarts left, spec.collective.max-restarts)",
             file=sys.stderr, flush=True,
         )
+        self._count(restart)
         if not self.endpoints:
             return
         record = {"error": restart.error, "restarts_left": restart.left,
@@ -99,17 +123,39 @@ class _Failures:
             print(f"edl agent: failure not published: {failure}", file=sys.stderr, flush=True)
 
 
+    def _count(self, restart: Restart) -> None:
+        """The same script error again with no progress between: one more in the streak."""
+        error = restart.error
+        if not error or is_lost_peer(error):  # a kill, or a peer's failure: neither counts
+            return
+        last, count = self._streak
+        count = count + 1 if error == last and not self.errors.progressed else 1
+        self._streak = (error, count)
+        self.errors.progressed = False
+        if count >= CRASH_LOOP_FAILURES and not self.crash_loop:
+            self.crash_loop = error
+            print(f"edl agent: crash loop: the script failed {count} times in a row with the "
+                  f"same error and no progress; stopping torchrun: {error}",
+                  file=sys.stderr, flush=True)
+            if self.on_crash_loop is not None:
+                self.on_crash_loop(error)
+
+
 def run_agent(env: Mapping[str, str], endpoint_wait_s: float = ENDPOINT_WAIT_S) -> int:
     """Run this pod's agent to the end; returns the exit status for `edl agent`."""
-    try:
+    try:  # configuration errors first, before waiting for the store
         config = config_from_env(env)
-        endpoint = find_endpoint(env, config, endpoint_wait_s)
-        args = torchrun_args(config, endpoint, sys.executable)
+        torchrun_args(config, "", sys.executable)
     except LaunchError as error:
-        raise AgentError(str(error), 2) from None
+        raise AgentError(str(error), CONFIG_EXIT) from None
     workspace = env.get("EDL_WORKSPACE") or os.getcwd()
     if not os.path.isdir(workspace):
-        raise AgentError(f"EDL_WORKSPACE: not a directory: {workspace}", 2)
+        raise AgentError(f"EDL_WORKSPACE: not a directory: {workspace}", CONFIG_EXIT)
+    missing = missing_program(config.entrypoint, workspace)
+    if missing:
+        raise AgentError(missing, CONFIG_EXIT)
+    endpoint = find_endpoint(env, config, endpoint_wait_s)
+    args = torchrun_args(config, endpoint, sys.executable)
     if env.get("EDL_LIVE") == "1":  # spec.collective.live: the script re-forms its own world
         from edl.runtime.collective.live import run_live
 
@@ -121,7 +167,13 @@ def run_agent(env: Mapping[str, str], endpoint_wait_s: float = ENDPOINT_WAIT_S) 
         argv, cwd=workspace, env=child_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         preexec_fn=die_with_parent,
     )
-    failures = _Failures(env, config)
+    drained = threading.Event()
+
+    def stop(error: str) -> None:  # a crash loop: end torchrun as a drain would
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+
+    failures = _Failures(env, config, stop)
     metrics = _Metrics(env, config, failures.errors)
     assert child.stdout is not None and child.stderr is not None
     pumps = [
@@ -130,7 +182,6 @@ def run_agent(env: Mapping[str, str], endpoint_wait_s: float = ENDPOINT_WAIT_S) 
     ]
     for pump in pumps:
         pump.start()
-    drained = threading.Event()
 
     def forward(signum: int, frame: object) -> None:
         drained.set()
@@ -146,14 +197,15 @@ def run_agent(env: Mapping[str, str], endpoint_wait_s: float = ENDPOINT_WAIT_S) 
         return 0
     if drained.is_set():
         return SIGTERM_EXIT
-    reason = failures.errors.reason(_reason(list(failures.tail)))
-    print(
-        f"edl agent: entrypoint {config.entrypoint!r} failed under torchrun (status {code}): "
-        f"{reason}",
+    reason = failures.crash_loop or failures.errors.reason(_reason(list(failures.tail)))
+    how = (f"{CRASH_LOOP_FAILURES} times in a row, a crash loop" if failures.crash_loop
+           else f"status {code}")
+    print(  # the pod's termination message: the trainer Job's (and TrainingJob's) reason
+        f"edl agent: entrypoint {config.entrypoint!r} failed under torchrun ({how}): {reason}",
         file=sys.stderr,
         flush=True,
     )
-    return code if code > 0 else 1
+    return code if code > 0 and not failures.crash_loop else 1
 
 
 def _reason(lines: list[str]) -> str:

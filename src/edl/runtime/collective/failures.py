@@ -10,6 +10,12 @@ traceback, told apart by its type (torch's elastic agent raises types under
 "Worker group FAILED. 3/100 attempts left" lines (logged by its agent at INFO,
 which `edl.runtime.collective.torchrun` lets through), which say a restart is
 counted against ``--max-restarts``.
+
+Once a script has called ``init_process_group``, torch prefixes every line of its
+tracebacks with ``[rankN]: ``, and the ranks' lines interleave on one stream; each
+rank's traceback is therefore followed on its own, and of one failure's errors the
+first rank's to end wins (torch's "first observed failure"), unless it is only a
+lost peer (the others' collectives fail after the one that raised).
 """
 
 from __future__ import annotations
@@ -22,6 +28,12 @@ _RESTART = re.compile(r"Worker group (FAILED|UNHEALTHY)\. (\d+)/(\d+) attempts l
 _TRACEBACK = "Traceback (most recent call last):"
 # an exception line: a (dotted) type name, optionally ': message'
 _EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*)(?::\s?(.*))?$")
+_RANK = re.compile(r"^(\[(?:rank|default)\d+\]):\s?")
+# python itself, when the script named on its command line does not exist
+_CANT_OPEN = re.compile(r"^\S*python[\d.]*: can't open file ")
+# a collective that failed because a peer's process ended (gloo's words, torch's types)
+_LOST_PEER = ("Connection closed by peer", "Connection reset by peer", "DistNetworkError",
+              "DistBackendError", "Broken pipe")
 
 
 @dataclass(frozen=True)
@@ -39,38 +51,53 @@ def is_torch_error(line: str) -> bool:
 
 
 class ScriptErrors:
-    """Feed torchrun's stderr line by line; remembers the last exceptions seen."""
+    """Feed torchrun's stderr line by line; remembers the exceptions seen."""
 
     def __init__(self) -> None:
-        self.script_error = ""  # the script's last exception line
         self.torch_error = ""  # torch's own last exception line (ChildFailedError, …)
         self.failures = 0  # worker failures torch reported (restarts counted or not)
-        self._in_traceback = False
+        self._previous = ""  # the script's error in an earlier failure (until progress)
+        self._errors: dict[str, str] = {}  # this failure's: rank prefix -> its last error
+        self._open: set[str] = set()  # rank prefixes inside a traceback
+        self.progressed = False  # a metric line since the last restart (the agent resets it)
+
+    @property
+    def script_error(self) -> str:
+        """The script's error in this failure (else the previous one's); '' if none."""
+        errors = list(self._errors.values())
+        own = [e for e in errors if not is_lost_peer(e)]
+        return (own or errors or [self._previous])[0]
 
     def feed(self, line: str) -> Restart | None:
         """Read one line; returns a `Restart` when torch says it restarts failed workers."""
-        text = line.rstrip("\r\n")
+        prefix, text = split_rank(line.rstrip("\r\n"))
         restart = _RESTART.search(text)
         if restart:
             self.failures += 1
             left, limit = int(restart.group(2)), int(restart.group(3))
-            return Restart(max(0, left - 1), limit, self.script_error)
+            error = self.script_error
+            self._previous, self._errors, self._open = error, {}, set()
+            return Restart(max(0, left - 1), limit, error)
         if text.startswith(_TRACEBACK):
-            self._in_traceback = True
+            self._open.add(prefix)
             return None
-        if self._in_traceback and text and not text[0].isspace():
-            self._in_traceback = False
+        if prefix in self._open and text and not text[0].isspace():
+            self._open.discard(prefix)
             if _EXCEPTION.match(text.split(" ", 1)[0].rstrip(":")) is None:
                 return None  # not an exception line (e.g. another process's output)
             if is_torch_error(text):
                 self.torch_error = text
             else:
-                self.script_error = text
+                self._errors.pop(prefix, None)  # a chained exception: its last line counts,
+                self._errors[prefix] = text  # ordered by when each rank's traceback ended
+        elif _CANT_OPEN.match(text):  # the interpreter found no script: no traceback
+            self._errors.setdefault(prefix, text)
         return None
 
     def progress(self) -> None:
         """The script reported a metric line: an earlier error of it was recovered from."""
-        self.script_error = ""
+        self._previous, self._errors = "", {}
+        self.progressed = True
 
     def reason(self, fallback: str) -> str:
         """Why torchrun failed, the script's line first; ``fallback``: the last stderr line."""
@@ -79,6 +106,19 @@ class ScriptErrors:
         if self.torch_error:
             return _short(self.torch_error)
         return fallback
+
+
+def split_rank(line: str) -> tuple[str, str]:
+    """(``[rank3]:`` or '', the line without it): torch's prefix after init_process_group."""
+    found = _RANK.match(line)
+    if found is None:
+        return "", line
+    return found.group(1), line[found.end():]
+
+
+def is_lost_peer(error: str) -> bool:
+    """An error that only says another worker went away (the others' side of a failure)."""
+    return any(sign in error for sign in _LOST_PEER)
 
 
 def _short(line: str) -> str:

@@ -8,8 +8,10 @@ IP as the address other nodes reach this one's workers at.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -121,6 +123,35 @@ def torchrun_args(config: AgentConfig, rdzv_endpoint: str, python: str = "python
         command = [python, "-u", *command[1:]]
     # every worker through `worker`, which ties it to its agent before exec'ing the command
     return [*args, "--no-python", python, "-m", WORKER_MODULE, *command]
+
+
+def missing_program(entrypoint: str, workspace: str) -> str:
+    """Why the entrypoint's script (or program) cannot be found in ``workspace``; '' if it can.
+
+    Checked before torch starts: a missing script would otherwise fail every worker
+    of every restart with python's "can't open file" and no traceback.
+    """
+    try:
+        command = shlex.split(entrypoint)
+    except ValueError:
+        return ""  # said by torchrun_args, with the parser's words
+    if not command:
+        return ""
+    if command[0] in PYTHONS:
+        if len(command) < 2 or command[1].startswith("-"):
+            return ""
+        script = command[1]
+        if os.path.isfile(os.path.join(workspace, script)):
+            return ""
+        return f"EDL_ENTRYPOINT: no such script: {script} (in the workspace {workspace})"
+    program = command[0]
+    if "/" in program:
+        found = os.path.isfile(os.path.join(workspace, program))
+    else:
+        found = shutil.which(program) is not None
+    if found:
+        return ""
+    return f"EDL_ENTRYPOINT: no such program: {program} (in the workspace {workspace} or PATH)"
 
 
 _VAR = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)")

@@ -28,7 +28,7 @@ from typing import Any
 from edl.procs import die_with_parent
 from edl.runtime.collective import gateway, keys
 from edl.runtime.collective.launch import PYTHONS, AgentConfig
-from edl.runtime.collective.supervise import SIGTERM_EXIT, AgentError, _Metrics, _pump
+from edl.runtime.collective.supervise import CONFIG_EXIT, SIGTERM_EXIT, AgentError, _Metrics, _pump
 
 POLL_S = 0.1
 _FORMED = re.compile(r"edl-elastic \[.*\] formed gen=(\d+) world=(\d+)")
@@ -67,9 +67,9 @@ def worker_command(config: AgentConfig, python: str) -> list[str]:
     try:
         command = shlex.split(config.entrypoint)
     except ValueError as error:
-        raise AgentError(f"EDL_ENTRYPOINT: {error}", 2) from None
+        raise AgentError(f"EDL_ENTRYPOINT: {error}", CONFIG_EXIT) from None
     if not command:
-        raise AgentError("EDL_ENTRYPOINT: required", 2)
+        raise AgentError("EDL_ENTRYPOINT: required", CONFIG_EXIT)
     if command[0] in PYTHONS:
         command = [python, "-u", *command[1:]]
     return command

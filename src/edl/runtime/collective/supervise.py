@@ -14,6 +14,9 @@ from edl.runtime.collective.launch import AgentConfig
 from edl.runtime.collective.metrics import parse_metrics
 
 SIGTERM_EXIT = 128 + signal.SIGTERM
+# a configuration error (EX_CONFIG, as `edl trainer`): the trainer Job's podFailurePolicy
+# fails the Job at once and `edl run` ends the run, since a restart would fail alike
+CONFIG_EXIT = 78
 
 
 class AgentError(RuntimeError):
