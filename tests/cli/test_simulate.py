@@ -28,7 +28,8 @@ def test_out_layout_with_several_policies(tmp_path: Path) -> None:
     for name in ("utilization.png", "trainers.png", "pending_jobs.png", "services.png"):
         assert (tmp_path / name).read_bytes().startswith(b"\x89PNG")
     table = (tmp_path / "table.md").read_text()
-    assert table.count("| tiny |") == 3
+    main, constraints = table.split("\n\n")[:2]  # the constraints table follows
+    assert main.count("| tiny |") == 3 and constraints.count("| tiny |") == 3
     assert "| tiny | static |" in result.output
 
 

@@ -12,7 +12,9 @@ from edl.sim.metrics import (
     compute_metrics,
     jain_index,
     job_pending_time,
+    jobs_below_min_seconds,
     original_formula,
+    pool_utilization,
     workload_lags,
 )
 from edl.sim.report import markdown_table, metrics_json
@@ -148,3 +150,34 @@ def test_the_table_labels_the_scenarios_own_windows_and_what_the_bound_bounds() 
     assert "steady CPU use at best within max-load (%)" in header
     mixed = markdown_table([run(120, 30, 90), run(550, 100, 500)]).splitlines()[0]
     assert "up to measure.utilization_until_s" in mixed and "first 120 s" not in mixed
+
+
+def test_jobs_below_min_counts_only_while_a_job_sharing_nodes_runs_above_its_min() -> None:
+    """a (min 2) is below min at 0-30; c (min 2, sharing a's nodes) runs 4 from 20 on:
+    10 s counted (20-30). b (min 1) shares nothing with c: its 0 trainers never count."""
+    t = timeline()
+    mins = {"a": 2, "b": 1, "c": 2}
+    overlaps = {"a": frozenset({"c"}), "b": frozenset(), "c": frozenset({"a"})}
+    assert jobs_below_min_seconds(t, mins, overlaps) == 10.0
+    overlaps = {"a": frozenset({"c"}), "b": frozenset({"c"}), "c": frozenset({"a", "b"})}
+    assert jobs_below_min_seconds(t, mins, overlaps) == 10.0 + 20.0  # b at 20-40 too
+    assert jobs_below_min_seconds(t, {}, {}) is None
+
+
+def test_pool_utilization_over_the_window() -> None:
+    t = timeline()
+    t.cpu_allocatable_by_pool = {"cpu": 800, "gpu": 200}
+    t.cpu_running_by_pool = {"cpu": [0, 400, 800, 800, 600, 200], "gpu": [0, 100, 200, 200, 200, 0]}
+    assert pool_utilization(t, 20.0, 40.0) == {
+        "cpu": pytest.approx(100 * 2200 / 2400), "gpu": 100.0}
+    assert pool_utilization(Timeline(times=[0.0]), 0.0, 1.0) is None
+
+
+def test_gpu_tainted_pools_keep_cpu_and_gpu_jobs_apart() -> None:
+    from edl.sim.pools import job_overlaps
+    from edl.sim.scenario import load_scenario
+
+    overlaps = job_overlaps(load_scenario("gpu-tainted"))
+    assert "gpu-1" not in overlaps["cpu-1"] and "cpu-2" in overlaps["cpu-1"]
+    assert overlaps["gpu-1"] == frozenset({"gpu-2", "gpu-3"})
+    assert "research-1" in overlaps["cpu-1"]

@@ -41,6 +41,8 @@ METRIC_KEYS = (
     "service_targets_reached",
     "service_shortfall_replica_s",
     "steady_utilization_bound_pct",
+    "jobs_below_min_s",
+    "steady_utilization_by_pool_pct",
 )
 WORK_METRIC_KEYS = (
     "jct_mean_s",
@@ -229,6 +231,45 @@ def service_shortfall(timeline: Timeline) -> float | None:
     )
 
 
+def jobs_below_min_seconds(
+    timeline: Timeline, mins: dict[str, int], overlaps: dict[str, frozenset[str]]
+) -> float | None:
+    """Σ over jobs of the seconds a present job ran fewer trainers than its min while
+    some job that can use some of the same nodes ran more than its own min (room that
+    could have been its). None when no job's min is known."""
+    names = [name for name in timeline.jobs if name in mins]
+    if not names:
+        return None
+    times = timeline.times
+    steps = [b - a for a, b in itertools.pairwise(times)] + [0.0]
+    total = 0.0
+    for name in names:
+        series = timeline.jobs[name]
+        others = [(timeline.jobs[o], mins[o]) for o in overlaps.get(name, ())
+                  if o in timeline.jobs and o in mins]
+        for row, step in enumerate(steps):
+            if not series.present[row] or series.trainers_running[row] >= mins[name]:
+                continue
+            if any(other.trainers_running[row] > low for other, low in others):
+                total += step
+    return total
+
+
+def pool_utilization(timeline: Timeline, start: float, end: float) -> dict[str, float] | None:
+    """Per node pool: mean CPU utilisation (%) of samples with start ≤ t ≤ end."""
+    if not timeline.cpu_running_by_pool:
+        return None
+    rows = [i for i, t in enumerate(timeline.times) if start <= t <= end]
+    if not rows:
+        return None
+    out = {}
+    for pool, running in sorted(timeline.cpu_running_by_pool.items()):
+        total = timeline.cpu_allocatable_by_pool.get(pool, 0)
+        if total:
+            out[pool] = 100.0 * sum(running[i] for i in rows) / (len(rows) * total)
+    return out
+
+
 @dataclass(frozen=True)
 class Metrics:
     """Everything a run reports; `as_json` keeps exactly the published keys."""
@@ -255,6 +296,8 @@ class Metrics:
     service_shortfall_replica_s: float | None = None
     steady_utilization_bound_pct: float | None = None  # `edl.sim.bound`, when asked for
     jct_mean_bound_s: float | None = None  # `edl.sim.jct_bound`, when asked for
+    jobs_below_min_s: float | None = None
+    steady_utilization_by_pool_pct: dict[str, float] | None = None
     # the scenario's measuring windows, for labels (not in metrics.json)
     utilization_until_s: float | None = None
     steady_window_s: tuple[float, float] | None = None
@@ -276,6 +319,9 @@ class Metrics:
             "service_targets_reached": self.service_targets_reached,
             "service_shortfall_replica_s": rounded(self.service_shortfall_replica_s),
             "steady_utilization_bound_pct": rounded(self.steady_utilization_bound_pct),
+            "jobs_below_min_s": rounded(self.jobs_below_min_s),
+            "steady_utilization_by_pool_pct": None if self.steady_utilization_by_pool_pct is None
+            else {k: rounded(v) for k, v in self.steady_utilization_by_pool_pct.items()},
         }
         if self.jct_by_job is not None:
             out.update(
@@ -297,6 +343,8 @@ def compute_metrics(
     utilization_until_s: float,
     steady_start_s: float,
     steady_end_s: float,
+    mins: dict[str, int] | None = None,
+    overlaps: dict[str, frozenset[str]] | None = None,
 ) -> Metrics:
     """All metrics of one run."""
     pending = pending_times(timeline)
@@ -330,6 +378,8 @@ def compute_metrics(
         pending_by_job=pending,
         lags_by_workload=lags,
         service_shortfall_replica_s=service_shortfall(timeline),
+        jobs_below_min_s=jobs_below_min_seconds(timeline, mins or {}, overlaps or {}),
+        steady_utilization_by_pool_pct=pool_utilization(timeline, steady_start_s, steady_end_s),
         utilization_until_s=utilization_until_s,
         steady_window_s=(steady_start_s, steady_end_s),
         **work,  # type: ignore[arg-type]  # work_metrics' fields, typed there

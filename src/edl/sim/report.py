@@ -80,6 +80,19 @@ def markdown_table(results: list[Metrics]) -> str:
             f"| {_flag(m.service_targets_reached)} | {_number(m.service_shortfall_replica_s, 0)} "
             f"| {_number(m.steady_utilization_bound_pct)} |"
         )
+    if any(m.jobs_below_min_s is not None or m.steady_utilization_by_pool_pct
+           for m in results):
+        lines += [
+            "",
+            "| scenario | policy | jobs below min while a job sharing nodes ran above "
+            "its own (job·s) | steady CPU use per node pool (%) |",
+            "|---|---|---:|---|",
+        ]
+        for m in results:
+            pools = ", ".join(f"{name} {value:.1f}" for name, value in
+                              (m.steady_utilization_by_pool_pct or {}).items()) or "n/a"
+            lines.append(f"| {m.scenario} | {m.policy} | {_number(m.jobs_below_min_s, 0)} "
+                         f"| {pools} |")
     if any(m.jct_by_job is not None for m in results):
         lines += [
             "",

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import functools
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +28,7 @@ from edl.jobparser import JobParser
 from edl.policy import Policy
 from edl.sim.jobs import training_job_manifest
 from edl.sim.metrics import Metrics, compute_metrics
+from edl.sim.pools import job_mins, job_overlaps, node_pools, pool_allocatable
 from edl.sim.scenario import JobPlan, Scenario, Workload, expand_jobs
 from edl.sim.sections import BackgroundPods
 from edl.sim.timeline import JobSeries, Timeline, WorkloadSeries
@@ -110,9 +111,16 @@ class Recorder:
     """Appends `ClusterSample`s to a `Timeline`, aligning series that appear or vanish
     (also fed from a real cluster by tests/e2e/fidelity.py: both sides sampled alike)."""
 
-    def __init__(self, job_keys: dict[str, str]) -> None:
+    def __init__(
+        self, job_keys: dict[str, str], pools: Mapping[str, str] | None = None,
+        pool_allocatable: Mapping[str, int] | None = None,
+    ) -> None:
         self.timeline = Timeline()
         self._job_keys = job_keys  # sample key -> job name
+        self._pools = dict(pools or {})  # node -> its pool (node group)
+        if pool_allocatable:
+            self.timeline.cpu_allocatable_by_pool = dict(pool_allocatable)
+            self.timeline.cpu_running_by_pool = {name: [] for name in pool_allocatable}
 
     def record(self, when: float, sample: ClusterSample) -> None:
         timeline = self.timeline
@@ -120,6 +128,14 @@ class Recorder:
         timeline.times.append(when)
         timeline.cpu_running_milli.append(sample.running_cpu_request_milli)
         timeline.cpu_allocatable_milli.append(sample.cpu_total_milli)
+        if timeline.cpu_running_by_pool:
+            per_pool = dict.fromkeys(timeline.cpu_running_by_pool, 0)
+            for node, milli in sample.running_cpu_by_node.items():
+                pool = self._pools.get(node)
+                if pool in per_pool:
+                    per_pool[pool] += milli
+            for pool, milli in per_pool.items():
+                timeline.cpu_running_by_pool[pool].append(milli)
         for key, counts in sample.trainers.items():
             name = self._job_keys.get(key, key)
             series = timeline.jobs.get(name)
@@ -195,7 +211,7 @@ class _Run:
             plan.name if plan.namespace == "default" else f"{plan.namespace}/{plan.name}": plan.name
             for plan in self.plans
         }
-        self.recorder = Recorder(keys)
+        self.recorder = Recorder(keys, node_pools(scenario), pool_allocatable(scenario))
         self.board = ThroughputBoard()
         # its own random stream: scenarios without work draw exactly what they drew before
         self.training = SimulatedTraining(
@@ -334,6 +350,8 @@ def run_policy(
         utilization_until_s=measure.utilization_until_s,
         steady_start_s=measure.steady_state.start,
         steady_end_s=measure.steady_state.end,
+        mins=job_mins(scenario),
+        overlaps=job_overlaps(scenario),
     )
     return RunResult(policy, timeline, metrics)
 

@@ -41,6 +41,10 @@ class Timeline:
     work_submitted: dict[str, float] = field(default_factory=dict)
     work_finished: dict[str, float] = field(default_factory=dict)
     work_resizes: dict[str, int] = field(default_factory=dict)  # parallelism changes while running
+    # per node pool (node group), when the recorder knows them: CPU requests of Running
+    # pods per sample, and the pool's allocatable CPU
+    cpu_running_by_pool: dict[str, list[int]] = field(default_factory=dict)
+    cpu_allocatable_by_pool: dict[str, int] = field(default_factory=dict)
 
     def utilization_pct(self) -> list[float]:
         """CPU utilisation per sample, as the original defined it."""

@@ -430,6 +430,7 @@ class InProcessCluster(ManagedTrainerPods, AdmissionObjects):
             unbound_pods=len(self.scheduler.queue),
             trainers=trainers,
             deployments=deployments,
+            running_cpu_by_node=dict(self.pods.running_cpu_by_node),
         )
 
     # ================================================================ events

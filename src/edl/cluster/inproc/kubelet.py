@@ -90,6 +90,7 @@ class PodLifecycle:
         self.first_pod_at: dict[tuple[str, str], float] = {}  # (ns, job label) -> time
         self.first_running_at: dict[tuple[str, str], float] = {}
         self.running_cpu_milli = 0
+        self.running_cpu_by_node: dict[str, int] = {}  # Running pods' CPU requests per node
         self.running_pods = 0
         self.requested_cpu_milli = 0  # Σ CPU requests of live pods
         self._seq = itertools.count()
@@ -192,6 +193,9 @@ class PodLifecycle:
         pod.running_at = now
         pod.manifest["status"] = {**pod.manifest["status"], "phase": RUNNING, "startTime": now}
         self.running_cpu_milli += pod.resources.cpu_request_milli
+        if pod.node is not None:
+            by_node = self.running_cpu_by_node
+            by_node[pod.node] = by_node.get(pod.node, 0) + pod.resources.cpu_request_milli
         self.running_pods += 1
         if pod.role == ROLE_TRAINER and pod.job:
             self.first_running_at.setdefault((pod.namespace, pod.job), now)
@@ -207,6 +211,8 @@ class PodLifecycle:
         del self.by_key[pod.key]
         if pod.phase == RUNNING:
             self.running_cpu_milli -= pod.resources.cpu_request_milli
+            if pod.node is not None:
+                self.running_cpu_by_node[pod.node] -= pod.resources.cpu_request_milli
             self.running_pods -= 1
         if pod.node is not None:
             res = pod.resources

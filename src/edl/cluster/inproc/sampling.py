@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +44,7 @@ class ClusterSample:
     unbound_pods: int
     trainers: dict[str, TrainerCounts]
     deployments: dict[str, ReplicaCounts]
+    running_cpu_by_node: Mapping[str, int] = field(default_factory=dict)  # for pool metrics
 
     @property
     def utilization(self) -> float:
