@@ -56,3 +56,21 @@ def test_no_run_beats_the_bound(policy: str, placement: str) -> None:
     s = scenario("3").model_copy(update={"placement": placement})
     steady = run_policy(s, policy, 0).metrics.steady_utilization_pct
     assert steady is not None and steady <= steady_utilization_bound(s) + 1e-6
+
+
+def test_taints_selectors_and_quotas_bound_what_pods_reach() -> None:
+    """A tainted node no pod tolerates adds nothing; a trainer selecting one node group
+    packs there only; a namespace quota scoped to the trainers' PriorityClass caps them."""
+    data = scenario("2", most=20).model_dump(mode="json", exclude_none=True)
+    groups = data["cluster"]["node_groups"]
+    groups.append({"name": "t", "count": 1, "allocatable": {"cpu": "10", "memory": "64Gi"},
+                   "taints": [{"key": "gpu", "effect": "NoSchedule"}]})
+    # 30 cores; the tainted 10 out of reach: 2 + 1 + 8 two-core trainers = 19 of 30
+    assert steady_utilization_bound(parse_scenario(data, "t")) == pytest.approx(100 * 19 / 30)
+    groups[0]["labels"] = {"pool": "a"}
+    job = data["training"]["jobs"][0]
+    job["scheduling"] = {"node_selector": {"pool": "a"}, "priority_class": "low"}
+    data["priority_classes"] = [{"name": "low", "value": -10}]
+    data["quotas"] = [{"name": "q", "hard": {"requests.cpu": "8"}, "priority_classes": ["low"]}]
+    # trainers capped at 4 by the quota (pserver and master are not of its class)
+    assert steady_utilization_bound(parse_scenario(data, "t")) == pytest.approx(100 * 11 / 30)

@@ -13,18 +13,29 @@ placement can beat it — and exact when no pod is small. Requests within
 max_load_desired of the cluster, as the policies keep them (unless the pods that
 must run alone exceed it). `scipy.optimize.milp` (HiGHS) solves each stretch.
 
+Constraints: a kind of pod is placed only on node groups whose taints its
+tolerations admit and whose labels its nodeSelector and required node affinity
+select (`accounting.eligibility`, as the planner reads them; trainers carry their
+group's `scheduling`, masters and pservers none, services their own), and each
+namespace quota bounds the pods it counts (`requests.cpu`, `requests.memory`,
+`requests.nvidia.com/gpu`, `count/pods`/`pods`; a PriorityClass scope counts only
+pods of those classes), so the bound is what pods could really reach.
+
 Only compact-form jobs are modelled (a full TrainingJob manifest gives None).
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 
+from edl.accounting.eligibility import NodeFacts, PodConstraints, Taint, constraints_of
 from edl.api.quantity import cpu_milli, memory_mega
 from edl.sim.scenario import JobGroup, Scenario
+from edl.sim.scheduling_spec import Scheduling
 from edl.sim.sections import NodeGroup, PodResources
 
 __all__ = ["steady_utilization_bound"]
@@ -69,6 +80,28 @@ def _replicas(scenario: Scenario, t: float) -> list[int]:
     return out
 
 
+def _facts(group: NodeGroup) -> NodeFacts:
+    return NodeFacts(f"{group.name}-0", tuple(sorted(group.labels.items())),
+                     tuple(Taint(t.key, t.value, t.effect) for t in group.taints))
+
+
+def _constraints(scheduling: Scheduling | None) -> PodConstraints:
+    return constraints_of(scheduling.pod_fields() if scheduling is not None else {})
+
+
+def _quota_cost(key: str, shape: tuple[int, int, int]) -> int | None:
+    """What one pod of `shape` costs a quota's `key` (None: a key the bound ignores)."""
+    if key in ("pods", "count/pods"):
+        return 1
+    if key in ("cpu", "requests.cpu"):
+        return shape[0]
+    if key in ("memory", "requests.memory"):
+        return shape[1]
+    if key == "requests.nvidia.com/gpu":
+        return shape[2]
+    return None
+
+
 def steady_utilization_bound(scenario: Scenario) -> float | None:
     """Best steady-window CPU utilisation (%) any plan and placement could reach."""
     if any(group.trainer is None for group in scenario.training.jobs):
@@ -104,12 +137,17 @@ def steady_utilization_bound(scenario: Scenario) -> float | None:
     for start, end in itertools.pairwise(points):
         if end <= start:
             continue
-        # kinds: (shape, low, high); services and job overheads fixed, trainers ranged
+        # kinds: (shape, low, high); services and job overheads fixed, trainers ranged;
+        # per kind its constraints, namespace and PriorityClass (for quotas)
         kinds: list[Kind] = []
+        traits: list[tuple[PodConstraints, str, str | None]] = []
         for workload, replicas in zip(
             scenario.workloads, _replicas(scenario, start), strict=True
         ):
             kinds.append((_shape(workload.resources), replicas, replicas))
+            scheduling = workload.scheduling
+            traits.append((_constraints(scheduling), workload.namespace,
+                           scheduling.priority_class if scheduling else None))
         for group in scenario.training.jobs:
             present = sum(_present(group, i, start, end) for i in range(group.count))
             if not present:
@@ -117,19 +155,57 @@ def steady_utilization_bound(scenario: Scenario) -> float | None:
             assert group.trainer is not None
             trainer = group.trainer
             kinds.append((_shape(trainer.resources), present * trainer.min, present * trainer.max))
+            scheduling = group.scheduling
+            traits.append((_constraints(scheduling), group.namespace,
+                           scheduling.priority_class if scheduling else None))
+            plain = (constraints_of({}), group.namespace, None)
             if group.pserver is not None:
                 n = present * group.pserver.count
                 kinds.append((_shape(group.pserver.resources), n, n))
+                traits.append(plain)
             if group.master is not None:
                 kinds.append((_shape(group.master.resources), present, present))
+                traits.append(plain)
+        eligible = [[not c.blocker(_facts(g)) for g in groups] for c, _, _ in traits]
+        limits = _quota_limits(scenario, kinds, traits)
         cap = scenario.autoscaler.max_load_desired * total_cpu - background
-        placed = _solve(kinds, groups, alloc, per_node, rooms, cap)
+        placed = _solve(kinds, groups, alloc, per_node, rooms, cap, eligible, limits)
         weighted += (end - start) * (background + placed) / total_cpu
     span = points[-1] - points[0] if len(points) > 1 else 0.0
     return None if span <= 0 else 100 * weighted / span
 
 
 Kind = tuple[tuple[int, int, int], int, int]  # (shape, least count, most count)
+Limit = tuple[list[int], int]  # per kind: what one pod costs; the most all may cost
+
+
+def _quota_limits(
+    scenario: Scenario, kinds: list[Kind], traits: list[tuple[PodConstraints, str, str | None]]
+) -> list[Limit]:
+    """One limit per namespace quota and resource the bound models."""
+    out = []
+    for quota in scenario.quotas:
+        for key, hard in sorted(quota.hard.items()):
+            costs = []
+            for (shape, _, _), (_, namespace, priority_class) in zip(kinds, traits, strict=True):
+                cost = _quota_cost(key, shape)
+                counted = namespace == quota.namespace and (
+                    quota.priority_classes is None or priority_class in quota.priority_classes)
+                costs.append(cost if cost is not None and counted else 0)
+            amount = _quota_amount(key, str(hard))
+            if amount is not None and any(costs):
+                out.append((costs, amount))
+    return out
+
+
+def _quota_amount(key: str, text: str) -> int | None:
+    if key in ("cpu", "requests.cpu"):
+        return cpu_milli(text)
+    if key in ("memory", "requests.memory"):
+        return memory_mega(text)
+    if key in ("pods", "count/pods", "requests.nvidia.com/gpu"):
+        return int(text)
+    return None
 MAX_PATTERNS = 4000  # per node group; beyond it the group's large kinds are pooled too
 
 
@@ -162,6 +238,8 @@ def _solve(
     per_node: list[int],
     rooms: list[tuple[int, ...]],
     cap: float,
+    eligible: list[list[bool]] | None = None,
+    limits: Sequence[Limit] = (),
 ) -> float:
     """Most CPU the kinds can request on the groups (the integer program).
 
@@ -180,9 +258,10 @@ def _solve(
     upper: list[float] = []
     for g, group in enumerate(groups):
         room = (alloc[g][0] - per_node[0], alloc[g][1] - per_node[1], alloc[g][2] - per_node[2])
+        allowed = [k for k in range(n_kinds) if eligible is None or eligible[k][g]]
         large = [
-            k for k, (shape, _, _) in enumerate(kinds)
-            if shape[2] > 0 or shape[0] * 8 > alloc[g][0]
+            k for k in allowed
+            if kinds[k][0][2] > 0 or kinds[k][0][0] * 8 > alloc[g][0]
         ]
         shapes = [kinds[k][0] for k in large]
         found = _patterns(room, shapes) if large else [((), room)]
@@ -192,7 +271,7 @@ def _solve(
                 columns.append((g, {large[i]: c for i, c in enumerate(counts) if c}, left))
                 integral.append(1)
                 upper.append(group.count)
-        small = range(n_kinds) if pooled else [k for k in range(n_kinds) if k not in large]
+        small = allowed if pooled else [k for k in allowed if k not in large]
         for k in small:  # pooled pods of kind k in group g (room from the patterns)
             shape, _, most = kinds[k]
             fit = min(
@@ -226,6 +305,7 @@ def _solve(
             rows.append(row)
             low.append(-np.inf)
             high.append(0 if patterned else rooms[g][d])
+    first_kind_row = len(rows)
     for k, (_, lo, hi) in enumerate(kinds):
         row = np.zeros(size)
         for i, (_, pods, _) in enumerate(columns):
@@ -233,6 +313,12 @@ def _solve(
         rows.append(row)
         low.append(lo)
         high.append(hi)
+    for costs, most in limits:  # namespace quotas
+        row = np.array([sum(costs[k] * n for k, n in pods.items()) for _, pods, _ in columns],
+                       float)
+        rows.append(row)
+        low.append(-np.inf)
+        high.append(most)
     cpu = np.array(
         [sum(kinds[k][0][0] * n for k, n in pods.items()) for _, pods, _ in columns], float
     )
@@ -240,7 +326,7 @@ def _solve(
     rows.append(cpu)
     low.append(-np.inf)
     high.append(max(cap, must))
-    kind_rows = range(len(rows) - 1 - n_kinds, len(rows) - 1)
+    kind_rows = range(first_kind_row, first_kind_row + n_kinds)
     for relax in (False, True):
         if relax:  # what must run does not fit: then place as much of it as fits
             low = [(-np.inf if i in kind_rows else v) for i, v in enumerate(low)]
