@@ -17,6 +17,14 @@ Three filters of the default profile, transcribed from upstream
   not parse matches nothing). Operators `In`, `NotIn`, `Exists`, `DoesNotExist`,
   `Gt`, `Lt` on labels (`Gt`/`Lt`: one integer value, and the label must parse as
   an integer), and `matchFields` on `metadata.name` with `In`/`NotIn` and one value.
+* **InterPodAffinity** and **PodTopologySpread**, for a job's own trainers only: a
+  required pod anti-affinity term, a required pod affinity term or a `DoNotSchedule`
+  topology spread constraint whose label selector selects the pod itself, on
+  `kubernetes.io/hostname` or `topology.kubernetes.io/zone` (`Topology`; the planner
+  caps trainers per domain, `policy/topology.py`). Any other required term or
+  `DoNotSchedule` constraint is what the planner cannot model: `topology_problems`
+  names it, and validation refuses it (`ScheduleAnyway` and preferred terms only
+  score nodes: not read).
 * Resources that must exist at all (`NodeResourcesFit` for a resource the node does
   not offer): left to the room model, which counts every resource.
 
@@ -38,16 +46,20 @@ __all__ = [
     "Taint",
     "Term",
     "Toleration",
+    "Topology",
     "constraints_of",
     "find_untolerated_taint",
     "node_facts",
     "requirement_matches",
     "taints_of",
     "tolerates",
+    "topology_problems",
 ]
 
 FILTERED_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 HOSTNAME_LABEL = "kubernetes.io/hostname"
+ZONE_LABEL = "topology.kubernetes.io/zone"
+TOPOLOGY_KEYS = (HOSTNAME_LABEL, ZONE_LABEL)
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 
 
@@ -176,12 +188,29 @@ class NodeFacts:
 
 
 @dataclass(frozen=True, slots=True)
+class Topology:
+    """A rule over a job's own trainers per domain (the nodes sharing `key`'s value):
+    `apart` (required anti-affinity: at most one per domain), `spread` (DoNotSchedule:
+    at most `skew` more than the emptiest counted domain) or `together` (required
+    affinity: all in one domain)."""
+
+    key: str
+    kind: str
+    skew: int = 1
+    min_domains: int = 0
+    honor_affinity: bool = True  # spread: only domains the pod's node affinity selects count
+    honor_taints: bool = False  # spread: only domains whose taints the pod tolerates count
+
+
+@dataclass(frozen=True, slots=True)
 class PodConstraints:
-    """A pod's tolerations, nodeSelector and required node affinity (None: it has none)."""
+    """A pod's tolerations, nodeSelector and required node affinity (None: it has none),
+    and the topology rules over its own kind (`Topology`)."""
 
     tolerations: tuple[Toleration, ...] = ()
     node_selector: tuple[tuple[str, str], ...] = ()
     required: tuple[Term, ...] | None = None
+    topology: tuple[Topology, ...] = ()
 
     def blocker(self, node: NodeFacts) -> str:
         """Why the pod may not land on `node` ("" when it may), in kube-scheduler's words."""
@@ -261,11 +290,91 @@ def _terms(selector: Any) -> tuple[Term, ...]:
     return tuple(terms)
 
 
-def constraints_of(spec: Mapping[str, Any] | None) -> PodConstraints:
+def _selects(selector: Any, labels: Mapping[str, str]) -> bool:
+    """Whether a (pod) label selector selects a pod with `labels`; a null selector
+    selects nothing."""
+    if not isinstance(selector, Mapping):
+        return False
+    match = selector.get("matchLabels") or {}
+    if not isinstance(match, Mapping) or any(labels.get(k) != v for k, v in match.items()):
+        return False
+    expressions, ok = _requirements(selector.get("matchExpressions"))
+    return ok and all(requirement_matches(r, labels) for r in expressions)
+
+
+def _self_problem(term: Mapping[str, Any], labels: Mapping[str, str]) -> str:
+    """Why a pod affinity term or spread constraint does not count only pods of this
+    kind in its own namespace ("" when it does)."""
+    key = term.get("topologyKey")
+    if key not in TOPOLOGY_KEYS:
+        return (f"topologyKey {key!r}: the planner models {HOSTNAME_LABEL} and {ZONE_LABEL} "
+                "only")
+    if term.get("namespaces") or term.get("namespaceSelector") is not None:
+        return "namespaces/namespaceSelector: the planner counts this namespace's pods only"
+    if term.get("mismatchLabelKeys"):
+        return "mismatchLabelKeys: the planner cannot model it"
+    if any(k not in labels for k in term.get("matchLabelKeys") or ()):
+        return "matchLabelKeys: only keys of the pod's own labels"
+    if not _selects(term.get("labelSelector"), labels):
+        return ("labelSelector must select the pods themselves (e.g. their edl.dev/job and "
+                "edl.dev/role labels): the planner models rules among a job's own pods only")
+    return ""
+
+
+def topology_problems(
+    spec: Mapping[str, Any] | None, labels: Mapping[str, str]
+) -> list[tuple[tuple[str | int, ...], str]]:
+    """Every required pod (anti-)affinity term and DoNotSchedule spread constraint of a
+    pod spec the planner cannot model: (path under the spec, why)."""
+    return _topology(spec, labels)[1]
+
+
+def _topology(
+    spec: Mapping[str, Any] | None, labels: Mapping[str, str]
+) -> tuple[tuple[Topology, ...], list[tuple[tuple[str | int, ...], str]]]:
+    rules: list[Topology] = []
+    problems: list[tuple[tuple[str | int, ...], str]] = []
+    if not isinstance(spec, Mapping):
+        return (), []
+    affinity = spec.get("affinity") or {}
+    for field, kind in (("podAntiAffinity", "apart"), ("podAffinity", "together")):
+        part = affinity.get(field) if isinstance(affinity, Mapping) else None
+        terms = part.get("requiredDuringSchedulingIgnoredDuringExecution") if isinstance(
+            part, Mapping) else None
+        for index, term in enumerate(terms if isinstance(terms, list) else ()):
+            if not isinstance(term, Mapping):
+                continue
+            where = ("affinity", field, "requiredDuringSchedulingIgnoredDuringExecution", index)
+            problem = _self_problem(term, labels)
+            if problem:
+                problems.append((where, problem))
+            else:
+                rules.append(Topology(str(term["topologyKey"]), kind))
+    spread = spec.get("topologySpreadConstraints")
+    for index, item in enumerate(spread if isinstance(spread, list) else ()):
+        if not isinstance(item, Mapping) or item.get("whenUnsatisfiable") != "DoNotSchedule":
+            continue
+        problem = _self_problem(item, labels)
+        if problem:
+            problems.append((("topologySpreadConstraints", index), problem))
+            continue
+        rules.append(Topology(
+            str(item["topologyKey"]), "spread", skew=int(item.get("maxSkew") or 1),
+            min_domains=int(item.get("minDomains") or 0),
+            honor_affinity=item.get("nodeAffinityPolicy", "Honor") != "Ignore",
+            honor_taints=item.get("nodeTaintsPolicy", "Ignore") == "Honor"))
+    return tuple(rules), problems
+
+
+def constraints_of(
+    spec: Mapping[str, Any] | None, labels: Mapping[str, str] | None = None
+) -> PodConstraints:
     """A pod spec's (dict) scheduling constraints; malformed parts constrain nothing more
-    than the API server would have let through (a bad term matches no node)."""
+    than the API server would have let through (a bad term matches no node). With the
+    pod's `labels`, also the topology rules among pods like it (`Topology`)."""
     if not isinstance(spec, Mapping):
         return NO_CONSTRAINTS
+    topology = _topology(spec, labels)[0] if labels is not None else ()
     tolerations = tuple(
         Toleration(str(t.get("key") or ""), str(t.get("operator") or ""),
                    str(t.get("value") or ""), str(t.get("effect") or ""))
@@ -281,9 +390,9 @@ def constraints_of(spec: Mapping[str, Any] | None) -> PodConstraints:
         raw = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
         if raw is not None:
             required = _terms(raw)
-    if not tolerations and not pairs and required is None:
+    if not tolerations and not pairs and required is None and not topology:
         return NO_CONSTRAINTS
-    return PodConstraints(tolerations, pairs, required)
+    return PodConstraints(tolerations, pairs, required, topology)
 
 
 def taints_of(spec: Mapping[str, Any] | None) -> tuple[Taint, ...]:

@@ -383,7 +383,7 @@ class Autoscaler:
                     unscheduled=pods.unscheduled,
                     trainers=listed,
                     scaling=scaling,
-                    constraints=constraints_of(pod_spec),
+                    constraints=constraints_of(pod_spec, trainer_pod_labels(trainer)),
                     priority_class=str(pod_spec.get("priorityClassName") or ""),
                     terminating=pod_spec.get("activeDeadlineSeconds") is not None,
                 )
@@ -434,6 +434,14 @@ class Autoscaler:
             except NotFoundError:
                 return  # the job went away; nothing to scale
         log.warning("scaling %s/%s gave up after %d conflicts", namespace, name, CONFLICT_RETRIES)
+
+
+def trainer_pod_labels(trainer: Mapping[str, Any]) -> Mapping[str, str]:
+    """The trainer Job's pod template labels (its topology rules select by them)."""
+    template = (trainer.get("spec") or {}).get("template") or {}
+    metadata = template.get("metadata") if isinstance(template, Mapping) else None
+    labels = metadata.get("labels") if isinstance(metadata, Mapping) else None
+    return {str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {}
 
 
 def trainer_pod_spec(trainer: Mapping[str, Any]) -> Mapping[str, Any]:

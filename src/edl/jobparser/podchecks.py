@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from edl.accounting.eligibility import topology_problems
+from edl.api.names import LABEL_JOB, LABEL_ROLE, ROLE_TRAINER
 from edl.api.trainingjob import TrainingJob
 from edl.jobparser.manifests import EDL_ENV_NAMES
 
@@ -45,6 +47,26 @@ def pod_option_problems(job: TrainingJob) -> Iterator[tuple[Loc, str]]:
             elif variable.name in seen:
                 yield (*loc, "env", index, "name"), f"{variable.name} is set twice"
             seen.add(variable.name)
+    yield from _trainer_topology_problems(job)
     etcd_image = job.spec.master.etcd_image
     if etcd_image is not None and not etcd_image.strip():
         yield ("spec", "master", "etcd-image"), "must not be empty (leave it out for the default)"
+
+
+def _trainer_topology_problems(job: TrainingJob) -> Iterator[tuple[Loc, str]]:
+    """Required pod (anti-)affinity and DoNotSchedule spread on trainers that the
+    planner cannot model (it would plan trainers that never land)."""
+    options = job.spec.trainer
+    spec = {}
+    if options.affinity is not None:
+        spec["affinity"] = options.affinity.model_dump(mode="json", exclude_none=True)
+    if options.topology_spread_constraints is not None:
+        spec["topologySpreadConstraints"] = [
+            c.model_dump(mode="json", by_alias=True, exclude_none=True)
+            for c in options.topology_spread_constraints]
+    if not spec:
+        return
+    labels = {**(options.labels or {}), LABEL_JOB: job.metadata.name or "",
+              LABEL_ROLE: ROLE_TRAINER}
+    for path, why in topology_problems(spec, labels):
+        yield ("spec", "trainer", *path), f"the autoscaler cannot plan for this rule: {why}"

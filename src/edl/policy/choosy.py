@@ -79,6 +79,8 @@ def prefer_uncontested(plans: Sequence[JobPlan], room: Room) -> _Masks | None:
     masks = _Masks(plans, room)
     wanting = {masks.bits[i] for i, plan in enumerate(plans) if _wants_more(plan)}
     for i, plan in enumerate(plans):
+        if plan.topology is not None:
+            continue  # its mask follows its own rules (policy/topology.py)
         mine = masks.bits[i]
         contested = 0
         for other in wanting:
@@ -119,7 +121,8 @@ def relocate(
             outside: dict[int, int] = outside,
         ) -> float | None:
             plan = plans[index]
-            if index == t or plan.grown or not outside[index] or index in takers:
+            if (index == t or plan.grown or not outside[index] or index in takers
+                    or plan.topology is not None):
                 return None
             floor = 1 if starving[0] else plan.view.min_instance  # it grows back at once
             if plan.target - extra - 1 < max(0, floor):
@@ -146,6 +149,7 @@ def relocate(
                 preemptor.drop(index, name, rescue.node)
                 held[(index, t)].pop()  # that room stays taken: it grows back there
             room.take_at(rescue.node, taker.shape)
+            taker.placed(rescue.node)
             budget.add(taker.shape[0], taker.shape[1], taker.view.gpu_limit, 1)
             taker.waiting += 1
             taker.blocked = max(taker.blocked, taker.waiting)

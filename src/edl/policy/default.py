@@ -65,6 +65,7 @@ from edl.policy.steps import (
     shrink_over_max_load,
     shrink_over_quota,
 )
+from edl.policy.topology import apply_topology
 
 __all__ = ["DefaultPolicy"]
 
@@ -100,6 +101,7 @@ class DefaultPolicy:
         # Every step walks the plans in one canonical order (by key), so the plan does
         # not depend on the order the caller lists the jobs in.
         budget, plans = build_plans(list(jobs), resources, max_load_desired, room, quotas)
+        apply_topology(plans, room)
         masks = prefer_uncontested(plans, room)
         self._begin(plans, budget)
         deficit = place_pending_pods(resources, room)

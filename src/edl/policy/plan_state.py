@@ -11,6 +11,7 @@ opens the largest hole).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from edl.accounting.types import ClusterResource
 from edl.policy.base import JobView
@@ -67,8 +68,14 @@ class JobPlan:
     shape: Shape = (0, 0, 0)  # one trainer's requests in the room's dimensions
     allowed: Eligible | None = None  # the nodes its trainers may use (None: every node)
     prefer: Eligible | None = None  # of those, the ones no narrower job wants (choosy.py)
+    topology: Any = None  # policy.topology.TopologyState when its trainers carry rules
     quota: int = -1  # its entry in `book` (-1: no quota of its namespace counts it)
     book: QuotaBook | None = None  # the namespace quotas, shared by every plan
+
+    def placed(self, node: int) -> None:
+        """A trainer of this plan was given room on `node`: keep its topology rules."""
+        if self.topology is not None:
+            self.topology.placed(node)
 
     def quota_fits(self) -> bool:
         """Whether its namespace's quotas admit one more trainer."""

@@ -75,6 +75,7 @@ def place_unscheduled_trainers(plans: Sequence[JobPlan], room: Room) -> None:
                 plan.blocked = plan.target - plan.holding()
                 break
             plan.planned_nodes.append(node)
+            plan.placed(node)
 
 
 def shrink_over_quota(plans: Sequence[JobPlan], budget: Budget, room: Room) -> None:
@@ -139,6 +140,7 @@ def _settle(plan: JobPlan | None, room: Room, node: int, shape: Shape) -> None:
     room.take_at(node, shape)
     if plan is None:
         return
+    plan.placed(node)
     if now:
         plan.planned_nodes.append(node)
         plan.blocked -= 1
@@ -248,6 +250,7 @@ def grow(plans: Sequence[JobPlan], budget: Budget, room: Room) -> None:
             if book is not None:
                 book.take(entry)
             plan.planned_nodes.append(node)
+            plan.placed(node)
             plan.target += 1
             plan.grown = True
             budget.add(cpu, memory, gpu_limit, 1)
@@ -331,6 +334,7 @@ def rebalance(
         preemptor.shed(rescue, shed)
         granted[index] += 1
         room.take_at(rescue.node, shape)
+        taker.placed(rescue.node)
         budget.add(shape[0], shape[1], taker.view.gpu_limit, 1)  # it grows next plan
         if taker.blocked > taker.waiting:
             taker.waiting += 1
