@@ -34,6 +34,7 @@ from e2e.helpers import (
     SYSTEM_NAMESPACE,
     Controller,
     install_edl,
+    served_namespace,
     start_controller_process,
 )
 from e2e.rest import Rest
@@ -75,9 +76,9 @@ def controller_kubeconfig(plane: ControlPlane) -> Path:
 
 @pytest.fixture
 def namespace(rest: Rest, plane: ControlPlane) -> Iterator[str]:
-    """A fresh namespace for one test, deleted (and waited for) afterwards."""
+    """A fresh namespace edl serves for one test, deleted (and waited for) afterwards."""
     name = f"e2e-{uuid.uuid4().hex[:6]}"
-    rest.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    rest.create(served_namespace(name))
     wait_until(lambda: _has_default_sa(rest, name), 30, "the default ServiceAccount")
     yield name
     rest.delete("Namespace", name)

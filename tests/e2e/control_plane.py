@@ -64,6 +64,8 @@ class PlaneConfig:
     crash_after_ms: int = 500
     # ... and these exit 78 (a configuration error) as long after.
     config_error_jobs: tuple[str, ...] = ("misconfigured",)
+    # ... and these exit 0 (the work is done) as long after.
+    complete_jobs: tuple[str, ...] = ("finishing",)
 
 
 def k8s_binaries() -> Path:
@@ -274,6 +276,26 @@ class ControlPlane:
                 return int(answer.status)
         except urllib.error.HTTPError as error:
             return error.code
+
+    def call_as(self, kubeconfig: Path, method: str, path: str, body: Any = None,
+                content_type: str = "application/json") -> tuple[int, str]:
+        """(HTTP status, the API server's message or "") of one request with the token
+        `kubeconfig` holds: what RBAC and admission let that identity write."""
+        assert self.pki is not None
+        token = yaml.safe_load(kubeconfig.read_text())["users"][0]["user"]["token"]
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.url + path, data=data, method=method, headers={
+            "Authorization": f"Bearer {token}", "Content-Type": content_type})
+        context = ssl.create_default_context(cafile=str(self.pki.ca_cert))
+        try:
+            with urllib.request.urlopen(request, context=context, timeout=30) as answer:
+                answer.read()
+                return int(answer.status), ""
+        except urllib.error.HTTPError as error:
+            text = error.read().decode(errors="replace")
+            with contextlib.suppress(ValueError, AttributeError):
+                text = str(json.loads(text).get("message", text))
+            return error.code, text
 
     def wait_ready(self, timeout: float = 120.0) -> None:
         """Block until /readyz answers ok (every post-start hook, RBAC bootstrap included)."""

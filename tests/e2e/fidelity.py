@@ -35,7 +35,14 @@ from typing import Any
 
 from e2e.control_plane import ControlPlane, PlaneConfig
 from e2e.fidelity_replay import key, replay, start_latencies
-from e2e.helpers import SYSTEM_NAMESPACE, Controller, install_edl, start_controller_process
+from e2e.helpers import (
+    SERVED,
+    SYSTEM_NAMESPACE,
+    Controller,
+    install_edl,
+    served_namespace,
+    start_controller_process,
+)
 from e2e.rest import Rest
 from e2e.watch_record import Event, WatchRecorder
 from edl.api.quantity import cpu_milli
@@ -121,8 +128,9 @@ class RealRun:
         wanted |= {q.namespace for q in self.scenario.quotas}
         for name in sorted(wanted):
             if self.rest.find("Namespace", name) is None:
-                self.rest.create({"apiVersion": "v1", "kind": "Namespace",
-                                  "metadata": {"name": name}})
+                self.rest.create(served_namespace(name))
+            else:
+                self.rest.merge("Namespace", name, {"metadata": {"labels": SERVED}})
             wait_until(lambda name=name: self.rest.find("ServiceAccount", "default", name),
                        60, f"the default ServiceAccount of {name}")
 

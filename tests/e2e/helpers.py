@@ -30,6 +30,16 @@ CONTROLLER_ARGS = ["--interval=1", "--status-interval=0.5",
 FORBIDDEN_MARKS = ("Forbidden", "forbidden", "403 Forbidden", "code=403", "\"code\":403")
 
 
+# deploy/admission-policy.yaml: edl writes only in namespaces an admin labelled so
+SERVED = {"edl.dev/served": "true"}
+
+
+def served_namespace(name: str) -> dict[str, Any]:
+    """A Namespace manifest edl serves (README step 3: the admin's label)."""
+    return {"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": name, "labels": dict(SERVED)}}
+
+
 def load_yaml(name: str) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all((ROOT / "deploy" / name).read_text()) if d]
 
@@ -76,6 +86,7 @@ def install_edl(rest: Rest) -> None:
     rest.apply(load_yaml("crd.yaml"))
     wait_until(lambda: _crd_established(rest), 60, "the TrainingJob CRD Established")
     rest.apply(load_yaml("rbac.yaml"))
+    rest.apply(load_yaml("admission-policy.yaml"))
     rest.apply(load_yaml("priorityclass.yaml"))
 
 

@@ -12,7 +12,8 @@ rather than batch work:
 * `pod-crash`: trainer pods of the jobs named in `PlaneConfig.crash_jobs` exit 1 with a
   Python traceback's last line as their termination message, to exercise backoffLimit;
   `pod-config-error`: those of `PlaneConfig.config_error_jobs` exit 78 (EX_CONFIG), which
-  the trainer Job's podFailurePolicy makes fail the Job at once.
+  the trainer Job's podFailurePolicy makes fail the Job at once; `pod-complete`: those of
+  `PlaneConfig.complete_jobs` exit 0 (the work is done), which completes the trainer Job.
 
 No node heartbeat stage: no node lifecycle controller runs, so nothing marks nodes NotReady.
 """
@@ -139,7 +140,7 @@ startTime: {{ $now | Quote }}
 """
 
 
-def _terminated(exit_code: int, reason: str, message: str) -> str:
+def _terminated(exit_code: int, reason: str, message: str, phase: str = "Failed") -> str:
     return f"""
 {{{{ $now := Now }}}}
 conditions:
@@ -161,7 +162,7 @@ containerStatuses:
       message: {message!r}
       finishedAt: {{{{ $now | Quote }}}}
 {{{{ end }}}}
-phase: Failed
+phase: {phase}
 """
 
 
@@ -219,5 +220,13 @@ def kwok_config(config: Any) -> list[dict[str, Any]]:
              _expr('.metadata.labels["edl.dev/job"]', "In", *config.config_error_jobs)],
             config.crash_after_ms,
             {"statusTemplate": _terminated(78, "Error", CONFIG_ERROR_MESSAGE)}))
+    if getattr(config, "complete_jobs", ()):
+        pod_stages.append(_stage(
+            "pod-complete", "Pod",
+            [NOT_DELETED, _expr(".status.phase", "In", "Running"),
+             _expr('.metadata.labels["edl.dev/role"]', "In", "trainer"),
+             _expr('.metadata.labels["edl.dev/job"]', "In", *config.complete_jobs)],
+            config.crash_after_ms,
+            {"statusTemplate": _terminated(0, "Completed", "", "Succeeded")}))
     return [_stage("node-initialize", "Node", [node_ready], 0,
                    {"statusTemplate": NODE_INITIALIZE}), *pod_stages]

@@ -34,6 +34,10 @@ KINDS: dict[str, tuple[str, str, bool]] = {
                                  False),
     "TrainingJob": ("/apis/edl.dev/v1", "trainingjobs", True),
     "PriorityClass": ("/apis/scheduling.k8s.io/v1", "priorityclasses", False),
+    "ValidatingAdmissionPolicy": ("/apis/admissionregistration.k8s.io/v1",
+                                  "validatingadmissionpolicies", False),
+    "ValidatingAdmissionPolicyBinding": ("/apis/admissionregistration.k8s.io/v1",
+                                         "validatingadmissionpolicybindings", False),
 }
 APPLY = "application/apply-patch+yaml"
 MERGE = "application/merge-patch+json"

@@ -45,6 +45,14 @@ def true_conditions(job: dict) -> dict[str, dict]:
             if c["status"] == "True"}
 
 
+def tj_condition(tj: dict, kind: str) -> tuple[str, str]:
+    """(status, reason) of the TrainingJob's condition `kind`, what `kubectl wait` reads."""
+    for condition in (tj.get("status") or {}).get("conditions") or ():
+        if condition["type"] == kind:
+            return condition["status"], condition.get("reason", "")
+    return "", ""
+
+
 CONFLICT = re.compile(r"HTTP/1\.1 409|\bConflict\b")
 
 
@@ -137,7 +145,10 @@ def test_a_suspended_then_resumed_trainer_job(
         trainer_job(rest, namespace, "queued")), 30, "Suspended=True")
     raced = [(suspending, controller.offset())]
     assert job["status"].get("active", 0) == 0 and not job["status"].get("startTime")
-    wait_tj(rest, namespace, "queued", lambda t: "suspended" in t["status"]["message"])
+    held = wait_tj(rest, namespace, "queued",
+                   lambda t: t if tj_condition(t, "Suspended")[0] == "True" else None)
+    assert "suspended" in held["status"]["message"]
+    assert tj_condition(held, "Suspended")[1] == "TrainerJobSuspended"
     time.sleep(3)
     assert not all_trainer_pods(rest, namespace, "queued")  # none made while suspended
     resuming = controller.offset()
@@ -147,6 +158,8 @@ def test_a_suspended_then_resumed_trainer_job(
     (suspended,) = [c for c in job["status"]["conditions"] if c["type"] == "Suspended"]
     assert (suspended["status"], suspended["reason"]) == ("False", "JobResumed")
     assert job["status"]["startTime"]
+    wait_tj(rest, namespace, "queued",
+            lambda t: tj_condition(t, "Suspended") == ("False", "NotSuspended"))
     raced.append((resuming, controller.offset()))
     # the test's two spec writes race the controller's status writes (a 409, retried);
     # outside them, or as a 422, a refused write is a defect
@@ -195,3 +208,19 @@ def test_an_edit_with_kubectl_apply_is_reported_when_the_pods_cannot_take_it(
     assert set(trainer_pods(rest, namespace, "edited")) == before
     assert parallelism(rest, namespace, "edited") == 2
     no_refused_writes(controller)
+
+
+def test_a_job_whose_trainers_finish_is_complete(
+        rest: Rest, namespace: str, start_controller) -> None:
+    """`kubectl wait --for=condition=Complete tj/finishing` reads exactly this condition."""
+    start_controller("replica-a")
+    rest.create(trainingjob("finishing", min_instance=2, max_instance=2), namespace)
+    tj = wait_tj(rest, namespace, "finishing",
+                 lambda t: t if tj_condition(t, "Complete")[0] == "True" else None, 90,
+                 "condition Complete True")
+    assert tj["status"]["state"] == "Succeeded"
+    assert tj_condition(tj, "Complete") == ("True", "TrainersFinished")
+    assert tj_condition(tj, "Failed") == ("False", "NoFailure")
+    assert tj_condition(tj, "Suspended") == ("False", "NotSuspended")
+    (complete,) = [c for c in tj["status"]["conditions"] if c["type"] == "Complete"]
+    assert complete["lastTransitionTime"] and complete["message"] == "trainers finished"

@@ -70,6 +70,8 @@ def table_cell(plane: ControlPlane, namespace: str, column: str) -> object:
 def test_readme_walkthrough(rest: Rest, plane: ControlPlane, namespace: str,
                             start_controller) -> None:
     # Step 2: the controller, as the ServiceAccount of deploy/rbac.yaml, takes the Lease.
+    # (the namespace fixture carries the label step 2 tells the admin to set)
+    assert "kubectl label namespace default edl.dev/served=true" in readme_step(2)
     controller = start_controller("replica-a")
     wait_until(lambda: (rest.find("Lease", "edl-controller", SYSTEM_NAMESPACE) or {})
                .get("spec", {}).get("holderIdentity") == "replica-a", 60, "the Lease")
@@ -96,6 +98,8 @@ def test_readme_walkthrough(rest: Rest, plane: ControlPlane, namespace: str,
     assert tj["status"]["observedGeneration"] == 1 and tj["status"]["replicas"] == 6
     assert conditions(tj)["Ready"][0] == "True"
     assert conditions(tj)["Failed"][0] == "False"
+    assert conditions(tj)["Complete"] == ("False", "NotFinished")  # what `kubectl wait` reads
+    assert f"kubectl wait --for=condition=Complete tj/{JOB}" in readme_step(3)
     assert "waiting" not in tj["status"]  # nothing missing: the WAITING column is empty
     scaled = [e for e in rest.events_for(namespace, JOB) if e["reason"] == "ScalingUp"]
     assert scaled and "vs max_load_desired 0.97" in scaled[-1]["message"]

@@ -75,3 +75,25 @@ def test_invalid_manifest_is_caught() -> None:
            "spec": {"replicas": "two", "selector": {}, "template": {}}}
     with pytest.raises(kubernetes_validate.ValidationError):
         validate(bad)
+
+
+def test_the_admission_policy_binds_to_the_controllers_service_account() -> None:
+    """deploy/admission-policy.yaml judges the ServiceAccount deploy/rbac.yaml binds, and
+    denies (a binding without Deny would only warn or audit)."""
+    rbac = list(yaml.safe_load_all((ROOT / "deploy/rbac.yaml").read_text()))
+    account = next(d for d in rbac if d["kind"] == "ServiceAccount")["metadata"]
+    policy, binding = yaml.safe_load_all((ROOT / "deploy/admission-policy.yaml").read_text())
+    (condition,) = policy["spec"]["matchConditions"]
+    username = f"system:serviceaccount:{account['namespace']}:{account['name']}"
+    assert condition["expression"] == f"request.userInfo.username == '{username}'"
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    assert binding["spec"] == {"policyName": policy["metadata"]["name"],
+                               "validationActions": ["Deny"]}
+    written = {(g, r) for rule in policy["spec"]["matchConstraints"]["resourceRules"]
+               for g in rule["apiGroups"] for r in rule["resources"]}
+    granted = _grants(next(d for d in rbac if d["kind"] == "ClusterRole"))
+    writable = {key for key, verbs in granted.items()
+                if verbs & {"create", "patch", "update", "delete"}
+                and key[1].split("/")[0] in {"pods", "services", "replicasets", "jobs"}
+                and not key[1].endswith("/finalizers")}
+    assert writable <= written  # every pod/child write RBAC allows is judged

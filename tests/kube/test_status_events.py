@@ -17,7 +17,8 @@ def test_status_survives_a_stored_status_of_any_shape() -> None:
     for previous in ({"conditions": "odd"}, {"conditions": ["x", None]}, "odd", None):
         full = kube_status(mine, previous, 3, now="2026-01-01T00:00:00Z")  # type: ignore[arg-type]
         conditions = {c["type"]: c["status"] for c in full["conditions"]}
-        assert conditions == {"Ready": "True", "Scaling": "False", "Failed": "False"}
+        assert conditions == {"Ready": "True", "Scaling": "False", "Complete": "False",
+                              "Failed": "False", "Suspended": "False"}
 
 
 def test_status_conditions_keep_their_transition_time() -> None:
@@ -36,6 +37,37 @@ def test_status_conditions_keep_their_transition_time() -> None:
     assert by_type["Ready"]["lastTransitionTime"] == "2026-01-01T00:01:00Z"  # changed
     assert by_type["Failed"]["lastTransitionTime"] == "2026-01-01T00:00:00Z"  # unchanged
     assert by_type["Scaling"]["reason"] == "Stable"
+
+
+def test_complete_and_suspended_conditions_follow_the_state() -> None:
+    """`kubectl wait --for=condition=Complete` (or Failed) needs these; each keeps its
+    lastTransitionTime until its status changes."""
+    def by_type(status: dict) -> dict[str, tuple[str, str, str]]:
+        return {c["type"]: (c["status"], c["reason"], c["lastTransitionTime"])
+                for c in status["conditions"]}
+
+    held = kube_status({"state": "Created",
+                        "message": "trainer Job suspended (waiting for admission)"},
+                       None, 1, now="2026-01-01T00:00:00Z")
+    assert by_type(held)["Suspended"] == ("True", "TrainerJobSuspended", "2026-01-01T00:00:00Z")
+    running = kube_status({"state": "Running", "message": "2 of 2 trainers running",
+                           "trainers": {"desired": 2, "running": 2}}, held, 1,
+                          now="2026-01-01T00:01:00Z")
+    assert by_type(running)["Suspended"] == ("False", "NotSuspended", "2026-01-01T00:01:00Z")
+    assert by_type(running)["Complete"] == ("False", "NotFinished", "2026-01-01T00:00:00Z")
+    done = kube_status({"state": "Succeeded", "message": "trainers finished"}, running, 1,
+                       now="2026-01-01T00:02:00Z")
+    conditions = by_type(done)
+    assert conditions["Complete"] == ("True", "TrainersFinished", "2026-01-01T00:02:00Z")
+    assert conditions["Failed"][0] == "False" and conditions["Suspended"][0] == "False"
+    assert conditions["Suspended"][2] == "2026-01-01T00:01:00Z"  # unchanged status, same time
+    again = kube_status({"state": "Succeeded", "message": "trainers finished"}, done, 1,
+                        now="2026-01-01T00:09:00Z")
+    assert again["conditions"] == done["conditions"]  # nothing to write while nothing changes
+    failed = kube_status({"state": "Failed", "message": "the trainer Job failed: "
+                          "BackoffLimitExceeded"}, None, 1)
+    assert by_type(failed)["Complete"][0] == "False"
+    assert by_type(failed)["Failed"][:2] == ("True", "TrainerJobFailed")
 
 
 def test_failed_status_and_its_patch_clear_stale_counts() -> None:

@@ -53,6 +53,7 @@ from edl.control.job_status import (
     CREATED,
     FAILED,
     RUNNING,
+    SUSPENDED_MESSAGE,
     trainer_job_outcome,
     waiting_reason,
 )
@@ -333,7 +334,7 @@ class Controller:
         if outcome is not None:
             state, message = outcome
         elif trainer["spec"].get("suspend"):
-            state, message = CREATED, "trainer Job suspended (waiting for admission)"
+            state, message = CREATED, f"{SUSPENDED_MESSAGE} (waiting for admission)"
         elif pods.running > 0:
             state, message = RUNNING, f"{pods.running} of {desired} trainers running"
         else:

@@ -12,6 +12,8 @@ CREATED = "Created"
 RUNNING = "Running"
 FAILED = "Failed"
 SUCCEEDED = "Succeeded"
+# the message while Kueue (or anyone) holds the trainer Job suspended: condition Suspended
+SUSPENDED_MESSAGE = "trainer Job suspended"
 
 
 def _trainers(count: int) -> str:

@@ -177,12 +177,16 @@ def _int_field(description: str, fmt: str = "int32") -> dict[str, Any]:
 
 CONDITION_SCHEMA: dict[str, Any] = {
     "type": "object",
-    "description": "One aspect of the job's state (Ready, Scaling, Failed), with why.",
+    "description": "One aspect of the job's state (Ready, Scaling, Complete, Failed, "
+                   "Suspended), with why.",
     "required": ["type", "status"],
     "properties": {
-        "type": {"type": "string", "enum": ["Ready", "Scaling", "Failed"],
+        "type": {"type": "string",
+                 "enum": ["Ready", "Scaling", "Complete", "Failed", "Suspended"],
                  "description": "Ready (running or succeeded), Scaling (trainers running "
-                                "differ from desired) or Failed."},
+                                "differ from desired), Complete (the trainers finished the "
+                                "work), Failed, or Suspended (its trainer Job is held, e.g. "
+                                "by Kueue)."},
         "status": {"type": "string", "enum": ["True", "False", "Unknown"],
                    "description": "True, False or Unknown."},
         "reason": {"type": "string",
@@ -245,7 +249,9 @@ def status_schema() -> dict[str, Any]:
             },
             "conditions": {
                 "type": "array",
-                "description": "Ready, Scaling and Failed, each with a reason and message.",
+                "description": "Ready, Scaling, Complete, Failed and Suspended, each with "
+                               "a reason and message (`kubectl wait "
+                               "--for=condition=Complete`).",
                 "items": copy.deepcopy(CONDITION_SCHEMA),
                 "x-kubernetes-list-type": "map",
                 "x-kubernetes-list-map-keys": ["type"],

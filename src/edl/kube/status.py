@@ -2,10 +2,11 @@
 
 The Controller decides a job's state and message; Kubernetes users and tools
 expect more: `observedGeneration` (has the controller seen my edit?),
-`conditions` (Ready / Scaling / Failed with reasons) and `status.replicas` for
-the scale subresource. This module derives those from the Controller's status
-and the previous one, keeping `lastTransitionTime` when a condition's status
-does not change.
+`conditions` (Ready / Scaling / Complete / Failed / Suspended with reasons, so
+`kubectl wait --for=condition=Complete` works) and `status.replicas` for the
+scale subresource. This module derives those from the Controller's status and
+the previous one, keeping `lastTransitionTime` when a condition's status does
+not change.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping
 from typing import Any
+
+from edl.control.job_status import SUSPENDED_MESSAGE
 
 STATUS_KEYS = ("state", "message", "waiting", "trainers", "replicas", "observedGeneration",
                "conditions")
@@ -91,12 +94,18 @@ def kube_status(
         scaling = (True, "ScalingDown", f"{running} trainers running, {desired} desired")
     else:
         scaling = (False, "Stable", f"{running} trainers running as desired")
+    complete = state == "Succeeded"
+    suspended = not (failed or complete) and message.startswith(SUSPENDED_MESSAGE)
     out["conditions"] = [
         _condition("Ready", ready, state if ready else "NotRunning", message, generation,
                    old_conditions, now),
         _condition("Scaling", scaling[0], scaling[1], scaling[2], generation, old_conditions, now),
+        _condition("Complete", complete, "TrainersFinished" if complete else "NotFinished",
+                   message if complete else "", generation, old_conditions, now),
         _condition("Failed", failed, failure_reason(message) if failed else "NoFailure",
                    message if failed else "", generation, old_conditions, now),
+        _condition("Suspended", suspended, "TrainerJobSuspended" if suspended else "NotSuspended",
+                   message if suspended else "", generation, old_conditions, now),
     ]
     return out
 
