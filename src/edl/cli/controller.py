@@ -8,6 +8,7 @@ import sys
 
 import click
 
+from edl.api.installation import DEFAULT_INSTALLATION, set_installation
 from edl.api.k8snames import subdomain_problem
 from edl.jobparser import DEFAULT_IMAGE
 from edl.jobparser.manifests import ETCD_IMAGE
@@ -71,6 +72,12 @@ def _listen(value: str) -> tuple[str, int]:
               help="PriorityClass of trainer pods whose job names none "
                    "(spec.trainer.priorityClassName); it must exist. deploy/controller.yaml "
                    "sets the class deploy/priorityclass.yaml ships. Default: none.")
+@click.option("--installation", envvar="EDL_INSTALLATION", default=DEFAULT_INSTALLATION,
+              show_default=True, metavar="NAME",
+              help="This installation's name: it runs the TrainingJobs whose label "
+                   "edl.dev/installation names it (the default one: those without the label) "
+                   "and leaves the others alone; trainer Jobs get spec.managedBy "
+                   "edl.dev/NAME (env EDL_INSTALLATION).")
 @click.option("-v", "--verbose", is_flag=True,
               help="Log at debug level, every API request included.")
 @click.option("--log-requests", is_flag=True,
@@ -81,7 +88,8 @@ def controller(server: str | None, namespace: str | None, policy: str, max_load_
                lease_name: str, identity: str, lease_duration: float, renew_deadline: float,
                retry_period: float, crash_backoff: float, crash_backoff_max: float,
                delete_victims: bool, image: str, etcd_image: str,
-               trainer_priority_class: str, verbose: bool, log_requests: bool) -> None:
+               trainer_priority_class: str, installation: str, verbose: bool,
+               log_requests: bool) -> None:
     """Watch TrainingJobs, create their children, and scale trainers to fit the cluster."""
     from edl.kube.leader import LeaseLost
     from edl.kube.runner import ControllerOptions, ControllerProcess
@@ -101,6 +109,10 @@ def controller(server: str | None, namespace: str | None, policy: str, max_load_
             raise click.UsageError(f"{flag} must not be empty")
     if trainer_priority_class and (why := subdomain_problem(trainer_priority_class)):
         raise click.UsageError(f"--trainer-priority-class {why}")
+    try:
+        set_installation(installation)
+    except ValueError as error:
+        raise click.UsageError(f"--installation: {error}") from None
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not (verbose or log_requests):  # an INFO line per API request drowns everything else

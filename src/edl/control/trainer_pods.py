@@ -4,10 +4,11 @@ The controller claims a pod only if its controller ``ownerReference`` names the
 trainer Job's UID (upstream's ``ClaimPods``), so a TrainingJob deleted and
 recreated under the same name never counts the old incarnation's pods, and a
 hand-labelled pod is never touched. Every pod it creates carries the annotation
-``edl.dev/created-by``; a pod owned by the Job without it was made by another
-writer (a kube-controller-manager ignoring ``spec.managedBy``). A finished pod
-whose outcome is in the Job's counters carries ``edl.dev/counted`` (upstream
-removes its ``batch.kubernetes.io/job-tracking`` finalizer at that step).
+``edl.dev/created-by: <installation>`` (`edl.api.installation`); a pod owned by the
+Job without it was made by another writer (a kube-controller-manager ignoring
+``spec.managedBy``, or another installation). A finished pod whose outcome is in
+the Job's counters carries ``edl.dev/counted`` (upstream removes its
+``batch.kubernetes.io/job-tracking`` finalizer at that step).
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from edl.api.installation import current as installation
+
 TRAINER_CONTAINER = "trainer"
 ANNOTATION_CREATED_BY = "edl.dev/created-by"
 ANNOTATION_COUNTED = "edl.dev/counted"
-CREATOR = "trainer-controller"
 NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # upstream's generateName alphabet
 NAME_SUFFIX_LEN = 5
 # a pod's hostname is its name cut to 63 characters (a DNS label): like upstream's
@@ -105,7 +107,7 @@ def pod_state(pod: Mapping[str, Any]) -> TrainerPodState:
         finished_at=None if finished_at is None else float(finished_at),
         message=message,
         owner_uid=owner_uid,
-        ours=annotations.get(ANNOTATION_CREATED_BY) == CREATOR,
+        ours=annotations.get(ANNOTATION_CREATED_BY) == installation(),
         counted=bool(annotations.get(ANNOTATION_COUNTED)),
         ready="Ready" in true_conditions,
         exits=tuple(exits),
@@ -176,7 +178,7 @@ def trainer_pod(job: Mapping[str, Any], name: str) -> dict[str, Any]:
     if metadata.get("uid"):
         reference["uid"] = metadata["uid"]
     annotations = dict(template_meta.get("annotations") or {})
-    annotations[ANNOTATION_CREATED_BY] = CREATOR
+    annotations[ANNOTATION_CREATED_BY] = installation()
     return {
         "apiVersion": "v1",
         "kind": "Pod",

@@ -35,6 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from edl.api.installation import managed_by
 from edl.api.names import ANNOTATION_TRAINER_VICTIMS
 from edl.control.trainer_pods import TrainerPodState, failure_action
 from edl.jobparser.manifests import TRAINER_MANAGED_BY
@@ -339,5 +340,6 @@ def condition(kind: str, reason: str, message: str, now: float,
 
 
 def is_managed(job: Mapping[str, Any]) -> bool:
-    """Whether edl's controller (not the built-in Job controller) runs this Job's pods."""
-    return (job.get("spec") or {}).get("managedBy") == MANAGED_BY
+    """Whether this installation of edl's controller (not the built-in Job controller,
+    not another installation) runs this Job's pods."""
+    return (job.get("spec") or {}).get("managedBy") == managed_by()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from edl.api.installation import DEFAULT_INSTALLATION, managed_by
 from edl.api.k8snames import is_extended_resource
 from edl.api.names import LABEL_JOB, LABEL_ROLE, child_names
 from edl.api.quantity import parse_quantity
@@ -51,7 +52,7 @@ TRAINER_SIGTERM_EXIT = 143
 # a workspace that is not a directory): every replacement would fail alike, so it fails the Job
 TRAINER_CONFIG_EXIT = 78
 # the trainer Job's spec.managedBy: edl's controller, not the Job controller, runs its pods
-TRAINER_MANAGED_BY = "edl.dev/trainer-controller"
+TRAINER_MANAGED_BY = managed_by(DEFAULT_INSTALLATION)  # the default installation's
 # Failures that count against backoffLimit (crashes, OOM kills, SIGKILLs) may happen this many
 # times per trainer slot before the Job fails; drained scale-downs and evictions never count.
 TRAINER_BACKOFF_PER_TRAINER = 2
@@ -132,7 +133,7 @@ def trainer_job(
             # edl's controller runs these pods, not the Job controller, whose failure
             # back-off would hold every scale-up after drains (docs/architecture.md).
             # The policy below is what a cluster without JobManagedBy (< 1.32) applies.
-            **({"managedBy": TRAINER_MANAGED_BY} if managed else {}),
+            **({"managedBy": managed_by()} if managed else {}),
             "podFailurePolicy": {
                 "rules": [
                     # a trainer drained by SIGTERM (scale-down, pod deletion) did nothing wrong

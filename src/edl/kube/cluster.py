@@ -34,6 +34,7 @@ from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import Node, Pod, ResourceQuota, Service
 from lightkube.types import CascadeType, PatchType
 
+from edl.api.installation import managed_by
 from edl.api.names import (
     LABEL_JOB,
     LABEL_ROLE,
@@ -55,7 +56,6 @@ from edl.cluster.port import (
     Unsubscribe,
 )
 from edl.control.trainers import CRASH_BACKOFF_S
-from edl.jobparser.manifests import TRAINER_MANAGED_BY
 from edl.kube.client import FIELD_MANAGER
 from edl.kube.crd import GROUP, KIND, PLURAL, VERSION
 from edl.kube.events import EventRecorder, make_event
@@ -314,7 +314,7 @@ class KubeCluster(KubeManagedTrainers):
         ``podReplacementPolicy: Failed``: a terminating pod is not replaced); a 403 on
         pod deletion makes this a plain `update_trainer_job` from then on."""
         namespace, _ = _key(job)
-        if (job.get("spec") or {}).get("managedBy") == TRAINER_MANAGED_BY:
+        if (job.get("spec") or {}).get("managedBy") == managed_by():
             return await self.update_trainer_job(with_victims(job, victims))
         if self._victims_allowed:
             for pod in victims:

@@ -10,7 +10,9 @@ Settings chosen for edl:
 - kopf's own per-handler Events are off: edl posts the Events that matter
   (scale decisions, failures) itself;
 - standalone (no kopf peering): one active replica is guaranteed by our Lease;
-- no CRD/namespace scanning: the controller's RBAC does not allow it.
+- no CRD/namespace scanning: the controller's RBAC does not allow it;
+- only the TrainingJobs of this installation (`edl.api.installation`): a job another
+  installation runs is left alone, with one log line saying which runs it.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 
 import kopf
 
+from edl.api.installation import LABEL_INSTALLATION, current, installation_of, runs
 from edl.api.names import training_job_key
 from edl.kube.cluster import KubeCluster
 from edl.kube.crd import GROUP, PLURAL, VERSION
@@ -65,6 +68,7 @@ def build_registry(cluster: KubeCluster, server: str | None) -> kopf.OperatorReg
     """Handlers bound to `cluster`; `server` (a URL) bypasses kubeconfig discovery."""
     registry = kopf.OperatorRegistry()
     resource = (GROUP, VERSION, PLURAL)
+    ours = _Installation()
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -72,12 +76,12 @@ def build_registry(cluster: KubeCluster, server: str | None) -> kopf.OperatorReg
             return kopf.ConnectionInfo(server=server, default_namespace="default")
         return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
 
-    @kopf.on.resume(*resource, registry=registry)
-    @kopf.on.create(*resource, registry=registry)
+    @kopf.on.resume(*resource, registry=registry, when=ours.runs)
+    @kopf.on.create(*resource, registry=registry, when=ours.runs)
     async def added(body: kopf.Body, **_: Any) -> None:
         await _deliver(cluster.dispatch_add, body)
 
-    @kopf.on.update(*resource, registry=registry)
+    @kopf.on.update(*resource, registry=registry, when=ours.runs)
     async def updated(body: kopf.Body, **_: Any) -> None:
         await _deliver(cluster.dispatch_update, body)
 
@@ -86,10 +90,33 @@ def build_registry(cluster: KubeCluster, server: str | None) -> kopf.OperatorReg
     # is down, and nothing blocks `kubectl delete` on a dead controller.
     @kopf.on.event(*resource, registry=registry)
     async def deleted(type: str | None, body: kopf.Body, **_: Any) -> None:
+        if not ours.runs(body):
+            return
         if type == "DELETED":
             await _deliver(cluster.dispatch_del, body, retry=False)
 
     return registry
+
+
+class _Installation:
+    """Which TrainingJobs this installation runs; says once of each other one that it
+    is left alone (again if its label changes)."""
+
+    def __init__(self) -> None:
+        self._told: dict[tuple[str, str], str] = {}
+
+    def runs(self, body: Any, **_: Any) -> bool:
+        key = training_job_key(body)
+        if runs(body):
+            if key is not None:
+                self._told.pop(key, None)
+            return True
+        other = installation_of(body)
+        if key is not None and self._told.get(key) != other:
+            self._told[key] = other
+            log.info("TrainingJob %s/%s is run by installation %s (label %s), not by this "
+                     "one (%s): left alone", *key, other, LABEL_INSTALLATION, current())
+        return False
 
 
 async def _deliver(dispatch: Any, body: kopf.Body, retry: bool = True) -> None:
