@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from e2e.control_plane import ControlPlane
+from e2e.helpers import Controller, trainingjob, wait_tj
 from e2e.rest import MERGE, Rest
 from polling import wait_until
 
@@ -193,3 +194,24 @@ def test_the_controller_token_writes_only_children_of_trainingjobs(
     owned = {**service, "metadata": {"name": "t-master", "labels": {"edl.dev/job": "t"},
                                      "ownerReferences": [tj]}}
     assert call("POST", Rest.path("Service", namespace), owned)[0] == 201
+
+
+def test_a_job_in_a_namespace_edl_does_not_serve_says_why_in_its_status(
+        plane: ControlPlane, rest: Rest, controller_kubeconfig: Path, namespace: str,
+        start_controller: Callable[..., Controller]) -> None:
+    call = _as_controller(plane, controller_kubeconfig)
+    rest.merge("Namespace", namespace, {"metadata": {"labels": {"edl.dev/served": None}}})
+    wait_until(lambda: call("POST", Rest.path("Service", namespace), {
+        "apiVersion": "v1", "kind": "Service", "metadata": {"name": "probe"},
+        "spec": {"ports": [{"port": 80}]}})[0] == 403, 30, "the namespace no longer served")
+    controller = start_controller("replica-a")
+    start = controller.offset()
+    rest.create(trainingjob("unserved", min_instance=2, max_instance=2), namespace)
+    tj = wait_tj(rest, namespace, "unserved",
+                 lambda t: t if "is not served by edl" in t["status"]["message"] else None, 60,
+                 "the refusal in the status")
+    assert "edl.dev/served=true" in tj["status"]["message"]  # what the admin does about it
+    assert rest.list("Pod", namespace) == []
+    assert rest.find("Job", "unserved-trainer", namespace) is None
+    controller.stop()
+    controller.excused.append((start, controller.offset()))  # the refusals were the point
