@@ -84,6 +84,11 @@ def test_kube_scheduler_preempting_trainers_is_a_shrink(
                      if e.get("reason") == "Preempted"
                      and e["involvedObject"]["name"].startswith(f"{JOB}-trainer")}
         assert preempted, "no trainer was preempted by kube-scheduler"
+        # the job is above its min: its replacements that fit nowhere leave the target at
+        # the next plan (interval 1 s) instead of staying Pending (the scheduler retries
+        # an unschedulable pod within 10 s; 15 s of slack for a loaded machine)
+        wait_until(lambda: _settled(rest, namespace) is not None, 26,
+                   "no trainer Pending once the target follows what can land")
 
         # the job runs fewer trainers while the service runs: the scheduler's victims
         # (and any trainer edl drained for the service) are gone, none came back Running
