@@ -74,3 +74,20 @@ def test_taints_selectors_and_quotas_bound_what_pods_reach() -> None:
     data["quotas"] = [{"name": "q", "hard": {"requests.cpu": "8"}, "priority_classes": ["low"]}]
     # trainers capped at 4 by the quota (pserver and master are not of its class)
     assert steady_utilization_bound(parse_scenario(data, "t")) == pytest.approx(100 * 11 / 30)
+
+
+def test_per_pool_bound_counts_only_what_may_run_there() -> None:
+    """The tainted pool only a service tolerates: its bound is what the service fills;
+    the open pool's is what the job can pack there."""
+    from edl.sim.bound import steady_utilization_bound_by_pool
+
+    data = scenario("2", most=20).model_dump(mode="json", exclude_none=True)
+    data["cluster"]["node_groups"].append(
+        {"name": "t", "count": 1, "allocatable": {"cpu": "10", "memory": "64Gi"},
+         "taints": [{"key": "gpu", "effect": "NoSchedule"}]})
+    data["workloads"] = [{"name": "svc", "resources": {"requests": {"cpu": "3"}},
+                          "scheduling": {"tolerations": [{"key": "gpu", "operator": "Exists"}],
+                                         "node_selector": {}},
+                          "schedule": [{"at": 0, "replicas": 2}]}]
+    pools = steady_utilization_bound_by_pool(parse_scenario(data, "t"))
+    assert pools == {"n": pytest.approx(100.0), "t": pytest.approx(60.0)}

@@ -51,8 +51,9 @@ def _fail(message: str) -> None:
     "--bound", "with_bound", is_flag=True,
     help="Also compute the steady window's packing bound (steady_utilization_bound_pct: "
     "the most CPU a policy keeping requests within max-load can use; static, which "
-    "ignores max-load, may exceed it) and, for jobs with work, the mean JCT no policy "
-    "can beat (jct_mean_bound_s).",
+    "ignores max-load, may exceed it; it respects taints, selectors, required affinity "
+    "and namespace quotas), the same per node pool (steady_utilization_bound_by_pool_pct) "
+    "and, for jobs with work, the mean JCT no policy can beat (jct_mean_bound_s).",
 )
 def simulate_command(
     scenario: str, policy_values: tuple[str, ...], seed: int | None, out_dir: Path | None,
@@ -87,13 +88,15 @@ def simulate_command(
     if with_bound:
         from dataclasses import replace
 
-        from edl.sim.bound import steady_utilization_bound
+        from edl.sim.bound import steady_utilization_bound, steady_utilization_bound_by_pool
         from edl.sim.jct_bound import mean_jct_lower_bound
 
         limit = steady_utilization_bound(loaded)
+        by_pool = steady_utilization_bound_by_pool(loaded)
         fastest = mean_jct_lower_bound(loaded)
         results = [
-            replace(m, steady_utilization_bound_pct=limit, jct_mean_bound_s=fastest)
+            replace(m, steady_utilization_bound_pct=limit, jct_mean_bound_s=fastest,
+                    steady_utilization_bound_by_pool_pct=by_pool)
             for m in results
         ]
     if out_dir is not None:

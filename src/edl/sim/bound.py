@@ -38,7 +38,7 @@ from edl.sim.scenario import JobGroup, Scenario
 from edl.sim.scheduling_spec import Scheduling
 from edl.sim.sections import NodeGroup, PodResources
 
-__all__ = ["steady_utilization_bound"]
+__all__ = ["steady_utilization_bound", "steady_utilization_bound_by_pool"]
 
 
 def _shape(resources: PodResources) -> tuple[int, int, int]:
@@ -104,8 +104,19 @@ def _quota_cost(key: str, shape: tuple[int, int, int]) -> int | None:
 
 def steady_utilization_bound(scenario: Scenario) -> float | None:
     """Best steady-window CPU utilisation (%) any plan and placement could reach."""
+    return _bounds(scenario, per_pool=False)[0]
+
+
+def steady_utilization_bound_by_pool(scenario: Scenario) -> dict[str, float] | None:
+    """Per node group: the best steady-window CPU utilisation (%) of that group's nodes
+    any plan and placement could reach (each group maximised on its own, so the figures
+    need not be reachable together); None where `steady_utilization_bound` is."""
+    return _bounds(scenario, per_pool=True)[1]
+
+
+def _bounds(scenario: Scenario, per_pool: bool) -> tuple[float | None, dict[str, float] | None]:
     if any(group.trainer is None for group in scenario.training.jobs):
-        return None
+        return None, None
     window = scenario.measure.steady_state
     groups = scenario.cluster.node_groups
     alloc = [
@@ -134,6 +145,7 @@ def steady_utilization_bound(scenario: Scenario) -> float | None:
     ]
     points = _breakpoints(scenario, window.start, window.end)
     weighted = 0.0
+    pool_weighted = [0.0] * len(groups)
     for start, end in itertools.pairwise(points):
         if end <= start:
             continue
@@ -169,10 +181,24 @@ def steady_utilization_bound(scenario: Scenario) -> float | None:
         eligible = [[not c.blocker(_facts(g)) for g in groups] for c, _, _ in traits]
         limits = _quota_limits(scenario, kinds, traits)
         cap = scenario.autoscaler.max_load_desired * total_cpu - background
-        placed = _solve(kinds, groups, alloc, per_node, rooms, cap, eligible, limits)
-        weighted += (end - start) * (background + placed) / total_cpu
+        if not per_pool:
+            placed = _solve(kinds, groups, alloc, per_node, rooms, cap, eligible, limits)
+            weighted += (end - start) * (background + placed) / total_cpu
+            continue
+        for g, node_group in enumerate(groups):
+            own = node_group.count * alloc[g][0]
+            if own <= 0:
+                continue
+            placed = _solve(kinds, groups, alloc, per_node, rooms, cap, eligible, limits, g)
+            # background pods placed by count may all sit on this group (an upper bound)
+            used = min(own, node_group.count * per_node[0] + counted[0] + placed)
+            pool_weighted[g] += (end - start) * used / own
     span = points[-1] - points[0] if len(points) > 1 else 0.0
-    return None if span <= 0 else 100 * weighted / span
+    if span <= 0:
+        return None, None
+    if not per_pool:
+        return 100 * weighted / span, None
+    return None, {g.name: 100 * w / span for g, w in zip(groups, pool_weighted, strict=True)}
 
 
 Kind = tuple[tuple[int, int, int], int, int]  # (shape, least count, most count)
@@ -240,6 +266,7 @@ def _solve(
     cap: float,
     eligible: list[list[bool]] | None = None,
     limits: Sequence[Limit] = (),
+    only: int | None = None,
 ) -> float:
     """Most CPU the kinds can request on the groups (the integer program).
 
@@ -327,11 +354,14 @@ def _solve(
     low.append(-np.inf)
     high.append(max(cap, must))
     kind_rows = range(first_kind_row, first_kind_row + n_kinds)
+    # the objective: CPU requested on every group, or (`only`) on that one group
+    gain = cpu if only is None else np.where(
+        np.array([col[0] == only for col in columns]), cpu, 0.0)
     for relax in (False, True):
         if relax:  # what must run does not fit: then place as much of it as fits
             low = [(-np.inf if i in kind_rows else v) for i, v in enumerate(low)]
         result = milp(
-            -cpu,
+            -gain,
             constraints=LinearConstraint(np.array(rows), low, high),
             integrality=np.array(integral),
             bounds=Bounds(0, np.array(upper)),

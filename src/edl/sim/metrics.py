@@ -43,6 +43,7 @@ METRIC_KEYS = (
     "steady_utilization_bound_pct",
     "jobs_below_min_s",
     "steady_utilization_by_pool_pct",
+    "steady_utilization_bound_by_pool_pct",
 )
 WORK_METRIC_KEYS = (
     "jct_mean_s",
@@ -298,6 +299,7 @@ class Metrics:
     jct_mean_bound_s: float | None = None  # `edl.sim.jct_bound`, when asked for
     jobs_below_min_s: float | None = None
     steady_utilization_by_pool_pct: dict[str, float] | None = None
+    steady_utilization_bound_by_pool_pct: dict[str, float] | None = None  # with the bound
     # the scenario's measuring windows, for labels (not in metrics.json)
     utilization_until_s: float | None = None
     steady_window_s: tuple[float, float] | None = None
@@ -322,6 +324,9 @@ class Metrics:
             "jobs_below_min_s": rounded(self.jobs_below_min_s),
             "steady_utilization_by_pool_pct": None if self.steady_utilization_by_pool_pct is None
             else {k: rounded(v) for k, v in self.steady_utilization_by_pool_pct.items()},
+            "steady_utilization_bound_by_pool_pct":
+            None if self.steady_utilization_bound_by_pool_pct is None
+            else {k: rounded(v) for k, v in self.steady_utilization_bound_by_pool_pct.items()},
         }
         if self.jct_by_job is not None:
             out.update(

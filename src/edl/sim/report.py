@@ -85,12 +85,15 @@ def markdown_table(results: list[Metrics]) -> str:
         lines += [
             "",
             "| scenario | policy | jobs below min while a job sharing nodes ran above "
-            "its own (job·s) | steady CPU use per node pool (%) |",
+            "its own (job·s) | steady CPU use per node pool (%; at best: alone, with --bound) |",
             "|---|---|---:|---|",
         ]
         for m in results:
-            pools = ", ".join(f"{name} {value:.1f}" for name, value in
-                              (m.steady_utilization_by_pool_pct or {}).items()) or "n/a"
+            bounds = m.steady_utilization_bound_by_pool_pct or {}
+            pools = ", ".join(
+                f"{name} {value:.1f}" + (f" (at best {bounds[name]:.1f})" if name in bounds
+                                         else "")
+                for name, value in (m.steady_utilization_by_pool_pct or {}).items()) or "n/a"
             lines.append(f"| {m.scenario} | {m.policy} | {_number(m.jobs_below_min_s, 0)} "
                          f"| {pools} |")
     if any(m.jct_by_job is not None for m in results):
