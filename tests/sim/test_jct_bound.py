@@ -75,3 +75,21 @@ def test_simulate_bound_reports_the_jct_bound(tmp_path) -> None:
     expected = mean_jct_lower_bound(parse_scenario(_scenario(8), "jct-bound"))
     assert data["jct_mean_bound_s"] == pytest.approx(expected, abs=1e-3)
     assert data["jct_mean_s"] >= data["jct_mean_bound_s"]
+
+
+def test_the_bound_caps_trainers_at_what_its_nodes_and_quota_admit() -> None:
+    """`linear` (max 8 two-core trainers) in a namespace whose quota admits 8 cores: at
+    most 4 trainers, never 8; a tainted group it does not tolerate adds no room."""
+    data = _scenario(1)
+    data["cluster"]["node_groups"].append(
+        {"name": "t", "count": 4, "allocatable": {"cpu": "16", "memory": "64Gi"},
+         "taints": [{"key": "gpu", "effect": "NoSchedule"}]})
+    linear = data["training"]["jobs"][1]
+    linear["namespace"] = "lab"
+    data["quotas"] = [{"name": "q", "namespace": "lab", "hard": {"requests.cpu": "8"}}]
+    bounds = jct_lower_bounds(parse_scenario(data, "jct-bound"))
+    assert bounds is not None and bounds["linear"] == pytest.approx(40000 / (4 * 30))
+    del data["quotas"]
+    data["cluster"]["node_groups"][0]["allocatable"]["cpu"] = "6"  # 3 trainers per node
+    bounds = jct_lower_bounds(parse_scenario(data, "jct-bound"))
+    assert bounds is not None and bounds["linear"] == pytest.approx(40000 / (3 * 30))

@@ -41,7 +41,7 @@ from edl.sim.sections import NodeGroup, PodResources
 __all__ = ["steady_utilization_bound", "steady_utilization_bound_by_pool"]
 
 
-def _shape(resources: PodResources) -> tuple[int, int, int]:
+def pod_shape(resources: PodResources) -> tuple[int, int, int]:
     r = resources.requests
     return (
         cpu_milli(str(r.cpu)) if r.cpu is not None else 0,
@@ -80,16 +80,22 @@ def _replicas(scenario: Scenario, t: float) -> list[int]:
     return out
 
 
-def _facts(group: NodeGroup) -> NodeFacts:
+def allocatable_of(group: NodeGroup) -> tuple[int, int, int]:
+    """A node group's allocatable (CPU milli, memory mega, GPUs) per node."""
+    return (cpu_milli(str(group.allocatable.cpu or 0)),
+            memory_mega(str(group.allocatable.memory or 0)), group.allocatable.gpu)
+
+
+def group_facts(group: NodeGroup) -> NodeFacts:
     return NodeFacts(f"{group.name}-0", tuple(sorted(group.labels.items())),
                      tuple(Taint(t.key, t.value, t.effect) for t in group.taints))
 
 
-def _constraints(scheduling: Scheduling | None) -> PodConstraints:
+def constraints_for(scheduling: Scheduling | None) -> PodConstraints:
     return constraints_of(scheduling.pod_fields() if scheduling is not None else {})
 
 
-def _quota_cost(key: str, shape: tuple[int, int, int]) -> int | None:
+def quota_cost(key: str, shape: tuple[int, int, int]) -> int | None:
     """What one pod of `shape` costs a quota's `key` (None: a key the bound ignores)."""
     if key in ("pods", "count/pods"):
         return 1
@@ -130,7 +136,7 @@ def _bounds(scenario: Scenario, per_pool: bool) -> tuple[float | None, dict[str,
     per_node = [0, 0, 0]
     counted = [0, 0, 0]  # background pods placed by count (spread: charged to the total)
     for pods in scenario.cluster.background_pods:
-        shape = _shape(pods.resources)
+        shape = pod_shape(pods.resources)
         for d in range(3):
             if pods.per_node:
                 per_node[d] += shape[d]
@@ -156,9 +162,9 @@ def _bounds(scenario: Scenario, per_pool: bool) -> tuple[float | None, dict[str,
         for workload, replicas in zip(
             scenario.workloads, _replicas(scenario, start), strict=True
         ):
-            kinds.append((_shape(workload.resources), replicas, replicas))
+            kinds.append((pod_shape(workload.resources), replicas, replicas))
             scheduling = workload.scheduling
-            traits.append((_constraints(scheduling), workload.namespace,
+            traits.append((constraints_for(scheduling), workload.namespace,
                            scheduling.priority_class if scheduling else None))
         for group in scenario.training.jobs:
             present = sum(_present(group, i, start, end) for i in range(group.count))
@@ -166,19 +172,20 @@ def _bounds(scenario: Scenario, per_pool: bool) -> tuple[float | None, dict[str,
                 continue
             assert group.trainer is not None
             trainer = group.trainer
-            kinds.append((_shape(trainer.resources), present * trainer.min, present * trainer.max))
+            kinds.append(
+                (pod_shape(trainer.resources), present * trainer.min, present * trainer.max))
             scheduling = group.scheduling
-            traits.append((_constraints(scheduling), group.namespace,
+            traits.append((constraints_for(scheduling), group.namespace,
                            scheduling.priority_class if scheduling else None))
             plain = (constraints_of({}), group.namespace, None)
             if group.pserver is not None:
                 n = present * group.pserver.count
-                kinds.append((_shape(group.pserver.resources), n, n))
+                kinds.append((pod_shape(group.pserver.resources), n, n))
                 traits.append(plain)
             if group.master is not None:
-                kinds.append((_shape(group.master.resources), present, present))
+                kinds.append((pod_shape(group.master.resources), present, present))
                 traits.append(plain)
-        eligible = [[not c.blocker(_facts(g)) for g in groups] for c, _, _ in traits]
+        eligible = [[not c.blocker(group_facts(g)) for g in groups] for c, _, _ in traits]
         limits = _quota_limits(scenario, kinds, traits)
         cap = scenario.autoscaler.max_load_desired * total_cpu - background
         if not per_pool:
@@ -214,17 +221,17 @@ def _quota_limits(
         for key, hard in sorted(quota.hard.items()):
             costs = []
             for (shape, _, _), (_, namespace, priority_class) in zip(kinds, traits, strict=True):
-                cost = _quota_cost(key, shape)
+                cost = quota_cost(key, shape)
                 counted = namespace == quota.namespace and (
                     quota.priority_classes is None or priority_class in quota.priority_classes)
                 costs.append(cost if cost is not None and counted else 0)
-            amount = _quota_amount(key, str(hard))
+            amount = quota_amount(key, str(hard))
             if amount is not None and any(costs):
                 out.append((costs, amount))
     return out
 
 
-def _quota_amount(key: str, text: str) -> int | None:
+def quota_amount(key: str, text: str) -> int | None:
     if key in ("cpu", "requests.cpu"):
         return cpu_milli(text)
     if key in ("memory", "requests.memory"):

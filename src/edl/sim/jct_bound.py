@@ -17,6 +17,12 @@ under-states the time: still a bound). With ``adapt_batch=False`` the batch is t
 declared per-trainer batch times the trainers, what a policy that does not adapt
 batches can best do.
 
+Constraints: a job can never run more trainers than fit, alone, on the node groups
+its tolerations, nodeSelector and required node affinity admit (whole trainers per
+node beside the per-node background pods), nor more than each namespace quota that
+counts its trainers admits; its range is capped there (never below its min), so the
+bound stays one no policy can beat.
+
 Only compact-form jobs with work are counted (a full manifest gives None).
 """
 
@@ -24,6 +30,14 @@ from __future__ import annotations
 
 from statistics import fmean
 
+from edl.sim.bound import (
+    allocatable_of,
+    constraints_for,
+    group_facts,
+    pod_shape,
+    quota_amount,
+    quota_cost,
+)
 from edl.sim.noisy_work import NoiseRamp
 from edl.sim.scenario import JobPlan, Scenario, expand_jobs
 from edl.sim.work_spec import Work
@@ -54,6 +68,38 @@ def _noisy_seconds(plan: JobPlan, work: Work, low: int, high: int, adapt_batch: 
     return seconds
 
 
+def _most_trainers(scenario: Scenario, plan: JobPlan) -> int:
+    """The most trainers of the job that fit, alone, where it may run and its quotas."""
+    group = plan.group
+    assert group.trainer is not None
+    want = pod_shape(group.trainer.resources)
+    constraints = constraints_for(group.scheduling)
+    background = [0, 0, 0]
+    for pods in scenario.cluster.background_pods:
+        if pods.per_node:
+            shape = pod_shape(pods.resources)
+            background = [background[d] + shape[d] for d in range(3)]
+    most = 0
+    for node_group in scenario.cluster.node_groups:
+        if constraints.blocker(group_facts(node_group)):
+            continue
+        room = allocatable_of(node_group)
+        fits = min((max(0, room[d] - background[d]) // want[d] for d in range(3) if want[d] > 0),
+                   default=group.trainer.max)
+        most += node_group.count * fits
+    priority_class = group.scheduling.priority_class if group.scheduling else None
+    for quota in scenario.quotas:
+        scoped = quota.priority_classes
+        if quota.namespace != group.namespace or (
+                scoped is not None and priority_class not in scoped):
+            continue
+        for key, hard in quota.hard.items():
+            cost, amount = quota_cost(key, want), quota_amount(key, str(hard))
+            if cost and amount is not None:
+                most = min(most, amount // cost)
+    return most
+
+
 def jct_lower_bounds(scenario: Scenario, adapt_batch: bool = True) -> dict[str, float] | None:
     """Per job with work: its JCT on an otherwise empty, unbounded cluster."""
     bounds: dict[str, float] = {}
@@ -63,7 +109,8 @@ def jct_lower_bounds(scenario: Scenario, adapt_batch: bool = True) -> dict[str, 
             continue
         if group.trainer is None:
             return None
-        work, low, high = group.work, group.trainer.min, group.trainer.max
+        work, low = group.work, group.trainer.min
+        high = max(low, min(group.trainer.max, _most_trainers(scenario, plan)))
         if work.noise_scale is not None:
             seconds = _noisy_seconds(plan, work, low, high, adapt_batch)
             if seconds == float("inf"):
