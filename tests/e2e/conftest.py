@@ -34,9 +34,11 @@ from e2e.helpers import (
     SYSTEM_NAMESPACE,
     Controller,
     install_edl,
+    load_yaml,
     served_namespace,
     start_controller_process,
 )
+from e2e.kueue import Kueue, start_kueue
 from e2e.rest import Rest
 from polling import wait_until
 
@@ -103,12 +105,54 @@ def start_controller(controller_kubeconfig: Path, plane: ControlPlane,
                      tmp_path: Path) -> Iterator[Callable[..., Controller]]:
     """`start_controller(identity)` runs `edl controller` as the ServiceAccount; every process
     is stopped after the test, and any 403 in its log fails the test."""
+    yield from _controllers(controller_kubeconfig, plane, tmp_path)
+
+
+@pytest.fixture(scope="session")
+def kueue(plane: ControlPlane) -> Kueue:
+    """A running Kueue on the session's plane: its CRDs installed, its webhooks served on
+    loopback with the suite's PKI (e2e.kueue); one per session, stopped with the plane."""
+    return start_kueue(plane)
+
+
+@pytest.fixture(scope="session")
+def kueue_controller_kubeconfig(plane: ControlPlane, kueue: Kueue) -> Path:
+    """A kubeconfig of ServiceAccount edl-system/edl-controller-kueue: the rules of
+    deploy/rbac.yaml plus deploy/kueue-rbac.yaml, as `edl controller --kueue` needs. Its
+    own account, so that test_rbac still sees the default grants on a plane shared with
+    Kueue tests."""
+    rest = Rest(plane)
+    name = "edl-controller-kueue"
+    rest.apply([{"apiVersion": "v1", "kind": "ServiceAccount",
+                 "metadata": {"name": name, "namespace": SYSTEM_NAMESPACE}}])
+    roles = [d for d in load_yaml("kueue-rbac.yaml") if d["kind"] == "ClusterRole"]
+    rest.apply(roles)
+    for role in ("edl-controller", roles[0]["metadata"]["name"]):
+        rest.apply([{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                     "metadata": {"name": f"e2e-{name}-{role}"},
+                     "roleRef": {"apiGroup": "rbac.authorization.k8s.io",
+                                 "kind": "ClusterRole", "name": role},
+                     "subjects": [{"kind": "ServiceAccount", "name": name,
+                                   "namespace": SYSTEM_NAMESPACE}]}])
+    return plane.service_account_kubeconfig(SYSTEM_NAMESPACE, name,
+                                            plane.work_dir / f"{name}.kubeconfig")
+
+
+@pytest.fixture
+def start_kueue_controller(kueue_controller_kubeconfig: Path, plane: ControlPlane,
+                           tmp_path: Path) -> Iterator[Callable[..., Controller]]:
+    """As `start_controller`, for `edl controller --kueue` with deploy/kueue-rbac.yaml."""
+    yield from _controllers(kueue_controller_kubeconfig, plane, tmp_path, "--kueue")
+
+
+def _controllers(kubeconfig: Path, plane: ControlPlane, tmp_path: Path,
+                 *flags: str) -> Iterator[Callable[..., Controller]]:
     started: list[Controller] = []
 
     def start(identity: str = "replica-a", *extra: str) -> Controller:
-        controller = start_controller_process(controller_kubeconfig,
+        controller = start_controller_process(kubeconfig,
                                               tmp_path / f"controller-{identity}.log",
-                                              identity, *CONTROLLER_ARGS, *extra)
+                                              identity, *CONTROLLER_ARGS, *flags, *extra)
         started.append(controller)
         return controller
 

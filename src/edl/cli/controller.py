@@ -78,6 +78,10 @@ def _listen(value: str) -> tuple[str, int]:
                    "edl.dev/installation names it (the default one: those without the label) "
                    "and leaves the others alone; trainer Jobs get spec.managedBy "
                    "edl.dev/NAME (env EDL_INSTALLATION).")
+@click.option("--kueue", is_flag=True,
+              help="The cluster runs Kueue: follow trainer Jobs (Kueue's suspend and unsuspend "
+                   "act at once) and say why a queued job waits in Kueue's words. Needs "
+                   "deploy/kueue-rbac.yaml (list/watch Jobs, read Workloads).")
 @click.option("-v", "--verbose", is_flag=True,
               help="Log at debug level, every API request included.")
 @click.option("--log-requests", is_flag=True,
@@ -88,8 +92,8 @@ def controller(server: str | None, namespace: str | None, policy: str, max_load_
                lease_name: str, identity: str, lease_duration: float, renew_deadline: float,
                retry_period: float, crash_backoff: float, crash_backoff_max: float,
                delete_victims: bool, image: str, etcd_image: str,
-               trainer_priority_class: str, installation: str, verbose: bool,
-               log_requests: bool) -> None:
+               trainer_priority_class: str, installation: str, kueue: bool,
+               verbose: bool, log_requests: bool) -> None:
     """Watch TrainingJobs, create their children, and scale trainers to fit the cluster."""
     from edl.kube.leader import LeaseLost
     from edl.kube.runner import ControllerOptions, ControllerProcess
@@ -125,7 +129,7 @@ def controller(server: str | None, namespace: str | None, policy: str, max_load_
         lease_duration=lease_duration, renew_deadline=renew_deadline, retry_period=retry_period,
         delete_victims=delete_victims, crash_backoff=crash_backoff,
         crash_backoff_max=crash_backoff_max, image=image, etcd_image=etcd_image,
-        trainer_priority_class=trainer_priority_class,
+        trainer_priority_class=trainer_priority_class, kueue=kueue,
     )
     async def main() -> None:
         process = ControllerProcess(options)

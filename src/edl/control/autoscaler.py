@@ -50,6 +50,7 @@ from edl.cluster.port import (
     VictimScaling,
 )
 from edl.control.batch_publish import BatchPublisher, reads_batch
+from edl.control.kueue import size_is_kueues
 from edl.control.placement import annotate
 from edl.control.scaling import ScalingTracker
 from edl.jobparser.collective import job_allowed_counts, resize_cooldown_s, resize_pause_s
@@ -344,9 +345,11 @@ class Autoscaler:
         # one after another they made a tick with 20 jobs take ~0.5 s (tests/e2e).
         trainers = await asyncio.gather(*(self._trainer_job(job) for _, job in jobs))
         now = asyncio.get_running_loop().time()
+        # queued (suspended) or sized by Kueue's admission: Kueue's call (edl.control.kueue)
         live = [(key, job, trainer) for (key, job), trainer in zip(jobs, trainers, strict=True)
                 if trainer is not None and not trainer_job_done(trainer)
-                and not (trainer.get("spec") or {}).get("suspend")]  # queued: Kueue's call
+                and not (trainer.get("spec") or {}).get("suspend")
+                and not size_is_kueues(trainer)]
         self._batches = {key: _chosen_batch(trainer) for key, _, trainer in live}
         scalings = [
             self._priced(key, await self.scaling.scaling(key, now, self._batches[key]))

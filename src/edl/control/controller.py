@@ -319,6 +319,17 @@ class Controller:
             with contextlib.suppress(NotFoundError):
                 await delete(namespace, child)
 
+    async def _queue_words(self, trainer: Manifest) -> str:
+        """Why the queue holds this trainer Job, in its words (Kueue's Workload on a
+        cluster that offers it: `edl.kube.kueue`); "" if unknown."""
+        read = getattr(self.cluster, "queue_words", None)
+        if read is None:
+            return ""
+        try:
+            return str(await read(trainer))
+        except ClusterError:
+            return ""
+
     async def _refresh_status(self, key: tuple[str, str]) -> None:
         known = self._known.get(key)
         if known is None or known.job is None:
@@ -335,6 +346,9 @@ class Controller:
             state, message = outcome
         elif trainer["spec"].get("suspend"):
             state, message = CREATED, f"{SUSPENDED_MESSAGE} (waiting for admission)"
+            words = await self._queue_words(trainer)
+            if words:
+                message = f"{message}: {words}"
         elif pods.running > 0:
             state, message = RUNNING, f"{pods.running} of {desired} trainers running"
         else:

@@ -68,6 +68,8 @@ EDL_ENV_NAMES = frozenset({
 # a TrainingJob's Kueue labels, copied onto its trainer Job: Kueue's Job webhook then
 # creates it suspended and admits it through the named LocalQueue
 QUEUE_LABELS = ("kueue.x-k8s.io/queue-name", "kueue.x-k8s.io/priority-class")
+# ... and an elastic one's trainer Job opts in to Kueue's resizes (edl.control.kueue)
+KUEUE_ELASTIC_ANNOTATION = "kueue.x-k8s.io/elastic-job"
 
 
 def role_labels(job: TrainingJob, role: str) -> dict[str, str]:
@@ -192,6 +194,11 @@ def master_service(job: TrainingJob) -> dict[str, Any]:
 # -- building blocks -----------------------------------------------------------------------
 
 
+def _elastic(job: TrainingJob) -> bool:
+    trainer = job.spec.trainer
+    return _int(trainer.min_instance) < _int(trainer.max_instance or trainer.min_instance)
+
+
 def _name(job: TrainingJob) -> str:
     if not job.metadata.name:
         raise ValueError("the TrainingJob has no metadata.name; validate it first")
@@ -210,6 +217,9 @@ def _metadata(job: TrainingJob, name: str, role: str) -> dict[str, Any]:
         labels |= {key: value for key, value in (job.metadata.labels or {}).items()
                    if key in QUEUE_LABELS}
     metadata: dict[str, Any] = {"name": name, "labels": labels}
+    if role == "trainer" and labels.get(QUEUE_LABELS[0]) and _elastic(job):
+        # Kueue resizes it through Workload slices, gating pods it has not admitted
+        metadata["annotations"] = {KUEUE_ELASTIC_ANNOTATION: "true"}
     if job.metadata.namespace:
         metadata["namespace"] = job.metadata.namespace
     if job.metadata.uid:

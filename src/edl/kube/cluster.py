@@ -60,6 +60,7 @@ from edl.kube.client import FIELD_MANAGER
 from edl.kube.crd import GROUP, KIND, PLURAL, VERSION
 from edl.kube.events import EventRecorder, make_event
 from edl.kube.failures import last_trainer_failure
+from edl.kube.kueue import KubeKueue, TrainerJobStore
 from edl.kube.managed import KubeManagedTrainers, scale_metadata, with_victims
 from edl.kube.reflector import Reflector
 from edl.kube.retry import http_status, is_conflict, is_not_found, retry_call
@@ -91,13 +92,14 @@ def _to_dict(obj: Any) -> dict[str, Any]:
     return obj.to_dict() if hasattr(obj, "to_dict") else dict(obj)
 
 
-class KubeCluster(KubeManagedTrainers):
+class KubeCluster(KubeManagedTrainers, KubeKueue):
     """`edl.cluster.port.Cluster` over lightkube; start() before use, stop() after."""
 
     def __init__(self, client: AsyncClient, *, namespace: str | None = None,
                  events: EventRecorder | None = None, fence: Callable[[], bool] | None = None,
                  watch_client: AsyncClient | None = None, delete_victims: bool = True,
-                 crash_backoff_s: tuple[float, float] = CRASH_BACKOFF_S) -> None:
+                 crash_backoff_s: tuple[float, float] = CRASH_BACKOFF_S,
+                 kueue: bool = False) -> None:
         self.client = client
         self.crash_backoff_s = crash_backoff_s  # `CrashBackoff`: a crash replacement's delay
         # every write first asks fence() (the leader still holds its Lease), each attempt
@@ -113,6 +115,11 @@ class KubeCluster(KubeManagedTrainers):
         self.pod_reflector = Reflector(watch_client, Pod, PodStore(self.state), namespace="*")
         self.node_reflector = Reflector(watch_client, Node, NodeStore(self.state), namespace=None)
         self.quota_reflector = Reflector(watch_client, ResourceQuota, QuotaStore(self.state))
+        # --kueue: trainer Jobs followed, so Kueue's suspend/unsuspend act at once (edl.kube.kueue)
+        self.kueue = kueue
+        self.job_reflector = Reflector(
+            watch_client, Job, TrainerJobStore(self._trainer_job_seen),
+            namespace=namespace or "*", labels={LABEL_ROLE: ROLE_TRAINER}) if kueue else None
         self._tasks: list[asyncio.Task[None]] = []
         self._handlers: list[TrainingJobHandler] = []
         self._jobs: dict[JobKey, dict[str, Any]] = {}  # latest TrainingJob bodies seen
@@ -126,7 +133,10 @@ class KubeCluster(KubeManagedTrainers):
 
     async def start(self, timeout: float = 60.0) -> None:
         """Start the node, pod and quota caches; wait for nodes and pods (quotas follow)."""
-        for reflector in (self.node_reflector, self.pod_reflector, self.quota_reflector):
+        reflectors = [self.node_reflector, self.pod_reflector, self.quota_reflector]
+        if self.job_reflector is not None:
+            reflectors.append(self.job_reflector)
+        for reflector in reflectors:
             self._tasks.append(asyncio.create_task(reflector.run(), name=f"watch-{reflector.kind}"))
         await asyncio.wait_for(
             asyncio.gather(self.node_reflector.synced.wait(), self.pod_reflector.synced.wait()),

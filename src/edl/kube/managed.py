@@ -189,13 +189,19 @@ class KubeManagedTrainers:
         return both
 
     def _trainer_listeners(self) -> list[Callable[[str, str], None]]:
-        """Told after this process changed a trainer Job's parallelism (no Job watch)."""
+        """Told after this process changed a trainer Job's parallelism, and by the Job
+        watch (`--kueue`) when anyone changed a trainer Job's spec."""
         listeners: list[Callable[[str, str], None]] | None = getattr(
             self, "_scale_listeners", None)
         if listeners is None:
             listeners = []
             self._scale_listeners = listeners
         return listeners
+
+    def _trainer_job_seen(self, namespace: str, owner: str) -> None:
+        """The Job watch (``--kueue``) saw a trainer Job's spec change: reconcile it."""
+        for callback in list(self._trainer_listeners()):
+            callback(namespace, owner)
 
     def _trainer_job_changed(self, job: Manifest) -> None:
         meta = job.get("metadata") or {}

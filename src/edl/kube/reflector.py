@@ -67,8 +67,10 @@ class Reflector:
         chunk_size: int = 500,
         idle_timeout: float | None = None,
         clock: Callable[[], float] = time.monotonic,
+        labels: dict[str, str] | None = None,
     ) -> None:
         self.client = client
+        self.labels = dict(labels or {})  # a label selector (equality only); {}: every object
         self.resource = resource
         self.store = store
         self.namespace = namespace
@@ -94,10 +96,13 @@ class Reflector:
         # Cluster-scoped kinds (Node) take no namespace argument.
         return {} if self.namespace is None else {"namespace": self.namespace}
 
+    def _selected(self) -> dict[str, Any]:
+        return {"labels": self.labels} if self.labels else {}
+
     async def list_once(self) -> None:
         """Replace the store with a fresh list and remember its resourceVersion."""
         listing: Any = self.client.list(self.resource, chunk_size=self.chunk_size,
-                                        **self._scope())
+                                        **self._scope(), **self._selected())
         count = 0
         self.store.begin_replace()
         async for obj in listing:  # page by page; each object is folded in and dropped
@@ -133,9 +138,12 @@ class Reflector:
         inner = getattr(self.client, "_client", None)
         if inner is None or not hasattr(inner, "prepare_request"):
             return self.client.watch(self.resource, resource_version=self.resource_version,
-                                     server_timeout=self.server_timeout, **self._scope())
+                                     server_timeout=self.server_timeout, **self._scope(),
+                                     **self._selected())
         params = {"timeoutSeconds": self.server_timeout,
                   "resourceVersion": self.resource_version, "allowWatchBookmarks": "true"}
+        if self.labels:
+            params["labelSelector"] = ",".join(f"{k}={v}" for k, v in self.labels.items())
         request = inner.prepare_request("list", res=self.resource, watch=True, params=params,
                                         **self._scope())
         return raw_watch(inner, request)

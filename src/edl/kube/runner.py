@@ -70,6 +70,8 @@ class ControllerOptions:
     image: str = DEFAULT_IMAGE
     etcd_image: str = ETCD_IMAGE
     trainer_priority_class: str = ""
+    # the cluster runs Kueue: follow trainer Jobs, read Workloads (deploy/kueue-rbac.yaml)
+    kueue: bool = False
 
 
 class ControllerProcess:
@@ -174,7 +176,8 @@ class ControllerProcess:
                               delete_victims=options.delete_victims,
                               fence=self.elector.holds_lease,
                               crash_backoff_s=(options.crash_backoff,
-                                               options.crash_backoff_max))
+                                               options.crash_backoff_max),
+                              kueue=options.kueue)
         self.cluster = cluster
         await cluster.start()
         self.health.synced = True

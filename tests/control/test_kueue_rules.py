@@ -1,0 +1,115 @@
+"""edl's side of Kueue's batch Job contract, without Kueue: the elastic opt-in on the
+trainer Job, a Workload's state in Kueue's words, the Autoscaler leaving a size that
+only Kueue's admission sets, and the trainer Job watch telling spec changes only."""
+
+from __future__ import annotations
+
+import asyncio
+
+from edl.control.autoscaler import Autoscaler
+from edl.control.controller import Controller
+from edl.control.kueue import ELASTIC_ANNOTATION, QUEUE_LABEL, size_is_kueues, workload_words
+from edl.jobparser import JobParser
+from edl.kube.kueue import TrainerJobStore
+
+
+def queued(manifest: dict, queue: str = "team-a") -> dict:
+    manifest["metadata"]["labels"] = {QUEUE_LABEL: queue}
+    return manifest
+
+
+def test_an_elastic_queued_job_opts_in_to_kueues_resizes_and_a_fixed_one_does_not(manifests):
+    parser = JobParser()
+    elastic = parser.parse_to_trainer(parser.validate(queued(manifests.training_job("e", 2, 6))))
+    fixed = parser.parse_to_trainer(parser.validate(queued(manifests.training_job("f", 3, 3))))
+    free = parser.parse_to_trainer(parser.validate(manifests.training_job("g", 2, 6)))
+    assert elastic["metadata"]["annotations"] == {ELASTIC_ANNOTATION: "true"}
+    assert not size_is_kueues(elastic)
+    assert ELASTIC_ANNOTATION not in (fixed["metadata"].get("annotations") or {})
+    assert size_is_kueues(fixed)
+    assert ELASTIC_ANNOTATION not in (free["metadata"].get("annotations") or {})
+    assert not size_is_kueues(free)
+
+
+def condition(kind: str, status: str, message: str = "", reason: str = "") -> dict:
+    return {"type": kind, "status": status, "message": message, "reason": reason}
+
+
+def workload(name: str, created: str, *conditions: dict, queue: str = "") -> dict:
+    status: dict = {"conditions": list(conditions)}
+    if queue:
+        status["admission"] = {"clusterQueue": queue}
+    return {"metadata": {"name": name, "creationTimestamp": created}, "status": status}
+
+
+def test_a_workloads_state_is_said_in_kueues_words():
+    pending = workload("job-a-1", "2026-12-03T10:00:00Z", condition(
+        "QuotaReserved", "False", "couldn't assign flavors to pod set main: insufficient "
+        "unused quota for cpu in flavor default, 500m more needed", "Pending"))
+    assert workload_words([pending]) == (
+        "Kueue: couldn't assign flavors to pod set main: insufficient unused quota for cpu "
+        "in flavor default, 500m more needed")
+    admitted = workload("job-a-1", "2026-12-03T10:00:00Z", condition("Admitted", "True"),
+                        queue="cq")
+    assert workload_words([admitted]) == "Kueue admitted workload job-a-1 to ClusterQueue cq"
+    evicted = workload("job-a-1", "2026-12-03T10:00:00Z", condition("Admitted", "True"),
+                       condition("Evicted", "True", "Preempted to accommodate a workload "
+                                 "(UID: x) due to prioritization in the ClusterQueue"))
+    assert workload_words([evicted]).startswith("Kueue evicted workload job-a-1: Preempted")
+    # slices: the replaced one is Finished, the newest unfinished one speaks
+    replaced = workload("job-a-1", "2026-12-03T10:00:00Z", condition("Finished", "True"))
+    growth = workload("job-a-2", "2026-12-03T10:05:00Z", condition(
+        "QuotaReserved", "False", "insufficient unused quota for cpu"))
+    assert workload_words([growth, replaced]) == "Kueue: insufficient unused quota for cpu"
+    assert workload_words([replaced]) == "" and workload_words([]) == ""
+
+
+def test_the_autoscaler_never_resizes_a_trainer_job_whose_size_kueue_admitted(
+        clock, cluster_factory, manifests):
+    cluster = cluster_factory(nodes=2, cpu="16")
+
+    async def scenario():
+        autoscaler = Autoscaler(cluster, interval=1.0)
+        controller = Controller(cluster, autoscaler, status_interval=1.0)
+        tasks = [asyncio.create_task(autoscaler.run()), asyncio.create_task(controller.run())]
+        await asyncio.sleep(0)
+        cluster.create_training_job(queued(manifests.training_job("held", 2, 6, cpu="1")))
+        cluster.create_training_job(manifests.training_job("free", 2, 6, cpu="1"))
+        await asyncio.sleep(2)
+        trainer = await cluster.get_trainer_job_by_name("default", "held-trainer")
+        # a trainer Job Kueue sized (no elastic opt-in): as an older edl created it
+        del trainer["metadata"]["annotations"][ELASTIC_ANNOTATION]
+        trainer["spec"]["parallelism"] = 2
+        cluster.store.replace("Job", trainer)
+        await asyncio.sleep(20)
+        held = await cluster.get_trainer_job_by_name("default", "held-trainer")
+        free = await cluster.get_trainer_job_by_name("default", "free-trainer")
+        for task in tasks:
+            task.cancel()
+        return held["spec"]["parallelism"], free["spec"]["parallelism"]
+
+    held, free = clock.run(scenario())
+    assert free == 6  # room for both: the free one grows
+    assert held == 2  # the one Kueue sized keeps its admitted size
+
+
+def test_the_trainer_job_watch_tells_spec_changes_not_status_writes():
+    told: list[tuple[str, str]] = []
+    store = TrainerJobStore(lambda namespace, job: told.append((namespace, job)))
+
+    def job(generation: int, suspend: bool, active: int = 0) -> dict:
+        return {"metadata": {"name": "a-trainer", "namespace": "ns", "generation": generation,
+                             "labels": {"edl.dev/job": "a", "edl.dev/role": "trainer"}},
+                "spec": {"suspend": suspend}, "status": {"active": active}}
+
+    store.begin_replace()
+    store.apply("ADDED", job(1, True))
+    store.end_replace()
+    assert told == [("ns", "a")]
+    store.apply("MODIFIED", job(1, True, active=0))  # a status write
+    assert told == [("ns", "a")]
+    store.apply("MODIFIED", job(2, False))  # Kueue admitted it
+    assert told == [("ns", "a")] * 2
+    store.begin_replace()
+    store.end_replace()  # gone while the watch was down: told on the relist
+    assert told == [("ns", "a")] * 3
