@@ -28,7 +28,7 @@ XDIST := -n $(WORKERS) --dist load --maxschedchunk 2
 # processes (markers set by place in tests/conftest.py).
 CHECK_TESTS := -m "not e2e and not processes"
 
-.PHONY: venv test check types run lint bench clean k8s
+.PHONY: venv test check types run lint bench clean k8s kueue
 
 $(STAMP): pyproject.toml Makefile
 	@echo "setting up $(VENV): first time about 3 GB of downloads (torch and its CUDA libraries are most of it),"
@@ -61,7 +61,14 @@ k8s:
 # Everything: lint, types and the whole suite (docs/testing.md says where its time goes).
 # mypy (about half a minute of one core from a cold cache) runs beside the tests rather
 # than before them; its report follows theirs and a type error still fails the target.
-test: $(STAMP) k8s
+# Kueue's controller manager for tests/e2e/test_kueue.py, built from the Go module pinned
+# in tools/kueue/ into ~/.cache/edl/kueue/<version>-<digest>/ once (progress and a failure
+# that names the missing piece, as for k8s).
+kueue:
+	@if [ "$${EDL_E2E:-1}" = 0 ]; then echo "EDL_E2E=0: Kueue e2e tests off"; \
+	else bash tools/kueue/build.sh >/dev/null; fi
+
+test: $(STAMP) k8s kueue
 	$(BIN)/ruff check src tests bench
 	@$(BIN)/mypy > $(VENV)/mypy.log 2>&1 & mypy=$$!; \
 	$(BIN)/python -m pytest -q $(XDIST) -m "not alone"; tests=$$?; \

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from e2e.control_plane import ControlPlane
 from e2e.helpers import trainer_pods, trainingjob, wait_tj, wait_trainers
 from e2e.kueue import Kueue
 from e2e.rest import Rest
@@ -94,3 +95,82 @@ def test_a_second_job_waits_in_kueues_words_and_starts_when_the_first_finishes(
                    if w["metadata"]["ownerReferences"][0]["name"] == "second-trainer"]
     assert workload["status"]["admission"]["clusterQueue"] == queue["cq"]
     wait_until(lambda: not trainer_pods(rest, namespace, "first"), 30, "first's pods gone")
+
+
+GPU_TAINT = {"key": "example.com/pool", "value": "gpu", "effect": "NoSchedule"}
+
+
+def test_a_resource_flavors_node_labels_and_toleration_reach_every_trainer(
+        rest: Rest, plane: ControlPlane, kueue: Kueue, namespace: str,
+        queue: dict[str, str], start_kueue_controller) -> None:
+    pool = plane.add_nodes(2, prefix=f"kwok-pool-{queue['cq']}", labels={"pool": "tainted-gpu"},
+                           taints=[GPU_TAINT])
+    try:
+        kueue.apply({"kind": "ResourceFlavor", "metadata": {"name": queue["flavor"]}, "spec": {
+            "nodeLabels": {"pool": "tainted-gpu"},
+            "tolerations": [{**GPU_TAINT, "operator": "Equal"}]}})
+        cluster_queue(kueue, queue, namespace, cpu="4")
+        start_kueue_controller()
+        rest.create(queued_job("placed", min_instance=3, max_instance=3, trainer_cpu="250m"),
+                    namespace)
+        wait_trainers(rest, namespace, "placed", 3)
+        pods = rest.list("Pod", namespace, "edl.dev/job=placed,edl.dev/role=trainer")
+        assert {p["spec"]["nodeName"] for p in pods} <= set(pool), pods
+        for pod in pods:
+            assert pod["spec"]["nodeSelector"]["pool"] == "tainted-gpu"
+            assert any(t.get("key") == GPU_TAINT["key"] for t in pod["spec"]["tolerations"])
+    finally:
+        rest.delete("TrainingJob", "placed", namespace)
+        wait_until(lambda: not rest.list("Pod", namespace, "edl.dev/job=placed"), 120,
+                   "the job's pods removed")
+        for name in pool:
+            rest.delete("Node", name)
+
+
+def high_priority_job(namespace: str, cpu: str) -> dict[str, Any]:
+    """A plain batch Job of the high WorkloadPriorityClass (another team's work)."""
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "urgent", "namespace": namespace, "labels": {
+                QUEUE_LABEL: "team", "kueue.x-k8s.io/priority-class": "e2e-high"}},
+            "spec": {"parallelism": 1, "completions": 1, "template": {"spec": {
+                "restartPolicy": "Never", "containers": [{
+                    "name": "work", "image": "registry.k8s.io/pause:3.9",
+                    "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}}}]}}}}
+
+
+def test_a_higher_priority_workload_preempts_the_job_which_resumes_and_completes(
+        rest: Rest, kueue: Kueue, namespace: str, queue: dict[str, str],
+        start_kueue_controller) -> None:
+    for name, value in (("e2e-low", 10), ("e2e-high", 1000)):
+        kueue.apply({"kind": "WorkloadPriorityClass", "metadata": {"name": name},
+                     "value": value})
+    cluster_queue(kueue, queue, namespace, cpu="1")
+    cq = kueue.get("ClusterQueue", queue["cq"])
+    cq["spec"]["preemption"] = {"withinClusterQueue": "LowerPriority"}
+    kueue.apply({"kind": "ClusterQueue", "metadata": {"name": queue["cq"]}, "spec": cq["spec"]})
+    start_kueue_controller()
+    job = queued_job("modest", min_instance=2, max_instance=2, trainer_cpu="250m")
+    job["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = "e2e-low"
+    rest.create(job, namespace)
+    wait_trainers(rest, namespace, "modest", 2)
+
+    rest.create(high_priority_job(namespace, cpu="800m"), namespace)
+    wait_tj(rest, namespace, "modest",
+            lambda t: "Kueue evicted" in t["status"]["message"]
+            or "suspended" in t["status"]["message"], label="modest suspended by Kueue")
+    wait_until(lambda: not rest.list("Pod", namespace,
+                                     "edl.dev/job=modest,edl.dev/role=trainer"),
+               60, "modest's trainers gone")
+    urgent = wait_until(lambda: [p for p in rest.list("Pod", namespace, "job-name=urgent")
+                                 if p["status"].get("phase") == "Running"], 60, "urgent runs")
+    # the urgent work ends (as its kubelet reports it): modest is readmitted and resumes
+    pod = urgent[0]
+    rest.merge("Pod", pod["metadata"]["name"], {"status": {"phase": "Succeeded",
+               "containerStatuses": [{"name": "work", "image": "registry.k8s.io/pause:3.9",
+                                      "ready": False, "restartCount": 0,
+                                      "state": {"terminated": {"exitCode": 0,
+                                                               "reason": "Completed"}}}]}},
+               namespace, sub="status")
+    wait_trainers(rest, namespace, "modest", 2)
+    finish(rest, namespace, "modest")
+    wait_tj(rest, namespace, "modest", lambda t: t["status"]["state"] == "Succeeded")

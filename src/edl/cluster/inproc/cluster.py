@@ -41,6 +41,7 @@ from edl.cluster.inproc.controllers import TRAINING_JOB, WorkloadControllers
 from edl.cluster.inproc.kubelet import PodLifecycle, PodListener
 from edl.cluster.inproc.managed import ManagedTrainerPods
 from edl.cluster.inproc.pods import OwnerKey, OwnerPods, PodRecord
+from edl.cluster.inproc.queueing import KueueIntegration
 from edl.cluster.inproc.sampling import ClusterSample, ReplicaCounts, TrainerCounts
 from edl.cluster.inproc.scheduler import Node, NodeIndex, Placement
 from edl.cluster.inproc.simulated_pods import SimulatedPodRunner
@@ -70,7 +71,7 @@ def _sample_key(namespace: str, name: str) -> str:
     return name if namespace == "default" else f"{namespace}/{name}"
 
 
-class InProcessCluster(ManagedTrainerPods, AdmissionObjects):
+class InProcessCluster(ManagedTrainerPods, AdmissionObjects, KueueIntegration):
     """The in-process control plane; implements `edl.cluster.port.Cluster`.
 
     Args:
@@ -167,7 +168,7 @@ class InProcessCluster(ManagedTrainerPods, AdmissionObjects):
 
     # ================================================================ Cluster port: children
     async def create_job(self, job: Manifest) -> Manifest:
-        return self.store.create("Job", self.with_template_defaults(job))
+        return self.store.create("Job", self.kueue_intake(self.with_template_defaults(job)))
 
     async def create_replica_set(self, replica_set: Manifest) -> Manifest:
         return self.store.create("ReplicaSet", replica_set)

@@ -1,0 +1,104 @@
+"""The in-process model of Kueue (`edl.cluster.inproc.kueue`, `.queueing`): admission,
+quota with cohort borrowing, preemption, and edl's Controller and Autoscaler under it."""
+
+from __future__ import annotations
+
+import asyncio
+
+from edl.cluster.inproc.kueue import ClusterQueue, KueueModel, ResourceFlavor, Workload
+from edl.control.autoscaler import Autoscaler
+from edl.control.controller import Controller
+
+
+def workload(job: str, queue: str, cpu_per_pod: int, count: int, priority: int = 0,
+             created: float = 0.0) -> Workload:
+    return Workload("ns", job, queue, priority, created, {"cpu": cpu_per_pod, "memory": 0},
+                    count)
+
+
+def test_a_cluster_queue_borrows_what_its_cohort_leaves_unused_up_to_its_limit():
+    model = KueueModel()
+    model.cluster_queues["a"] = ClusterQueue("a", "f", {"cpu": 2000}, cohort="c",
+                                             borrowing_limit={"cpu": 1000})
+    model.cluster_queues["b"] = ClusterQueue("b", "f", {"cpu": 2000}, cohort="c")
+    model.workloads[("ns", "big")] = workload("big", "a", 1000, 3)  # 1 CPU borrowed
+    model.workloads[("ns", "bigger")] = workload("bigger", "a", 1000, 1, created=1.0)
+    decided = model.schedule()
+    assert [w.job for w in decided.admitted] == ["big"]
+    assert model.room("a") == {"cpu": 0, "memory": 0}
+    assert model.workloads[("ns", "bigger")].message == (
+        "couldn't assign flavors to pod set main: insufficient unused quota for cpu in "
+        "flavor f, 1000m more needed")
+    # b's own use shrinks what a may borrow; a shrink of a gives quota back at once
+    model.workloads[("ns", "mine")] = workload("mine", "b", 1000, 2, created=2.0)
+    assert [w.job for w in model.schedule().admitted] == []  # b lent 1 CPU: 1 left for it
+    assert model.resize(("ns", "big"), 2)
+    assert [w.job for w in model.schedule().admitted] == ["bigger"]  # the older one first
+    assert model.workloads[("ns", "mine")].message.endswith("1000m more needed")
+
+
+def test_a_higher_priority_workload_preempts_the_lowest_and_newest_first():
+    model = KueueModel()
+    model.cluster_queues["q"] = ClusterQueue("q", "f", {"cpu": 3000},
+                                             preempt_lower_priority=True)
+    model.workloads[("ns", "old")] = workload("old", "q", 1000, 1, priority=10)
+    model.workloads[("ns", "new")] = workload("new", "q", 1000, 2, priority=10, created=1.0)
+    model.schedule()
+    model.workloads[("ns", "urgent")] = workload("urgent", "q", 1000, 2, priority=100,
+                                                 created=2.0)
+    decided = model.schedule()
+    assert [w.job for w in decided.evicted] == ["new"]
+    assert [w.job for w in decided.admitted] == ["urgent"]
+    assert model.words(("ns", "new")).startswith("Kueue evicted workload new: Preempted")
+    # without the preemption rule it waits instead
+    model.cluster_queues["q"] = ClusterQueue("q", "f", {"cpu": 3000})
+    model.workloads[("ns", "later")] = workload("later", "q", 1000, 1, priority=1000,
+                                                created=3.0)
+    assert not model.schedule().evicted
+    assert model.words(("ns", "later")).startswith("Kueue: couldn't assign flavors")
+
+
+def queued(manifest: dict) -> dict:
+    manifest["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "team"}
+    return manifest
+
+
+def test_edl_under_the_model_queues_the_second_job_and_places_trainers_by_flavor(
+        clock, cluster_factory, manifests):
+    cluster = cluster_factory(nodes=1, cpu="16")  # the master and pservers go here
+    taint = {"key": "pool", "value": "gpu", "effect": "NoSchedule"}
+    for index in range(2):
+        cluster.add_node(f"gpu-{index}", {"cpu": "16", "memory": "32Gi"},
+                         labels={"pool": "gpu"}, taints=[taint])
+    cluster.create_resource_flavor(ResourceFlavor("gpu", {"pool": "gpu"},
+                                                  ({**taint, "operator": "Equal"},)))
+    cluster.create_cluster_queue(ClusterQueue("cq", "gpu", {"cpu": 5000, "memory": 10**6}))
+    cluster.create_local_queue("default", "team", "cq")
+
+    async def scenario():
+        autoscaler = Autoscaler(cluster, interval=1.0)
+        controller = Controller(cluster, autoscaler, status_interval=1.0)
+        tasks = [asyncio.create_task(autoscaler.run()), asyncio.create_task(controller.run())]
+        await asyncio.sleep(0)
+        cluster.create_training_job(queued(manifests.training_job("first", 2, 2, cpu="2")))
+        await asyncio.sleep(5)
+        cluster.create_training_job(queued(manifests.training_job("second", 2, 2, cpu="2")))
+        await asyncio.sleep(10)
+        waiting = cluster.get_training_job("default", "second")["status"]["message"]
+        counts = (cluster.trainer_counts("default", "first").running,
+                  cluster.trainer_counts("default", "second").running)
+        nodes = {p["spec"].get("nodeName") for p in cluster.list_pods("default")
+                 if p["metadata"]["labels"].get("edl.dev/job") == "first"
+                 and p["metadata"]["labels"].get("edl.dev/role") == "trainer"}
+        cluster.delete_training_job("default", "first")
+        await asyncio.sleep(15)
+        after = cluster.trainer_counts("default", "second").running
+        for task in tasks:
+            task.cancel()
+        return waiting, counts, nodes, after
+
+    waiting, counts, nodes, after = clock.run(scenario())
+    assert counts == (2, 0)
+    assert "waiting for admission" in waiting and "insufficient unused quota for cpu" in waiting
+    assert nodes and nodes <= {"gpu-0", "gpu-1"}, nodes  # the flavor's nodes only
+    assert after == 2  # admitted once the first job's quota came back
