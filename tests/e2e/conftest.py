@@ -134,6 +134,12 @@ def kueue_controller_kubeconfig(plane: ControlPlane, kueue: Kueue) -> Path:
                                  "kind": "ClusterRole", "name": role},
                      "subjects": [{"kind": "ServiceAccount", "name": name,
                                    "namespace": SYSTEM_NAMESPACE}]}])
+    rest.apply([{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                 "metadata": {"name": f"e2e-{name}-leader", "namespace": SYSTEM_NAMESPACE},
+                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                             "name": "edl-controller-leader"},
+                 "subjects": [{"kind": "ServiceAccount", "name": name,
+                               "namespace": SYSTEM_NAMESPACE}]}])
     return plane.service_account_kubeconfig(SYSTEM_NAMESPACE, name,
                                             plane.work_dir / f"{name}.kubeconfig")
 

@@ -12,6 +12,7 @@ finishes.
 
 from __future__ import annotations
 
+import signal
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -71,31 +72,63 @@ def finish(rest: Rest, namespace: str, job: str) -> None:
                    namespace, sub="status")
 
 
+def evictions(rest: Rest, namespace: str) -> list[str]:
+    """Kueue's Events of evicting a Workload or stopping (suspending) its Job, as
+    "reason: message": a Job whose parallelism left its admitted Workload shows here."""
+    found = []
+    for event in rest.list("Event", namespace):
+        kind = event.get("involvedObject", {}).get("kind")
+        reason = str(event.get("reason", ""))
+        if (kind == "Workload" and reason.startswith("Evicted")) or (
+                kind == "Job" and reason == "Stopped"):
+            found.append(f"{reason}: {event.get('message') or event.get('note')}")
+    return found
+
+
+def admitted_counts(kueue: Kueue, namespace: str) -> dict[str, int]:
+    """Per trainer Job, the pod count its admitted (unfinished) Workload holds quota for."""
+    counts = {}
+    for workload in kueue.list("Workload", namespace):
+        status = workload.get("status") or {}
+        finished = any(c["type"] == "Finished" and c["status"] == "True"
+                       for c in status.get("conditions") or ())
+        admission = status.get("admission")
+        if admission and not finished:
+            owner = workload["metadata"]["ownerReferences"][0]["name"]
+            counts[owner] = sum(a.get("count", 0) for a in admission["podSetAssignments"])
+    return counts
+
+
 def test_a_second_job_waits_in_kueues_words_and_starts_when_the_first_finishes(
         rest: Rest, kueue: Kueue, namespace: str, queue: dict[str, str],
         start_kueue_controller) -> None:
     # two trainers of 250m each: the ClusterQueue holds one job, not two
     cluster_queue(kueue, queue, namespace, cpu="750m")
-    start_kueue_controller()
+    controller = start_kueue_controller("replica-a")
     rest.create(queued_job("first", min_instance=2, max_instance=2, trainer_cpu="250m"),
                 namespace)
     wait_trainers(rest, namespace, "first", 2)
     rest.create(queued_job("second", min_instance=2, max_instance=2, trainer_cpu="250m"),
                 namespace)
     status = wait_tj(rest, namespace, "second",
-                     lambda t: t["status"]["message"] if "Kueue" in t["status"]["message"]
-                     else None, label="second waiting in Kueue's words")
-    assert "waiting for admission" in status and "insufficient unused quota" in status, status
+                     lambda t: t["status"]["message"] if "Kueue: " in t["status"]["message"]
+                     and "quota" in t["status"]["message"] else None,
+                     label="second waiting in Kueue's words")
+    assert status.startswith("trainer Job suspended (waiting for admission): Kueue: "), status
+    assert "insufficient unused quota for cpu" in status, status
     assert not rest.list("Pod", namespace, "edl.dev/job=second,edl.dev/role=trainer")
+    assert admitted_counts(kueue, namespace) == {"first-trainer": 2}
 
+    # the controller is SIGKILLed; the first job finishes meanwhile; another replica
+    # takes over (after the Lease expires) and the outcome is the same
+    controller.stop(signal.SIGKILL)
     finish(rest, namespace, "first")
+    start_kueue_controller("replica-b")
     wait_tj(rest, namespace, "first", lambda t: t["status"]["state"] == "Succeeded")
     wait_trainers(rest, namespace, "second", 2)
-    (workload,) = [w for w in kueue.list("Workload", namespace)
-                   if w["metadata"]["ownerReferences"][0]["name"] == "second-trainer"]
-    assert workload["status"]["admission"]["clusterQueue"] == queue["cq"]
-    wait_until(lambda: not trainer_pods(rest, namespace, "first"), 30, "first's pods gone")
-
+    assert admitted_counts(kueue, namespace) == {"second-trainer": 2}
+    assert len(trainer_pods(rest, namespace, "second")) == 2
+    assert not evictions(rest, namespace)  # nothing edl did made Kueue evict a job
 
 GPU_TAINT = {"key": "example.com/pool", "value": "gpu", "effect": "NoSchedule"}
 
@@ -174,3 +207,5 @@ def test_a_higher_priority_workload_preempts_the_job_which_resumes_and_completes
     wait_trainers(rest, namespace, "modest", 2)
     finish(rest, namespace, "modest")
     wait_tj(rest, namespace, "modest", lambda t: t["status"]["state"] == "Succeeded")
+    assert evictions(rest, namespace), "Kueue evicted the job (preemption)"
+    assert all("Preempted" in e for e in evictions(rest, namespace)), evictions(rest, namespace)
