@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from e2e.helpers import SYSTEM_NAMESPACE, trainingjob, wait_tj, wait_trainers
 from e2e.rest import Rest
+from edl.jobparser import JobParser
 from polling import wait_until
 
 LEASE = "edl-team-b"
@@ -49,3 +50,20 @@ def test_two_installations_each_run_only_their_own_jobs(
                "trainer-controller" in team_b.text(), 30, "team-b leaves mine alone")
     assert f"{namespace}/theirs" not in " ".join(
         line for line in default.text().splitlines() if "left alone" not in line)
+
+
+def test_a_trainer_job_another_installation_runs_is_left_alone_with_a_status_line(
+        rest: Rest, namespace: str, start_controller) -> None:
+    """The job's label says this installation, but its trainer Job (say, made before the
+    job moved) names another in spec.managedBy: no pod is made, the status says why."""
+    tj = rest.create(trainingjob("moved", min_instance=2, max_instance=2), namespace)
+    trainer = JobParser().parse_to_trainer(tj)
+    trainer["spec"]["managedBy"] = "edl.dev/team-b"
+    rest.create(trainer, namespace)
+    start_controller("replica-a")
+    wanted = ("trainer Job moved-trainer is run by edl installation team-b (spec.managedBy "
+              "edl.dev/team-b), not by this one (trainer-controller): edl leaves it alone")
+    wait_tj(rest, namespace, "moved", lambda t: wanted in t["status"]["message"], 60,
+            "the status line")
+    assert rest.list("Pod", namespace, "edl.dev/job=moved,edl.dev/role=trainer") == []
+    assert any(e["reason"] == "AnotherInstallation" for e in rest.events_for(namespace, "moved"))

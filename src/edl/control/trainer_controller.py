@@ -27,6 +27,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from edl.api.installation import MANAGED_BY_PREFIX
+from edl.api.installation import current as installation
 from edl.api.names import trainer_job_name
 from edl.cluster.port import (
     AlreadyExistsError,
@@ -193,7 +195,13 @@ class TrainerController:
         except NotFoundError:
             return
         if not is_managed(job):
-            return  # the cluster's Job controller runs it (managedBy dropped or absent)
+            owner = str((job.get("spec") or {}).get("managedBy") or "")
+            if owner.startswith(MANAGED_BY_PREFIX):  # another installation's trainer Job
+                await self._report(key, tracked, "AnotherInstallation", (
+                    f"trainer Job {trainer_job_name(name)} is run by edl installation "
+                    f"{owner.removeprefix(MANAGED_BY_PREFIX)} (spec.managedBy {owner}), "
+                    f"not by this one ({installation()}): edl leaves it alone"))
+            return  # else the cluster's Job controller runs it (managedBy dropped or absent)
         seen = [pod_state(p) for p in self.cluster.trainer_pod_manifests(namespace, name)]
         if not tracked.expectations.satisfied(seen, loop_now):
             return  # the watch has not caught up with our own changes: its event pokes
