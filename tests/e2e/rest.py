@@ -26,6 +26,7 @@ KINDS: dict[str, tuple[str, str, bool]] = {
     "Deployment": ("/apis/apps/v1", "deployments", True),
     "Lease": ("/apis/coordination.k8s.io/v1", "leases", True),
     "ResourceQuota": ("/api/v1", "resourcequotas", True),
+    "LimitRange": ("/api/v1", "limitranges", True),
     "ClusterRole": ("/apis/rbac.authorization.k8s.io/v1", "clusterroles", False),
     "ClusterRoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "clusterrolebindings", False),
     "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles", True),

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from edl.api.jobfile import load_trainingjob
+from edl.api.quantity import parse_quantity
 from edl.api.trainingjob import TrainingJob
 from edl.jobparser import JobParser
 from edl.jobparser.manifests import ETCD_IMAGE, trainer_backoff_limit
@@ -277,11 +278,39 @@ def test_gpu_limits_use_the_current_resource_name() -> None:
     container = pod_spec(trainer)["containers"][0]
     assert container["resources"] == {
         "limits": {"nvidia.com/gpu": "2"},
-        "requests": {"nvidia.com/gpu": "2", "cpu": "1"},
+        "requests": {"nvidia.com/gpu": "2", "cpu": "1", "memory": "256Mi"},
     }
     assert env_of(container)["EDL_USE_GPU"] == "1"
     only_request = pod_spec(parser.parse_to_trainer(VARIANTS["gpu-request-only"]))["containers"][0]
     assert only_request["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_every_container_requests_cpu_and_memory(variant: str) -> None:
+    """requests.* quotas and a LimitRange's min refuse a container that leaves them out or 0."""
+    for manifest in parser.parse_all(VARIANTS[variant])[1:]:
+        for container in pod_spec(manifest)["containers"]:
+            resources = container["resources"]
+            for name in ("cpu", "memory"):
+                given = resources.get("requests", {}).get(name) or resources["limits"][name]
+                assert parse_quantity(given) > 0, (variant, container["name"], name)
+
+
+def test_a_role_that_states_a_resource_keeps_it_and_the_sidecar_has_its_own() -> None:
+    job = base_job(
+        master={"resources": {"requests": {"cpu": "2"}}},
+        pserver={"min-instance": 1, "max-instance": 1,
+                 "resources": {"limits": {"cpu": "3", "memory": "4Gi"}}},
+    )
+    _service, master, pserver, trainer = parser.parse_all(job)
+    main, etcd = pod_spec(master)["containers"]
+    assert main["resources"] == {"requests": {"cpu": "2", "memory": "128Mi"}}
+    assert etcd["resources"] == {"requests": {"cpu": "100m", "memory": "128Mi"}}
+    # a limit alone is the request (Kubernetes' default): no default request beside it
+    assert pod_spec(pserver)["containers"][0]["resources"] == {
+        "limits": {"cpu": "3", "memory": "4Gi"}}
+    assert pod_spec(trainer)["containers"][0]["resources"] == {
+        "requests": {"cpu": "500m", "memory": "1Gi"}}
 
 
 def test_pod_options_reach_every_role() -> None:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from edl.accounting.types import PodResources
 from edl.api.quantity import parse_quantity
+from edl.api.role_requests import with_default_requests
 
 if TYPE_CHECKING:
     from edl.api.trainingjob import TrainingJob
@@ -229,5 +230,7 @@ def trainer_request(job: TrainingJob) -> PodResources:
     (limits stand in for missing requests, GPU spellings), and the autoscaler and
     `edl plan` must size a trainer exactly as the cluster will.
     """
-    resources = job.spec.trainer.resources.model_dump(by_alias=True, exclude_none=True)
+    resources = with_default_requests(
+        "trainer", job.spec.trainer.resources.model_dump(by_alias=True, exclude_none=True)
+    )
     return pod_request({"spec": {"containers": [{"name": "trainer", "resources": resources}]}})

@@ -115,9 +115,7 @@ def _container(
         "env": collective_env(job),
     }
     finish_container(job, role, container)
-    requirements = m._resources(resources)
-    if requirements:
-        container["resources"] = requirements
+    container["resources"] = m._resources(resources, role)
     if job.spec.volume_mounts:
         container["volumeMounts"] = [dict(v) for v in job.spec.volume_mounts]
     return container

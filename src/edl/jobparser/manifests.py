@@ -17,6 +17,7 @@ from edl.api.k8snames import is_extended_resource
 from edl.api.names import LABEL_JOB, LABEL_ROLE, child_names
 from edl.api.quantity import parse_quantity
 from edl.api.resources import GPU, GPU_LEGACY
+from edl.api.role_requests import ROLE_REQUESTS, with_default_requests
 from edl.api.trainingjob import ResourceRequirements, TrainingJob
 from edl.jobparser.podtemplate import ETCD_RUN_AS, finish_container, pod_template
 
@@ -267,20 +268,10 @@ def _container(
     finish_container(job, role, container)
     if ports:
         container["ports"] = ports
-    requirements = _resources(resources)
-    if requirements:
-        container["resources"] = requirements
+    container["resources"] = _resources(resources, role)
     if job.spec.volume_mounts:
         container["volumeMounts"] = [dict(m) for m in job.spec.volume_mounts]
     return container
-
-
-# The sidecar's requests, stated: none beyond the master container's (as before), but
-# written out, because the API server's quota admission refuses a pod in a namespace
-# whose ResourceQuota caps cpu or memory when a container does not state them ("failed
-# quota: ...: must specify requests.cpu for: etcd"; found by the constrained fidelity run,
-# docs/fidelity.md).
-ETCD_REQUESTS = {"cpu": "0", "memory": "0"}
 
 
 def etcd_container(job: TrainingJob) -> dict[str, Any]:
@@ -299,7 +290,7 @@ def etcd_container(job: TrainingJob) -> dict[str, Any]:
         "ports": [_port("etcd", ETCD_CLIENT_PORT)],
         "volumeMounts": [{"name": ETCD_DATA_VOLUME, "mountPath": "/var/lib/etcd"}],
         "securityContext": dict(ETCD_RUN_AS),
-        "resources": {"requests": dict(ETCD_REQUESTS)},
+        "resources": {"requests": dict(ROLE_REQUESTS["etcd"])},
     }
 
 
@@ -346,10 +337,11 @@ def _port(name: str, number: int) -> dict[str, Any]:
     return {"name": name, "containerPort": number, "protocol": "TCP"}
 
 
-def _resources(resources: ResourceRequirements) -> dict[str, dict[str, str]]:
+def _resources(resources: ResourceRequirements, role: str) -> dict[str, dict[str, str]]:
     """Copy limits/requests, every resource name kept; the legacy GPU name becomes
-    `nvidia.com/gpu`, and an extended resource (GPUs of any vendor, ...) requested
-    without a limit gets one (Kubernetes requires limit = request for them)."""
+    `nvidia.com/gpu`, an extended resource (GPUs of any vendor, ...) requested
+    without a limit gets one (Kubernetes requires limit = request for them), and
+    cpu and memory the role leaves out get its default request (api/role_requests.py)."""
     out: dict[str, dict[str, str]] = {}
     for kind in ("limits", "requests"):
         values = dict(getattr(resources, kind) or {})
@@ -361,4 +353,4 @@ def _resources(resources: ResourceRequirements) -> dict[str, dict[str, str]]:
     for name, request in out.get("requests", {}).items():
         if is_extended_resource(name) and name not in out.get("limits", {}):
             out.setdefault("limits", {})[name] = request
-    return out
+    return with_default_requests(role, out)
