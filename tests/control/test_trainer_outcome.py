@@ -13,7 +13,7 @@ import pytest
 from edl.cluster.inproc.cluster import InProcessCluster
 from edl.cluster.inproc.simulated_pods import Fixed, SimulatedPodRunner
 from edl.control.controller import Controller
-from edl.control.job_status import trainer_job_outcome
+from edl.control.job_status import replica_failure, trainer_job_outcome
 
 
 class CrashingTrainers(SimulatedPodRunner):
@@ -117,3 +117,12 @@ def test_finished_trainers_make_the_training_job_succeed(clock, manifests):
 )
 def test_trainer_job_outcome(conditions, last, expected):
     assert trainer_job_outcome({"status": {"conditions": conditions}}, last) == expected
+
+
+def test_a_replica_sets_refusal_is_read_in_the_api_servers_words() -> None:
+    refused = {"status": {"conditions": [
+        {"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate",
+         "message": 'pods "j-master-x" is forbidden: failed quota: q: must specify requests.cpu'}]}}
+    assert replica_failure(refused).startswith('pods "j-master-x" is forbidden: failed quota')
+    cleared = {"status": {"conditions": [{"type": "ReplicaFailure", "status": "False"}]}}
+    assert replica_failure(cleared) == replica_failure({}) == ""

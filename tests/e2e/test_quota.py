@@ -11,6 +11,7 @@ from pathlib import Path
 from e2e.helpers import parallelism, trainer_pods, trainingjob, wait_tj, wait_trainers
 from e2e.rest import Rest
 from e2e.snapshot import edl_plan
+from polling import wait_until
 
 
 def test_a_job_stops_at_its_namespace_quota_with_the_reason_in_status(
@@ -36,3 +37,38 @@ def test_a_job_stops_at_its_namespace_quota_with_the_reason_in_status(
     row = edl_plan(rest, tmp_path / "snapshot.json")[(namespace, "capped")]
     assert (row["parallelism"], row["target"]) == (4, 4), row
     assert quota_reason in row["reason"], row
+
+
+def test_a_job_whose_master_is_refused_never_says_running(
+    rest: Rest, namespace: str, start_controller
+) -> None:
+    """The namespace's LimitRange refuses the master pod (its memory over the max); the
+    trainers run, yet the TrainingJob stays Created, not Ready, with the ReplicaSet's
+    FailedCreate in its message and a Warning Event of its own, in the API server's words."""
+    rest.create({"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "max"},
+                 "spec": {"limits": [{"type": "Container", "max": {"memory": "1Gi"}}]}},
+                namespace)
+    start_controller("replica-a")
+    job = trainingjob("headless", min_instance=2, max_instance=2)
+    job["spec"]["master"]["resources"] = {"requests": {"memory": "2Gi"}}
+    rest.create(job, namespace)
+    wait_trainers(rest, namespace, "headless", 2, timeout=120)
+    # LimitRange admission gives the master the max as its limit; validation refuses it
+    refusal = 'is invalid: spec.containers[0].resources.requests: Invalid value: "2Gi": ' \
+        "must be less than or equal to memory limit of 1Gi"
+    tj = wait_tj(rest, namespace, "headless",
+                 lambda t: t if refusal in t["status"]["message"] else None,
+                 timeout=60, label="the master's refusal in status.message")
+    status = tj["status"]
+    assert status["message"].startswith('master pods not created: Pod "headless-master-'), status
+    assert status["state"] == "Created", status
+    ready = {c["type"]: c for c in status["conditions"]}["Ready"]
+    assert ready["status"] == "False", ready
+    events = wait_until(lambda: [e for e in rest.events_for(namespace, "headless")
+                                 if e["reason"] == "FailedCreate"], 30, "a FailedCreate Event")
+    assert events[0]["type"] == "Warning" and refusal in events[0]["message"], events
+    assert events[0]["involvedObject"]["kind"] == "TrainingJob"
+    time.sleep(3)  # several status refreshes with the trainers running: still not Running
+    tj = rest.get("TrainingJob", "headless", namespace)
+    assert tj["status"]["state"] == "Created" and refusal in tj["status"]["message"]
+    assert len(trainer_pods(rest, namespace, "headless")) == 2

@@ -160,6 +160,24 @@ def test_relist_forgets_what_is_no_longer_listed() -> None:
     assert state.pod_count == 2
 
 
+def test_live_master_and_pserver_pods_are_counted_per_job() -> None:
+    """The Controller asks a ReplicaSet why only while these counts fall short."""
+    state = ClusterState()
+    state.replace_pods([pod("m", job="j", role="master", phase="Running"),
+                        pod("p0", job="j", role="pserver"), pod("p1", job="j", role="pserver"),
+                        pod("t", job="j"), pod("other", job="k", role="master")])
+    assert [state.role_pods("default", "j", r) for r in ("master", "pserver")] == [1, 2]
+    leaving = pod("p1", job="j", role="pserver")
+    leaving["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    state.set_pod(leaving)
+    state.set_pod(pod("m", job="j", role="master", phase="Failed"))
+    assert [state.role_pods("default", "j", r) for r in ("master", "pserver")] == [0, 1]
+    state.remove_pod("default", "p0")
+    state.replace_pods([pod("other", job="k", role="master")])
+    assert state.role_pods("default", "j", "pserver") == 0
+    assert state.role_pods("default", "k", "master") == 1
+
+
 def quota(name: str, cpu: str, used: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ResourceQuota",
             "metadata": {"name": name, "namespace": "team"},

@@ -54,6 +54,7 @@ from edl.control.job_status import (
     FAILED,
     RUNNING,
     SUSPENDED_MESSAGE,
+    replica_failure,
     trainer_job_outcome,
     waiting_reason,
 )
@@ -98,6 +99,7 @@ class _Known:
     status: dict[str, Any]
     last_trainer_failure: str | None = None  # asked once the trainer Job failed
     unapplied: str = ""  # an edit the running pods do not have (`drift.unapplied`)
+    children_warned: str = ""  # the master/pserver refusal last posted as an Event
 
 
 class Controller:
@@ -359,6 +361,9 @@ class Controller:
         record = self.trainers.record(key) if self.trainers is not None else None
         if outcome is None and record is not None and record.problem:
             message = f"{message}; {record.problem}"  # in the API server's words
+        refused = await self._children_refused(known) if outcome is None else ""
+        if refused:  # trainers without their master or pservers do not train
+            state, message = CREATED, f"{refused}; {message}"
         if known.unapplied:
             message = f"{message}; {known.unapplied}"
         status = {
@@ -373,6 +378,39 @@ class Controller:
         if waiting:
             status["waiting"] = waiting
         await self._write_status(*key, known, status)
+
+    async def _children_refused(self, known: _Known) -> str:
+        """Why the master's or pservers' pods cannot be created, in the API server's words
+        (their ReplicaSet's ``ReplicaFailure``); posted once as a Warning Event. Read only
+        while the pod cache lacks some of those pods, so a healthy job costs no API call."""
+        count = getattr(self.cluster, "role_pods", None)
+        job = known.job
+        if count is None or job is None:
+            return ""
+        namespace, name = job_key(job)
+        roles = [("master", 1)]
+        if not job.collective():
+            roles.append(("pserver", job.spec.pserver.min_instance or 0))
+        refused = ""
+        for role, wanted in roles:
+            if await count(job, role) >= wanted:
+                continue
+            try:
+                failure = replica_failure(
+                    await self.cluster.get_replica_set(namespace, f"{name}-{role}"))
+            except ClusterError:
+                continue
+            if failure:
+                refused = f"{role} pods not created: {failure}"
+                break
+        if refused and refused != known.children_warned:
+            log.warning("%s/%s: %s", namespace, name, refused)
+            post = getattr(self.cluster, "post_trainer_event", None)
+            if post is not None:
+                with contextlib.suppress(ClusterError):
+                    await post(namespace, name, "FailedCreate", refused)
+        known.children_warned = refused
+        return refused
 
     def _plan(self, key: tuple[str, str]) -> dict[str, Any] | None:
         """The Autoscaler's last decision for the job, for `status.plan`: its target and

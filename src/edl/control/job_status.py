@@ -44,6 +44,16 @@ def waiting_reason(desired: int, pods: JobPods) -> str:
     return "; ".join(parts)
 
 
+def replica_failure(replica_set: Mapping[str, Any]) -> str:
+    """The ReplicaSet controller's last refusal to create its pods, in the API server's
+    words (its ``ReplicaFailure`` condition, e.g. ``pods "x-master-7b2" is forbidden:
+    failed quota: ...``); "" when it has none."""
+    for condition in (replica_set.get("status") or {}).get("conditions") or ():
+        if condition.get("type") == "ReplicaFailure" and condition.get("status") == "True":
+            return str(condition.get("message") or condition.get("reason") or "FailedCreate")
+    return ""
+
+
 def trainer_job_outcome(
     trainer: Mapping[str, Any], last_failure: str = ""
 ) -> tuple[str, str] | None:

@@ -349,6 +349,10 @@ class KubeCluster(KubeManagedTrainers, KubeKueue):
     async def job_pods(self, job: TrainingJob) -> JobPods:
         return self.state.job_pods(*job_key(job))
 
+    async def role_pods(self, job: TrainingJob, role: str) -> int:
+        """Live pods of the job's master or pservers (from the pod cache: no API call)."""
+        return self.state.role_pods(*job_key(job), role)
+
     async def last_trainer_failure(self, job: TrainingJob) -> str:
         """The trainer that failed last and its error (one pod list, asked once per failure)."""
         namespace, name = job_key(job)

@@ -10,6 +10,7 @@ listing and summing 150,000 pods.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -55,6 +56,23 @@ def _trainer_job(obj: Mapping[str, Any]) -> JobKey | None:
     return meta.get("namespace") or "default", labels[LABEL_JOB]
 
 
+# the long-running roles whose live pods `role_pods` counts (the master and pserver
+# ReplicaSets'): the Controller asks a ReplicaSet why only when its pods are missing
+COUNTED_ROLES = frozenset({"master", "pserver"})
+RoleKey = tuple[str, str, str]  # namespace, TrainingJob, role
+
+
+def _role_key(obj: Mapping[str, Any], phase: str) -> RoleKey | None:
+    meta = obj.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    role = labels.get(LABEL_ROLE)
+    if role not in COUNTED_ROLES or LABEL_JOB not in labels:
+        return None
+    if phase in TERMINAL_PHASES or meta.get("deletionTimestamp"):
+        return None
+    return meta.get("namespace") or "default", labels[LABEL_JOB], role
+
+
 class ClusterState:
     """Nodes and pods as running sums; fed by two reflectors (see `reflector.Store`)."""
 
@@ -64,6 +82,8 @@ class ClusterState:
         self._nodes: set[str] = set()
         self._trainers: dict[JobKey, dict[PodKey, TrainerPodState]] = {}
         self._trainer_of: dict[PodKey, JobKey] = {}
+        self._role_of: dict[PodKey, RoleKey] = {}
+        self._role_counts: Counter[RoleKey] = Counter()
         self.bad_pods = 0
         self._unschedulable: set[PodKey] = set()
         self._request_cache: dict[str, PodResources] = {}
@@ -96,6 +116,7 @@ class ClusterState:
         else:
             self._pods.add(key)
         self._index_trainer(key, pod, phase)
+        self._index_role(key, _role_key(pod, phase))
         self.trainer_index.set(key, pod)
         self._note_scheduling(key, pod, phase)
 
@@ -126,6 +147,7 @@ class ClusterState:
         self.ledger.remove_pod(namespace, name)
         self._pods.discard(key)
         self._unindex_trainer(key)
+        self._index_role(key, None)
         self.trainer_index.remove(key)
         self._unschedulable.discard(key)
 
@@ -167,6 +189,16 @@ class ClusterState:
         self._trainers.setdefault(job, {})[key] = TrainerPodState(phase, leaving, bound, node)
         self._trainer_of[key] = job
 
+    def _index_role(self, key: PodKey, role: RoleKey | None) -> None:
+        before = self._role_of.pop(key, None)
+        if before is not None:
+            self._role_counts[before] -= 1
+            if not self._role_counts[before]:
+                del self._role_counts[before]
+        if role is not None:
+            self._role_of[key] = role
+            self._role_counts[role] += 1
+
     def _unindex_trainer(self, key: PodKey) -> None:
         job = self._trainer_of.pop(key, None)
         if job is None:
@@ -190,6 +222,8 @@ class ClusterState:
             self.remove_pod(*key)
         for key in set(self._trainer_of) - listed:
             self._unindex_trainer(key)
+        for key in set(self._role_of) - listed:
+            self._index_role(key, None)
         for key in self.trainer_index.keys() - listed:
             self.trainer_index.remove(key)
 
@@ -238,6 +272,11 @@ class ClusterState:
                 unscheduled += not pod.bound
         return JobPods(total=running + pending, running=running, pending=pending,
                        unscheduled=unscheduled, terminating=terminating)
+
+    def role_pods(self, namespace: str, name: str, role: str) -> int:
+        """How many live (unfinished, not being deleted) pods of a job's master or
+        pservers the cache holds."""
+        return self._role_counts.get((namespace, name, role), 0)
 
     def trainer_pods(
         self, namespace: str, name: str, leaving: bool = False
