@@ -25,8 +25,12 @@ SYSTEM_NAMESPACE = "edl-system"
 # shorter renew deadline only made a loaded machine's controller give its Lease up
 # mid-test, and no other test waits for a Lease to expire.
 # --log-requests: the tests read every API call's status in the log (no 403, 409 or 422)
+# --trainer-priority-class= (none): the tests measure edl's own shrinking and growth, which
+# kube-scheduler's preemption of the default class would race; test_pod_security.py and the
+# GPU walkthrough run with the default class
 CONTROLLER_ARGS = ["--interval=1", "--status-interval=0.5",
-                   f"--lease-namespace={SYSTEM_NAMESPACE}", "--log-requests"]
+                   f"--lease-namespace={SYSTEM_NAMESPACE}", "--log-requests",
+                   "--trainer-priority-class="]
 FORBIDDEN_MARKS = ("Forbidden", "forbidden", "403 Forbidden", "code=403", "\"code\":403")
 
 

@@ -168,8 +168,24 @@ def test_gpu_trainers_only_go_where_gpus_are_free() -> None:
     c.add_job(Job("ns", "g", 1, 8, 1, cpu=1000, gpu=1))
     c.schedule()
     decisions, placement = DEFAULT.plan_with_placement(c.views(), c.resources(), 0.97)
-    assert decisions[0].target == 3  # GPU limits within 97% of 4
-    assert placement[("ns", "g")] == ["gpu", "gpu"]
+    # every GPU: the load cap holds back CPU headroom, never a whole device
+    assert decisions[0].target == 4
+    assert placement[("ns", "g")] == ["gpu", "gpu", "gpu"]
+    assert "load cap" not in decisions[0].reason
+
+
+def test_the_reason_names_the_load_cap_when_it_stops_a_job() -> None:
+    """8 CPUs at 0.97 admit 7 one-CPU trainers while a node still has a free CPU."""
+    c = uniform(2, cpu=4000)
+    c.add_job(Job("ns", "a", 1, 10, 1, cpu=1000))
+    c.schedule()
+    decisions = tick(c)
+    assert decisions["a"].target == 7
+    cap = "the load cap (cluster CPU requests at max_load_desired) admits no more"
+    assert cap in decisions["a"].reason, decisions["a"].reason
+    decisions = tick(c)
+    assert decisions["a"].target == 7
+    assert decisions["a"].reason == f"keep 7: {cap} trainers (fair share 7)"
 
 
 def test_makes_room_in_slots_not_in_aggregate_cores() -> None:

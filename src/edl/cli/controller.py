@@ -13,6 +13,10 @@ from edl.api.k8snames import subdomain_problem
 from edl.jobparser import DEFAULT_IMAGE
 from edl.jobparser.manifests import ETCD_IMAGE
 
+# deploy/priorityclass.yaml's class: the default here and in deploy/controller.yaml, so the
+# laptop path and the Deployment run alike (tests/cli/test_controller_flags.py)
+TRAINER_PRIORITY_CLASS = "edl-elastic-trainer"
+
 # Loggers with an INFO line per API request (lightkube's httpx2, kopf's aiohttp) or per
 # TrainingJob event handled (kopf.objects: "Handler ... succeeded", every status write
 # included); their warnings and errors still show.
@@ -34,8 +38,9 @@ def _listen(value: str) -> tuple[str, int]:
 @click.option("--policy", default="default", show_default=True, help="Scaling policy.")
 @click.option("--max-load", "--max-load-desired", "max_load_desired",
               type=click.FloatRange(0.0, 1.0, min_open=True), default=0.97, show_default=True,
-              help="Fraction of the cluster's CPU/GPU that requests may reach (as in `edl plan` "
-                   "and `edl run`; --max-load-desired is the older spelling).")
+              help="Fraction of the cluster's CPU that requests may reach; whole devices (GPUs, "
+                   "extended resources) are never held back (as in `edl plan` and `edl run`; "
+                   "--max-load-desired is the older spelling).")
 @click.option("--interval", type=click.FloatRange(0.1), default=5.0, show_default=True,
               help="Seconds between autoscaler ticks.")
 @click.option("--status-interval", type=click.FloatRange(0.1), default=5.0, show_default=True,
@@ -68,10 +73,11 @@ def _listen(value: str) -> tuple[str, int]:
 @click.option("--etcd-image", default=ETCD_IMAGE, show_default=True, metavar="IMAGE",
               help="The master pod's etcd sidecar image for jobs that name none "
                    "(spec.master.etcd-image); mirror it for an air-gapped registry.")
-@click.option("--trainer-priority-class", default="", metavar="NAME",
+@click.option("--trainer-priority-class", default=TRAINER_PRIORITY_CLASS, show_default=True,
+              metavar="NAME",
               help="PriorityClass of trainer pods whose job names none "
-                   "(spec.trainer.priorityClassName); it must exist. deploy/controller.yaml "
-                   "sets the class deploy/priorityclass.yaml ships. Default: none.")
+                   "(spec.trainer.priorityClassName): the one deploy/priorityclass.yaml "
+                   "ships, which must exist; an empty value gives them none.")
 @click.option("--installation", envvar="EDL_INSTALLATION", default=DEFAULT_INSTALLATION,
               show_default=True, metavar="NAME",
               help="This installation's name: it runs the TrainingJobs whose label "

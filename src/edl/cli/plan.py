@@ -31,7 +31,8 @@ def _fail(message: str) -> None:
     type=click.FloatRange(0, 1, min_open=True),
     default=0.97,
     show_default=True,
-    help="max_load_desired: the share of the cluster's CPU/GPU that requests may reach.",
+    help="max_load_desired: the share of the cluster's CPU that requests may reach "
+    "(whole devices such as GPUs are never held back).",
 )
 @click.option("--output", "-o", type=click.Choice(["table", "json"]), default="table",
               show_default=True, help="A table, or the JSON document described below.")

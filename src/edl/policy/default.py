@@ -9,9 +9,9 @@ leaving trainers) and where each job's trainers run (`JobView.trainers`). In ord
 3. Each job's trainers that hold no room yet are placed, least fulfilled job
    first; those that fit nowhere leave the job *blocked*; a job that cannot hold
    its min-instance this way is *starving*.
-4. While CPU requests or GPU limits exceed max_load_desired of the total (pending
-   pods included, as in the original), the most fulfilled jobs above min shrink
-   (`_shed_cost`: the cheapest trainer first).
+4. While CPU requests exceed max_load_desired of the total or GPU limits the total
+   (`load_cap.py`; pending pods included, as in the original), the most fulfilled
+   jobs above min shrink (`_shed_cost`: the cheapest trainer first).
 5. Make room (`steps.make_room`, `preempt.py`): for each waiting pod and each
    missing trainer of a starving job, the node where the fewest, least costly
    trainers must go for it to fit — room already on its way first, victims from
@@ -30,6 +30,7 @@ leaving trainers) and where each job's trainers run (`JobView.trainers`). In ord
    their share; a wide job's trainers leave the only nodes a narrow job below its
    share can use when free room elsewhere is held for them; growth prefers nodes no
    narrower job wants; above min, trainers that fit nowhere leave the target.
+   A job the load cap stops says so (`load_cap.note_load_cap`).
 
 Guarantees (property-tested): targets stay in [min, max]; every added trainer
 was placed on a node with room and no node is over-committed; CPU requests stay
@@ -50,6 +51,7 @@ from edl.policy.choosy import (
     rebalance_quota,
     relocate,
 )
+from edl.policy.load_cap import note_load_cap
 from edl.policy.plan_state import Budget, JobPlan, build_plans
 from edl.policy.preempt import Preemptor
 from edl.policy.quotas import QuotaBook
@@ -117,6 +119,7 @@ class DefaultPolicy:
         rebalance_quota(plans, budget, room, self._level)
         relocate(plans, budget, room, preemptor, masks)
         drop_unplaceable(plans, budget, room)
+        note_load_cap(plans, budget, room)
 
         by_key = {plan.key: plan for plan in plans}
         placement = {plan.key: [room.names[i] for i in plan.planned_nodes] for plan in plans}

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from edl.accounting.types import ClusterResource
+from edl.policy import load_cap
 from edl.policy.base import JobView
 from edl.policy.quotas import QuotaBook
 from edl.policy.room import Eligible, Room, Shape
@@ -167,8 +168,8 @@ def build_plans(
         cpu=resources.cpu_request_milli,
         gpu=resources.gpu_limit,
         memory=resources.memory_request_mega,
-        cpu_cap=int(resources.cpu_total_milli * max_load_desired),
-        gpu_cap=int(resources.gpu_total * max_load_desired),
+        cpu_cap=load_cap.cpu_cap(resources, max_load_desired),
+        gpu_cap=load_cap.gpu_cap(resources),
         memory_cap=resources.memory_total_mega,
     )
     plans: list[JobPlan] = []

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from edl.policy.plan_state import JobPlan
 
-__all__ = ["no_room", "reason"]
+__all__ = ["LOAD_CAP", "no_room", "reason"]
+
+# what binds when `stopped == "load"` (policy/load_cap.py: only CPU has load headroom)
+LOAD_CAP = "the load cap (cluster CPU requests at max_load_desired)"
 
 
 def _narrowed(plan: JobPlan) -> str:
@@ -63,7 +66,7 @@ def reason(plan: JobPlan) -> str:
         elif plan.stopped == "quota":
             text += f"; {_quota(plan)} admits no more"
         elif plan.stopped == "load":
-            text += "; CPU/GPU requests reached max load"
+            text += f"; {LOAD_CAP} admits no more"
         elif _quota_full(plan):
             text += f"; {_quota(plan)} admits no more"
         elif after >= plan.share:
@@ -88,7 +91,7 @@ def reason(plan: JobPlan) -> str:
     if plan.stopped == "quota":
         return f"keep {after}: {_quota(plan)} admits no more trainers (fair share {plan.share})"
     if plan.stopped == "load":
-        return f"keep {after}: CPU/GPU requests at max load (fair share {plan.share})"
+        return f"keep {after}: {LOAD_CAP} admits no more trainers (fair share {plan.share})"
     if _quota_full(plan):
         return f"keep {after}: {_quota(plan)} admits no more trainers (fair share {plan.share})"
     if after > plan.share:

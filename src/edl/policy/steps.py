@@ -112,8 +112,8 @@ def shrink_over_max_load(
     max_load: float,
     shed_cost: LevelFn = _fulfillment_cost,
 ) -> None:
-    """Shrink jobs while CPU requests or GPU limits exceed max load, the cheapest
-    trainer first (``shed_cost``; default: the most fulfilled job's)."""
+    """Shrink jobs while CPU requests exceed max load or GPU limits the cluster's GPUs,
+    the cheapest trainer first (``shed_cost``; default: the most fulfilled job's)."""
     heap = [
         (shed_cost(plan, plan.target), *plan.key, index)
         for index, plan in enumerate(plans)
@@ -128,8 +128,9 @@ def shrink_over_max_load(
             or (budget.gpu > budget.gpu_cap and plan.view.gpu_limit > 0)
         ):
             continue  # shrinking this job would not lower what is over
-        what = "CPU requests" if budget.cpu > budget.cpu_cap else "GPU limits"
-        plan.shed(budget, room, f"{what} above {max_load:.0%} of the cluster")
+        over = (f"CPU requests above {max_load:.0%} of the cluster"
+                if budget.cpu > budget.cpu_cap else "GPU limits above the cluster's GPUs")
+        plan.shed(budget, room, over)
         if plan.target > plan.view.min_instance:
             heapq.heappush(heap, (shed_cost(plan, plan.target), *plan.key, index))
 
