@@ -6,10 +6,11 @@ one worker, so every worker that runs an e2e test has a plane of its own and run
 tests one after another on it, as a plain `pytest` run does. A test may therefore count
 the whole cluster (nodes, pods, the Lease): nothing of another test is on its plane, and
 a test is written the ordinary way, with no grouping. `deploy/namespace.yaml`,
-`deploy/crd.yaml` and `deploy/rbac.yaml` are applied as a cluster admin would. The
+`deploy/crd.yaml`, `deploy/rbac.yaml` and `deploy/admission-policy.yaml` are applied as a
+cluster admin would, and every test namespace is labelled `edl.dev/served=true`. The
 controller runs outside the cluster with a token of the `edl-controller` ServiceAccount,
-so the API server's RBAC authorizer decides every call it makes exactly as
-`deploy/rbac.yaml` says; a `403` in its log fails the test.
+so the API server's RBAC authorizer and admission decide every call it makes exactly as
+those files say; a `403` in its log fails the test.
 
 EDL_E2E=0 turns this suite off (for a machine that cannot build the Kubernetes binaries);
 otherwise a missing Go toolchain or a failed build is an error, never a skip.

@@ -1,6 +1,8 @@
 """deploy/rbac.yaml under the real RBAC authorizer: the controller's ServiceAccount may do
-what its code calls and nothing else. (Every other e2e test runs the controller with this
-ServiceAccount's token and fails on any 403 in its log.)"""
+what its code calls and nothing else; deploy/admission-policy.yaml under the real
+admission: what it writes is edl's own, in namespaces an admin opted in. (Every other
+e2e test runs the controller with this ServiceAccount's token and fails on any 403 in
+its log.)"""
 
 from __future__ import annotations
 
