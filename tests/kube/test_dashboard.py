@@ -18,7 +18,7 @@ from edl.kube.metrics import ControllerMetrics
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana-dashboard.json"
 PROMQL_WORDS = {"sum", "max", "min", "count", "by", "rate", "histogram_quantile", "without",
-                "avg", "le"}
+                "avg", "le", "increase"}
 
 
 def exported() -> dict[str, dict[str, set[str]]]:
@@ -30,9 +30,8 @@ def exported() -> dict[str, dict[str, set[str]]]:
     metrics.observe_jobs({("default", "digits"): (6, 4)})
     metrics.observe_decision(2, 6)
     metrics.plan_duration.observe(0.01)
-    for kind in ("Pod", "Node"):
-        metrics.watch_restarts.labels(kind).set(0)
-        metrics.watch_stale.labels(kind).set(0)
+    for kind in ("Pod", "Node", "ResourceQuota"):
+        metrics.observe_watch(kind, 0, 0.0)
     found: dict[str, dict[str, set[str]]] = {}
     for registry in (metrics.registry, metrics.leader_registry):
         for family in registry.collect():

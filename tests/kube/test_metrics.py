@@ -70,3 +70,24 @@ def test_readiness_is_false_while_the_lease_cannot_be_used_and_says_why() -> Non
     assert not ok and text.startswith("leader")
     health.lease_error = None
     assert health.ready() == (True, "leader, caches synced")
+
+
+def test_watch_restarts_is_a_counter_for_every_kind_watched() -> None:
+    """A counter (`_total`), growing by what each stream adds; a new term's streams count
+    from 0 again without the counter going back; every cache's kind has a series."""
+    from typing import Any, cast
+
+    from edl.kube.cluster import KubeCluster
+
+    client = cast(Any, object())  # the caches are only built here, never started
+    assert set(KubeCluster(client).watch_health()) == {"Pod", "Node", "ResourceQuota"}
+    assert set(KubeCluster(client, kueue=True).watch_health()) == {
+        "Pod", "Node", "ResourceQuota", "Job"}
+    metrics = ControllerMetrics()
+    metrics.set_leading(True)
+    for restarts in (0, 2, 5, 1):  # 1: the next term's reflector, restarted once
+        metrics.observe_watch("ResourceQuota", restarts, 3.0)
+    text = "\n".join(series(metrics))
+    assert 'edl_watch_restarts_total{kind="ResourceQuota"} 6.0' in text
+    assert 'edl_watch_stale_seconds{kind="ResourceQuota"} 3.0' in text
+    assert "# TYPE edl_watch_restarts_total counter" in metrics.render().decode()

@@ -129,14 +129,20 @@ class KubeCluster(KubeManagedTrainers, KubeKueue):
         # False when not asked to, or after a 403: the Job controller then picks.
         self._victims_allowed = delete_victims
 
+    def reflectors(self) -> list[Reflector]:
+        """Every list+watch cache this cluster runs (trainer Jobs only with --kueue)."""
+        found = [self.node_reflector, self.pod_reflector, self.quota_reflector]
+        return found if self.job_reflector is None else [*found, self.job_reflector]
+
+    def watch_health(self) -> dict[str, tuple[int, float]]:
+        """Per watched kind: (stream restarts so far, seconds failing to follow the server)."""
+        return {r.kind: (r.watch_restarts, r.stale_for()) for r in self.reflectors()}
+
     # -- lifecycle -----------------------------------------------------------------------
 
     async def start(self, timeout: float = 60.0) -> None:
         """Start the node, pod and quota caches; wait for nodes and pods (quotas follow)."""
-        reflectors = [self.node_reflector, self.pod_reflector, self.quota_reflector]
-        if self.job_reflector is not None:
-            reflectors.append(self.job_reflector)
-        for reflector in reflectors:
+        for reflector in self.reflectors():
             self._tasks.append(asyncio.create_task(reflector.run(), name=f"watch-{reflector.kind}"))
         await asyncio.wait_for(
             asyncio.gather(self.node_reflector.synced.wait(), self.pod_reflector.synced.wait()),

@@ -67,13 +67,15 @@ class ControllerMetrics:
         self.plan_duration = Histogram(
             "edl_plan_duration_seconds", "Time to inquire resources and plan one autoscaler tick",
             buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5), registry=r)
-        self.watch_restarts = Gauge(
-            "edl_watch_restarts", "Times a list/watch stream was restarted", ["kind"], registry=r)
+        self.watch_restarts = Counter(
+            "edl_watch_restarts", "Times a list/watch stream of a kind edl watches was "
+            "restarted (410 Gone, a broken or silent stream)", ["kind"], registry=r)
         self.watch_stale = Gauge(
             "edl_watch_stale_seconds",
-            "Seconds a node/pod cache has been failing to follow the API server (0: live)",
-            ["kind"], registry=r)
+            "Seconds the cache of a kind edl watches has been failing to follow the API "
+            "server (0: live)", ["kind"], registry=r)
         self._jobs: set[tuple[str, str]] = set()
+        self._restarts_seen: dict[str, int] = {}
 
     def set_leading(self, leading: bool) -> None:
         """Export the leader's metrics from now on (its caches are synced), or stop and
@@ -92,6 +94,14 @@ class ControllerMetrics:
         ):
             self.requested.labels(name).set(requested)
             self.allocatable.labels(name).set(total)
+
+    def observe_watch(self, kind: str, restarts: int, stale: float) -> None:
+        """One watched kind's health: its stream's restarts so far (the counter grows by
+        what is new; a fresh stream after a new term counts from 0 again) and staleness."""
+        seen = self._restarts_seen.get(kind, 0)
+        self.watch_restarts.labels(kind).inc(restarts - seen if restarts >= seen else restarts)
+        self._restarts_seen[kind] = restarts
+        self.watch_stale.labels(kind).set(stale)
 
     def observe_job(self, namespace: str, job: str, desired: int, running: int) -> None:
         self.trainers_desired.labels(namespace, job).set(desired)

@@ -145,12 +145,9 @@ class ControllerProcess:
                 self.metrics.set_leading(exporting)
             cluster = self.cluster
             if cluster is not None and exporting:
-                for reflector in (cluster.pod_reflector, cluster.node_reflector):
-                    self.metrics.watch_restarts.labels(reflector.kind).set(
-                        reflector.watch_restarts)
-                    stale = reflector.stale_for()
-                    self.metrics.watch_stale.labels(reflector.kind).set(stale)
-                    self.health.stale_caches[reflector.kind] = stale
+                for kind, (restarts, stale) in cluster.watch_health().items():
+                    self.metrics.observe_watch(kind, restarts, stale)
+                    self.health.stale_caches[kind] = stale
                 self._observe_jobs(cluster)
             await asyncio.sleep(1.0)
 
