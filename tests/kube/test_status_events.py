@@ -90,3 +90,12 @@ def test_scale_event_explains_the_decision() -> None:
     assert event["involvedObject"] == {"apiVersion": "edl.dev/v1", "kind": "TrainingJob",
                                        "namespace": "ns", "name": "job", "uid": "uid-1"}
     assert describe_load(None, 0.97).startswith("cluster load unknown")
+
+
+def test_a_load_over_one_is_explained() -> None:
+    over = ClusterResource(cpu_request_milli=5400, cpu_total_milli=4000,
+                           memory_request_mega=1000, memory_total_mega=8000)
+    assert describe_load(over, 0.97) == (
+        "cluster load cpu 1.35, memory 0.12 vs max_load_desired 0.97 (load = requested / "
+        "allocatable, pending pods included; cpu over 1: pods ask for more than the nodes "
+        "have, the rest waits Pending)")

@@ -48,7 +48,12 @@ def describe_load(res: ClusterResource | None, max_load_desired: float) -> str:
         return f"cluster load unknown, max_load_desired {max_load_desired:.2f}"
     loads = cluster_load(res).items()
     parts = [f"{name} {value:.2f}" for name, value in loads if value is not None]
-    return f"cluster load {', '.join(parts) or 'n/a'} vs max_load_desired {max_load_desired:.2f}"
+    text = f"cluster load {', '.join(parts) or 'n/a'} vs max_load_desired {max_load_desired:.2f}"
+    over = [name for name, value in loads if value is not None and value > 1]
+    if over:  # pending pods count: a load over 1 reads like a bug without this
+        text += (f" (load = requested / allocatable, pending pods included; {' and '.join(over)}"
+                 " over 1: pods ask for more than the nodes have, the rest waits Pending)")
+    return text
 
 
 def involved(namespace: str, name: str, uid: str | None) -> dict[str, Any]:
