@@ -66,6 +66,10 @@ class PlaneConfig:
     config_error_jobs: tuple[str, ...] = ("misconfigured",)
     # ... and these exit 0 (the work is done) as long after.
     complete_jobs: tuple[str, ...] = ("finishing",)
+    # More kube-apiserver flags and upstream controllers (tests/node: the egress selector
+    # to its kubelet; the EndpointSlice controller kube-proxy needs).
+    apiserver_args: tuple[str, ...] = ()
+    extra_controllers: tuple[str, ...] = ()
 
 
 def k8s_binaries() -> Path:
@@ -155,7 +159,7 @@ class ControlPlane:
         kubeconfig = str(self.admin_kubeconfig)
         self._add("kube-controller-manager", [
             f"--kubeconfig={kubeconfig}", "--leader-elect=false",
-            f"--controllers={','.join(CONTROLLERS)}",
+            f"--controllers={','.join(CONTROLLERS + self.config.extra_controllers)}",
             f"--service-account-private-key-file={self.pki.sa_private}",
             f"--root-ca-file={self.pki.ca_cert}", "--use-service-account-credentials=false",
             "--bind-address=127.0.0.1", "--secure-port=0",
@@ -216,6 +220,7 @@ class ControlPlane:
             # (WatchList, beta, on by default) need: with it on, every legacy watch from
             # resourceVersion 0 (kwok's) is turned into a streaming list and refused.
             "--feature-gates=WatchList=false",
+            *self.config.apiserver_args,
         ]
 
     def _add(self, name: str, args: list[str], env: dict[str, str] | None = None) -> Component:

@@ -39,6 +39,9 @@ KINDS: dict[str, tuple[str, str, bool]] = {
                                   "validatingadmissionpolicies", False),
     "ValidatingAdmissionPolicyBinding": ("/apis/admissionregistration.k8s.io/v1",
                                          "validatingadmissionpolicybindings", False),
+    "PersistentVolume": ("/api/v1", "persistentvolumes", False),
+    "PersistentVolumeClaim": ("/api/v1", "persistentvolumeclaims", True),
+    "ConfigMap": ("/api/v1", "configmaps", True),
 }
 APPLY = "application/apply-patch+yaml"
 MERGE = "application/merge-patch+json"

@@ -1,0 +1,160 @@
+"""The node tier: one real node (kubelet + containerd + runc + bridge CNI) registered to a
+control plane of its own, shared by the session (`node_cluster`).
+
+Pods run edl's runtime image (tools/node/images.py, imported with no registry); the Python
+install it runs is mounted read-only from this machine through PersistentVolumes (so Pod
+Security `restricted` admits the pods): `runtime_volumes` gives a TrainingJob's volumes and
+mounts. `namespace` is a fresh namespace with those volumes' claims, deleted afterwards.
+
+EDL_NODE=0 (or EDL_E2E=0) turns this tier off. Otherwise a machine that cannot run a kubelet
+(not root, no cgroup v1 hierarchy) fails every test here with one line naming the cause.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from e2e.control_plane import ControlPlane, PlaneConfig, k8s_binaries, keep_or_remove
+from e2e.helpers import (
+    CONTROLLER_ARGS,
+    SYSTEM_NAMESPACE,
+    Controller,
+    install_edl,
+    start_controller_process,
+)
+from e2e.rest import Rest
+from node.cluster import NodeCluster
+from node.node import Node, egress_config, images, node_binaries
+from polling import wait_until
+
+OFF = "EDL_NODE=0 turns the node tier off"
+if os.environ.get("EDL_NODE", "1") == "0" or os.environ.get("EDL_E2E", "1") == "0":
+    collect_ignore_glob = ["test_*.py"]
+
+
+def unfit_machine() -> str:
+    """Why this machine cannot run the test node ('' if it can)."""
+    if os.geteuid() != 0:
+        return "the node tier needs root (a kubelet, containerd and namespaces)"
+    if not Path("/sys/fs/cgroup/memory/cgroup.procs").exists():
+        return "the node tier needs the cgroup v1 memory hierarchy at /sys/fs/cgroup/memory"
+    return ""
+
+
+@pytest.fixture(scope="session")
+def node_cluster(request: pytest.FixtureRequest) -> Iterator[NodeCluster]:
+    why = unfit_machine()
+    if why:
+        pytest.fail(f"{why} ({OFF})", pytrace=False)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    work = Path(tempfile.mkdtemp(prefix=f"edl-node-{worker}-"))
+    (work / "plane").mkdir()
+    (work / "node").mkdir()
+    try:
+        bins = node_binaries()
+    except RuntimeError as error:
+        pytest.fail(f"{str(error).splitlines()[-1]} ({OFF})", pytrace=False)
+    pki = work / "plane" / "pki"
+    egress = egress_config(work / "egress.yaml", work / "node" / "egress.sock")
+    config = PlaneConfig(nodes=0, apiserver_args=(
+        f"--egress-selector-config-file={egress}",
+        f"--kubelet-client-certificate={pki / 'admin.crt'}",
+        f"--kubelet-client-key={pki / 'admin.key'}"),
+        extra_controllers=("endpointslice-controller", "persistentvolume-binder-controller"))
+    plane = ControlPlane(bin_dir=k8s_binaries(), work_dir=work / "plane", config=config)
+    node = Node(bins=bins, work=work / "node", plane=plane, name=f"edl-node-{uuid.uuid4().hex[:6]}")
+    before = Node.machine_state()
+    try:
+        plane.start()
+        rest = Rest(plane)
+        install_edl(rest)
+        node.start()
+        tars = [images.runtime_image(work / "node"), images.etcd_image(work / "node")]
+        for tar in tars:
+            node.import_image(tar)
+        mounts = images.runtime_mounts()
+        yield NodeCluster(plane, node, rest, plane.admin_kubeconfig,
+                          f"localhost/edl-runtime:{images.version()}-node",
+                          f"localhost/edl-etcd:{images.version()}-node", mounts)
+    finally:
+        node.stop()
+        plane.stop()
+        left = node.leftovers()
+        changed = {k: (v, after) for k, v in before.items()
+                   if (after := Node.machine_state()[k]) != v}
+        failed = request.session.testsfailed > 0
+        note = keep_or_remove(plane, failed)
+        if not failed:
+            node.remove_work()
+            with contextlib.suppress(OSError):
+                work.rmdir()
+        if note:
+            print(f"\n{note}; node logs in {node.logs}", file=sys.stderr)
+        assert not left, f"the test node left behind: {left}"
+        assert not changed, f"the test node changed the machine (before, after): {changed}"
+
+
+@pytest.fixture
+def namespace(node_cluster: NodeCluster) -> Iterator[str]:
+    """A fresh namespace with claims on the runtime's volumes, deleted afterwards."""
+    rest = node_cluster.rest
+    name = f"node-{uuid.uuid4().hex[:6]}"
+    rest.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    wait_until(lambda: rest.find("ServiceAccount", "default", name) is not None, 30,
+               "the default ServiceAccount")
+    volumes = []
+    for index, path in enumerate(node_cluster.mounts):
+        claim, volume = f"edl-runtime-{index}", f"{name}-runtime-{index}"
+        volumes.append(volume)
+        rest.create({"apiVersion": "v1", "kind": "PersistentVolume",
+                     "metadata": {"name": volume},
+                     "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadOnlyMany"],
+                              "persistentVolumeReclaimPolicy": "Retain",
+                              "storageClassName": "edl-runtime",
+                              "claimRef": {"namespace": name, "name": claim},
+                              "hostPath": {"path": str(path), "type": "Directory"}}})
+        rest.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                     "metadata": {"name": claim, "namespace": name},
+                     "spec": {"accessModes": ["ReadOnlyMany"], "volumeName": volume,
+                              "storageClassName": "edl-runtime",
+                              "resources": {"requests": {"storage": "1Gi"}}}}, name)
+    yield name
+    rest.delete("Namespace", name)
+    wait_until(lambda: rest.find("Namespace", name) is None, 120, f"namespace {name} deleted")
+    for volume in volumes:
+        rest.delete("PersistentVolume", volume)
+
+
+@pytest.fixture(scope="session")
+def controller_kubeconfig(node_cluster: NodeCluster) -> Path:
+    plane = node_cluster.plane
+    return plane.service_account_kubeconfig(SYSTEM_NAMESPACE, "edl-controller",
+                                            plane.work_dir / "edl-controller.kubeconfig")
+
+
+@pytest.fixture
+def start_controller(controller_kubeconfig: Path, node_cluster: NodeCluster,
+                     tmp_path: Path) -> Iterator[Callable[..., Controller]]:
+    """`edl controller` as a process with the ServiceAccount's token, images set to the
+    node's: stopped after the test."""
+    started: list[Controller] = []
+
+    def start(identity: str = "node", *extra: str) -> Controller:
+        controller = start_controller_process(
+            controller_kubeconfig, tmp_path / f"controller-{identity}.log", identity,
+            *CONTROLLER_ARGS, f"--image={node_cluster.image}",
+            f"--etcd-image={node_cluster.etcd_image}", *extra)
+        started.append(controller)
+        return controller
+
+    yield start
+    for controller in started:
+        controller.stop()
