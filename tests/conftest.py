@@ -67,6 +67,8 @@ TESTS = Path(__file__).resolve().parent
 # Top-level test directories whose tests start real edl/torch processes (`processes`).
 PROCESS_DIRS = frozenset({"local", "runtime"})
 E2E_DIR = "e2e"
+# tests/node needs the Kubernetes binaries too (and a kubelet): marked `e2e` as well.
+NODE_DIR = "node"
 
 
 def _directory(item: pytest.Item) -> str:
@@ -96,7 +98,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         directory = _directory(item)
-        if directory == E2E_DIR:
+        if directory in (E2E_DIR, NODE_DIR):
             item.add_marker(pytest.mark.e2e)
         elif directory in PROCESS_DIRS:
             item.add_marker(pytest.mark.processes)

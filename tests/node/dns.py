@@ -1,10 +1,9 @@
-"""The test node's cluster DNS: `<service>.<namespace>.svc.cluster.local` A records, answered
-with the Service's ready endpoint addresses (EndpointSlices), as for a headless Service.
-
-It stands in for CoreDNS + kube-proxy (docs/testing.md, "The node tier", says why): a pod
-reaches `<job>-master.<ns>.svc` at the master pod's IP on the node's bridge, which works for
-every Service edl creates (each maps a port to the same target port). Other names get
-NXDOMAIN; a known name asked for another type gets an empty answer.
+"""The test node's cluster DNS: `<service>.<namespace>.svc.cluster.local` A records, as
+CoreDNS answers them: the Service's ClusterIP (kube-proxy carries it to a pod), or its ready
+endpoint addresses (EndpointSlices) for a headless Service, or for every Service with
+`--endpoints` (no kube-proxy: each Service edl creates maps a port to the same target port,
+so the pod IP serves). It stands in for CoreDNS (docs/testing.md, "The node tier", says
+why). Other names get NXDOMAIN; a known name asked for another type, an empty answer.
 
 Run as `python dns.py --netns /proc/<pid>/ns/net --listen IP --api URL --ca F --cert F
 --key F` (stdlib only): the UDP socket is made inside the node's network namespace, the API
@@ -30,8 +29,8 @@ TTL = 2
 class Resolver:
     """Service name -> ready endpoint IPs, from the API server, cached for a second."""
 
-    def __init__(self, api: str, context: ssl.SSLContext) -> None:
-        self.api, self.context = api, context
+    def __init__(self, api: str, context: ssl.SSLContext, endpoints: bool) -> None:
+        self.api, self.context, self.endpoints = api, context, endpoints
         self.cache: dict[tuple[str, str], tuple[float, list[str] | None]] = {}
 
     def lookup(self, service: str, namespace: str) -> list[str] | None:
@@ -55,8 +54,12 @@ class Resolver:
             raise
 
     def _ask(self, service: str, namespace: str) -> list[str] | None:
-        if self._get(f"/api/v1/namespaces/{namespace}/services/{service}") is None:
+        found = self._get(f"/api/v1/namespaces/{namespace}/services/{service}")
+        if found is None:
             return None
+        cluster_ip = found["spec"].get("clusterIP")
+        if not self.endpoints and cluster_ip and cluster_ip != "None":
+            return [cluster_ip]
         slices = self._get(f"/apis/discovery.k8s.io/v1/namespaces/{namespace}/endpointslices"
                            f"?labelSelector=kubernetes.io/service-name%3D{service}") or {}
         return sorted({address for item in slices.get("items", [])
@@ -102,10 +105,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     for flag in ("--netns", "--listen", "--api", "--ca", "--cert", "--key"):
         parser.add_argument(flag, required=True)
+    parser.add_argument("--endpoints", action="store_true",
+                        help="answer every Service's endpoint addresses (no kube-proxy)")
     args = parser.parse_args()
     context = ssl.create_default_context(cafile=args.ca)
     context.load_cert_chain(args.cert, args.key)
-    resolver = Resolver(args.api, context)
+    resolver = Resolver(args.api, context, args.endpoints)
 
     def bind() -> socket.socket:
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)

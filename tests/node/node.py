@@ -44,6 +44,25 @@ CGROUP_FS = Path("/sys/fs/cgroup")
 PAUSE_IMAGE = images.PAUSE_IMAGE
 
 
+@dataclass(frozen=True)
+class PodProcess:
+    """A container's process: its user, its root filesystem's overlay upper directory (what
+    it wrote there) and its mount points (files runc bind-mounts over, such as /etc/hosts)."""
+
+    pid: int
+    uid: int
+    upperdir: str
+    mounts: frozenset[str]
+
+    def written(self) -> list[str]:
+        """Files written into the image's filesystem (not into a volume or a mount)."""
+        if not self.upperdir:
+            return []
+        top = Path(self.upperdir)
+        return sorted(rel for p in top.rglob("*") if not p.is_dir()
+                      and "/" + (rel := str(p.relative_to(top))) not in self.mounts)
+
+
 def node_binaries() -> Path:
     """The directory tools/node/build.sh fills (kubelet, containerd, runc, CNI, pause)."""
     done = subprocess.run(["bash", str(BUILD_SCRIPT)], capture_output=True, text=True,
@@ -104,6 +123,7 @@ class Node:
         self.import_image(self._pause_image())
         self._start_kubelet()
         self.wait_ready()
+        self._start_kube_proxy()
         return self
 
     def stop(self) -> None:
@@ -282,6 +302,35 @@ class Node:
             f"--kubeconfig={kubeconfig}", f"--root-dir={self.work / 'kubelet'}",
             f"--hostname-override={self.name}", f"--node-ip={self.ip}", "--v=2"])
 
+    def _start_kube_proxy(self) -> None:
+        """kube-proxy (nftables mode) in the node's namespace, and the `kubernetes` Service's
+        endpoint (the API server's port inside the node, forward.py) that kube-apiserver
+        would publish itself were it not on loopback (--endpoint-reconciler-type=none)."""
+        self.plane.request("POST", "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices", {
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": "kubernetes", "labels": {
+                "kubernetes.io/service-name": "kubernetes",
+                "endpointslice.kubernetes.io/managed-by": "edl-node-tests"}},
+            "addressType": "IPv4", "endpoints": [{"addresses": [self.ip]}],
+            "ports": [{"name": "https", "port": API_PORT, "protocol": "TCP"}]})
+        config = {
+            "apiVersion": "kubeproxy.config.k8s.io/v1alpha1", "kind": "KubeProxyConfiguration",
+            "mode": "nftables", "hostnameOverride": self.name,
+            "clientConnection": {"kubeconfig": str(self.work / "kubelet.kubeconfig")},
+            "clusterCIDR": f"{self.ip.rsplit('.', 2)[0]}.0.0/{self.prefix}",
+            "detectLocalMode": "ClusterCIDR",
+            # replies from a pod on the same bridge come back through the node's conntrack
+            # only if service traffic is masqueraded (no br_netfilter here)
+            "nftables": {"masqueradeAll": True, "minSyncPeriod": "0s", "syncPeriod": "30s"},
+            # conntrack sizes are machine-wide: leave them alone
+            "conntrack": {"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s",
+                          "tcpCloseWaitTimeout": "0s"},
+            "healthzBindAddress": "127.0.0.1:10256", "metricsBindAddress": "127.0.0.1:10249",
+        }
+        path = self.work / "kube-proxy.yaml"
+        path.write_text(yaml.safe_dump(config))
+        self._add("kube-proxy", [str(self.bins / "kube-proxy"), f"--config={path}", "--v=2"])
+
     def wait_ready(self, timeout: float = 120.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -332,23 +381,24 @@ class Node:
                       if marker in line]
         return found
 
-    def pod_processes(self, pod_uid: str) -> list[tuple[int, int, str]]:
-        """(pid, uid, upperdir of its root filesystem) of every process of pod `pod_uid`,
-        read from /proc: what the machine, not the pod, says."""
+    def pod_processes(self, pod_uid: str) -> list[PodProcess]:
+        """Every process of pod `pod_uid` as the machine (not the pod) sees it, from /proc."""
         found = []
         for proc in Path("/proc").iterdir():
             if not proc.name.isdigit():
                 continue
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError, StopIteration):
                 if f"/pod{pod_uid}/" not in (proc / "cgroup").read_text():
                     continue
                 uid = int(next(line.split()[1] for line in (proc / "status").read_text()
                                .splitlines() if line.startswith("Uid:")))
-                root = next((line for line in (proc / "mountinfo").read_text().splitlines()
-                             if line.split()[4] == "/"), "")
-                upper = next((o.removeprefix("upperdir=") for o in root.split()[-1].split(",")
+                mounts = [line.split() for line in
+                          (proc / "mountinfo").read_text().splitlines()]
+                root = next(m for m in mounts if m[4] == "/")
+                upper = next((o.removeprefix("upperdir=") for o in root[-1].split(",")
                               if o.startswith("upperdir=")), "")
-                found.append((int(proc.name), uid, upper))
+                found.append(PodProcess(int(proc.name), uid, upper,
+                                        frozenset(m[4] for m in mounts)))
         return found
 
     @staticmethod

@@ -6,7 +6,8 @@
 #                        (the same release and replaces as tools/k8s/go.mod, so the shared Go
 #                        build cache already holds most of it once the control plane is built)
 #   pause                compiled from build/pause/linux/pause.c of that module (static)
-#   containerd, containerd-shim-runc-v2, ctr, runc, cni/{bridge,host-local,loopback}
+#   containerd, containerd-shim-runc-v2, ctr, runc, cni/{bridge,host-local,loopback}, and
+#   nft (a wrapper naming its libraries in lib/, for kube-proxy's nftables mode)
 #                        from Debian's packages (`apt-get download` + `dpkg-deb -x`: nothing
 #                        is installed system-wide)
 #
@@ -15,9 +16,9 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-debs=(containerd runc containernetworking-plugins)
+debs=(containerd runc containernetworking-plugins nftables libnftables1 libnftnl11)
 bins=(kubelet kube-proxy pause containerd containerd-shim-runc-v2 ctr runc
-      cni/bridge cni/host-local cni/loopback)
+      cni/bridge cni/host-local cni/loopback nft)
 
 fail() { echo "tools/node/build.sh: $* (EDL_NODE=0 turns the node tier off)" >&2; exit 1; }
 
@@ -73,6 +74,11 @@ mkdir -p "$out/cni"
 for b in containerd containerd-shim-runc-v2 ctr; do mv "$tmp/root/usr/bin/$b" "$out/$b"; done
 mv "$tmp/root/usr/sbin/runc" "$out/runc"
 for b in bridge host-local loopback; do mv "$tmp/root/usr/lib/cni/$b" "$out/cni/$b"; done
+mkdir -p "$out/lib"
+mv "$tmp/root/usr/sbin/nft" "$out/lib/nft"
+cp -a "$tmp"/root/usr/lib/x86_64-linux-gnu/libnft*.so* "$out/lib/"
+printf '#!/bin/sh\nLD_LIBRARY_PATH="%s" exec "%s" "$@"\n' "$out/lib" "$out/lib/nft" >"$out/nft"
+chmod +x "$out/nft"
 for b in kubelet kube-proxy pause; do mv "$tmp/$b" "$out/$b"; done
 echo "built in $((SECONDS - start)) s: $(du -sh "$out" | cut -f1)" >&2
 echo "$out"
