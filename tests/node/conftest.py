@@ -30,6 +30,7 @@ from e2e.helpers import (
     SYSTEM_NAMESPACE,
     Controller,
     install_edl,
+    served_namespace,
     start_controller_process,
 )
 from e2e.rest import Rest
@@ -114,7 +115,7 @@ def namespace(node_cluster: NodeCluster) -> Iterator[str]:
     """A fresh namespace with claims on the runtime's volumes, deleted afterwards."""
     rest = node_cluster.rest
     name = f"node-{uuid.uuid4().hex[:6]}"
-    rest.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    rest.create(served_namespace(name))
     wait_until(lambda: rest.find("ServiceAccount", "default", name) is not None, 30,
                "the default ServiceAccount")
     volumes = []
