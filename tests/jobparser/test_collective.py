@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from edl.api.jobfile import load_trainingjob
 from edl.jobparser import JobParser, JobValidationError
 from edl.jobparser.collective import (
+    COLLECTIVE_ENV_NAMES,
     DEFAULT_LIVE_RESIZE_COOLDOWN_S,
     DEFAULT_RESIZE_COOLDOWN_S,
     allowed_trainer_counts,
@@ -208,3 +209,44 @@ def test_the_example_is_valid_and_allows_only_its_world_sizes(assert_valid_manif
     assert job.collective() and job_allowed_counts(job) == (1, 2, 4)
     for manifest in parser.parse_all(copy.deepcopy(job)):
         assert_valid_manifest(manifest)
+
+
+def _trainer_env(job: dict[str, Any]) -> list[dict[str, Any]]:
+    trainer = parser.parse_all(job)[-1]
+    return list(trainer["spec"]["template"]["spec"]["containers"][0]["env"])
+
+
+def test_every_trainer_defines_the_checkpoint_dir_before_its_entrypoint_expands_it() -> None:
+    """Kubernetes expands $(VAR) in an env value only with the variables listed before it:
+    EDL_CHECKPOINT_DIR comes before EDL_ENTRYPOINT, on the job's first volume mount."""
+    entrypoint = "python train.py --checkpoint $(EDL_CHECKPOINT_DIR)/model.pt"
+    plain = collective_job(trainer={**collective_job()["spec"]["trainer"],
+                                    "entrypoint": entrypoint})
+    names = [e["name"] for e in _trainer_env(plain)]
+    assert names.index("EDL_CHECKPOINT_DIR") < names.index("EDL_ENTRYPOINT")
+    values = {e["name"]: e.get("value") for e in _trainer_env(plain)}
+    assert values["EDL_CHECKPOINT_DIR"] == "/tmp/edl-checkpoints/ddp"
+    shared = {**plain["spec"], "volumes": [{"name": "ckpt", "emptyDir": {}}],
+              "volumeMounts": [{"name": "ckpt", "mountPath": "/shared/"}]}
+    values = {e["name"]: e.get("value") for e in _trainer_env({**plain, "spec": shared})}
+    assert values["EDL_CHECKPOINT_DIR"] == "/shared/edl-checkpoints/ddp"
+    chosen = copy.deepcopy(plain)
+    chosen["spec"]["trainer"]["env"] = [{"name": "EDL_CHECKPOINT_DIR", "value": "/nfs/ddp"}]
+    values = {e["name"]: e.get("value") for e in _trainer_env(chosen)}
+    assert values["EDL_CHECKPOINT_DIR"] == "/nfs/ddp"
+    assert set(COLLECTIVE_ENV_NAMES) == {e["name"] for e in _trainer_env(plain)}
+
+
+def test_an_entrypoint_naming_an_undefined_variable_is_refused_with_its_name() -> None:
+    trainer = collective_job()["spec"]["trainer"]
+    bad = collective_job(trainer={**trainer, "entrypoint": "python t.py $(CKPT_DIR)/m.pt $$(X)"})
+    [(path, message)] = problems(bad)
+    assert path == "spec.trainer.entrypoint" and message.startswith(
+        "$(CKPT_DIR) is not defined in the trainer's environment")
+    mine = collective_job(trainer={**trainer, "entrypoint": "python t.py $(CKPT_DIR)",
+                                   "env": [{"name": "CKPT_DIR", "value": "/c"}]})
+    parser.validate(mine)  # the agent expands with its whole environment
+    ps = {**collective_job(), "spec": {"trainer": {**trainer, "entrypoint":
+                                                   "python t.py $(EDL_CHECKPOINT_DIR)"}}}
+    assert ("spec.trainer.entrypoint", next(
+        m for p, m in problems(ps) if "EDL_CHECKPOINT_DIR" in m)) in problems(ps)

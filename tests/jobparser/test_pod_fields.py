@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from edl.api.errors import JobValidationError
 from edl.jobparser import JobParser, PodDefaults
+from edl.jobparser.collective import USER_SETTABLE_ENV
 from edl.jobparser.manifests import EDL_ENV_NAMES, ETCD_IMAGE
 from pod_security import restricted_violations
 
@@ -379,7 +380,8 @@ def test_edl_env_is_reserved_the_rest_is_appended() -> None:
         for template in templates(VARIANTS[variant]).values():
             for container in template["spec"]["containers"]:
                 names = {e["name"] for e in container["env"]}
-                assert {n for n in names if n.startswith("EDL_")} <= EDL_ENV_NAMES
+                assert {n for n in names if n.startswith("EDL_")} <= (EDL_ENV_NAMES
+                                                                      | USER_SETTABLE_ENV)
 
 
 def _edl(*args: str) -> subprocess.CompletedProcess[str]:

@@ -201,6 +201,17 @@ def test_a_missing_script_or_workspace_is_a_configuration_error_before_torch_sta
         run_agent({**env, "EDL_ENTRYPOINT": "python train.py",
                    "EDL_WORKSPACE": str(tmp_path / "nope")}, endpoint_wait_s=0)
     assert caught.value.code == 78 and "EDL_WORKSPACE: not a directory" in str(caught.value)
+    # the checkpoint directory the entrypoint names is made, or the job fails saying why
+    with pytest.raises(AgentError) as caught:
+        run_agent({**env, "EDL_ENTRYPOINT": "python train.py",
+                   "EDL_CHECKPOINT_DIR": str(tmp_path / "train.py" / "ckpt")}, endpoint_wait_s=0)
+    assert caught.value.code == 78 and str(caught.value).startswith(
+        f"EDL_CHECKPOINT_DIR: cannot create {tmp_path}/train.py/ckpt: Not a directory")
+    with pytest.raises(AgentError, match="no rendezvous store"):  # past the checks
+        run_agent({**env, "EDL_RDZV_ENDPOINT": "", "EDL_ETCD_ENDPOINTS": "http://127.0.0.1:9",
+                   "EDL_ENTRYPOINT": "python train.py",
+                   "EDL_CHECKPOINT_DIR": str(tmp_path / "c" / "d")}, endpoint_wait_s=0)
+    assert (tmp_path / "c" / "d").is_dir()
 
 
 def test_two_agents_meet_through_the_registered_handler_on_the_masters_store(

@@ -12,6 +12,7 @@ Pure: plain data in, plain data out (the parser stays below the runtime).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -133,6 +134,72 @@ def collective_problems(job: TrainingJob) -> Iterator[tuple[Loc, str]]:
             yield ("spec", "collective", field), f"must be >= 0 (got {value})"
     yield from _size_problems(collective, nproc)
     yield from _min_problems(job, collective, nproc)
+
+
+CHECKPOINT_SUBDIR = "edl-checkpoints"
+# edl sets these, but a job may choose them in spec.trainer.env (then edl uses that value)
+USER_SETTABLE_ENV = frozenset({"EDL_CHECKPOINT_DIR"})
+CHECKPOINT_FALLBACK = "/tmp"
+
+
+def checkpoint_dir(job: TrainingJob) -> str:
+    """A collective trainer's ``EDL_CHECKPOINT_DIR`` on Kubernetes (documented default).
+
+    The value of ``EDL_CHECKPOINT_DIR`` in ``spec.trainer.env`` if it sets one, else
+    ``<first spec.volumeMounts path>/edl-checkpoints/<job>``: any worker may become rank 0,
+    so the checkpoint must be on a volume every trainer mounts; without one, a directory
+    of the pod's own (``/tmp/edl-checkpoints/<job>``), which a replaced pod loses."""
+    for variable in job.spec.trainer.env or []:
+        if variable.name == "EDL_CHECKPOINT_DIR" and variable.value:
+            return variable.value
+    mounts = job.spec.volume_mounts or []
+    base = next((str(m["mountPath"]) for m in mounts
+                 if isinstance(m, dict) and m.get("mountPath")), CHECKPOINT_FALLBACK)
+    return f"{base.rstrip('/')}/{CHECKPOINT_SUBDIR}/{job.metadata.name}"
+
+
+# $(NAME) as Kubernetes expands it in a command or env value ($$ is a literal $)
+_VAR = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+
+
+# the variables a trainer's entrypoint may name as $(NAME): a collective agent expands
+# it with its whole environment (edl's and spec.trainer.env); a parameter-server
+# trainer's is expanded by the kubelet with the variables listed before EDL_ENTRYPOINT
+COLLECTIVE_ENV_NAMES = frozenset({
+    "EDL_JOB_NAME", "EDL_NAMESPACE", "EDL_MODE", "EDL_TRAINERS", "EDL_TRAINERS_MAX",
+    "EDL_NPROC_PER_NODE", "EDL_MAX_RESTARTS", "EDL_CHECKPOINT_DIR", "EDL_ENTRYPOINT",
+    "EDL_WORKSPACE", "EDL_PORT", "EDL_RDZV_ENDPOINT", "EDL_USE_GPU", "EDL_ETCD_ENDPOINTS",
+    "EDL_LIVE", "EDL_WORLD_SIZES", "EDL_POD_IP", "EDL_POD_NAME",
+})
+PS_ENTRYPOINT_ENV_NAMES = frozenset({
+    "EDL_JOB_NAME", "EDL_NAMESPACE", "EDL_TRAINERS", "EDL_TRAINERS_MAX", "EDL_PSERVERS",
+})
+
+
+def entrypoint_problems(job: TrainingJob) -> Iterator[tuple[Loc, str]]:
+    """A ``$(NAME)`` in the entrypoint that nothing defines: Kubernetes would leave it
+    in the command as it is (``$(EDL_CHECKPOINT_DIR)/model.pt``, a relative path)."""
+    entrypoint = job.spec.trainer.entrypoint or ""
+    user = {v.name for v in job.spec.trainer.env or []}
+    if job.spec.mode == COLLECTIVE:
+        defined, where = COLLECTIVE_ENV_NAMES | user, "the trainer's environment"
+    else:
+        defined = PS_ENTRYPOINT_ENV_NAMES
+        where = "the variables listed before EDL_ENTRYPOINT (the kubelet expands it)"
+    for name in undefined_vars(entrypoint, defined):
+        yield (("spec", "trainer", "entrypoint"),
+               f"$({name}) is not defined in {where}, so it would stay in the command as "
+               f"written (defined: {', '.join(sorted(defined))}; $$({name}) for a literal)")
+
+
+def undefined_vars(text: str, defined: Sequence[str] | frozenset[str]) -> list[str]:
+    """The ``$(NAME)`` references in ``text`` whose NAME is not in ``defined`` (in order)."""
+    found: list[str] = []
+    for match in _VAR.finditer(text):
+        name = match.group(1)
+        if name and name not in defined and name not in found:
+            found.append(name)
+    return found
 
 
 def _size_problems(collective: CollectiveSpec, nproc: int) -> Iterator[tuple[Loc, str]]:

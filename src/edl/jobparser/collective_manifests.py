@@ -20,6 +20,7 @@ from edl.jobparser import manifests as m
 from edl.jobparser.collective import (
     DEFAULT_MAX_RESTARTS,
     DEFAULT_NPROC_PER_NODE,
+    checkpoint_dir,
     job_allowed_counts,
 )
 from edl.jobparser.podtemplate import finish_container
@@ -85,6 +86,8 @@ def collective_env(job: TrainingJob) -> list[dict[str, Any]]:
             if collective.max_restarts is not None
             else DEFAULT_MAX_RESTARTS
         ),
+        # before EDL_ENTRYPOINT: the kubelet expands $(EDL_CHECKPOINT_DIR) in it
+        "EDL_CHECKPOINT_DIR": checkpoint_dir(job),
         "EDL_ENTRYPOINT": spec.trainer.entrypoint or "",
         "EDL_WORKSPACE": spec.trainer.workspace or "",
         "EDL_PORT": m._int(spec.port),

@@ -29,7 +29,12 @@ from edl.api.trainingjob import (
     schema_errors,
     user_parts,
 )
-from edl.jobparser.collective import COLLECTIVE, collective_defaults, collective_problems
+from edl.jobparser.collective import (
+    COLLECTIVE,
+    collective_defaults,
+    collective_problems,
+    entrypoint_problems,
+)
 from edl.jobparser.manifests import ETCD_DATA_VOLUME, ETCD_IMAGE
 from edl.jobparser.podchecks import pod_option_problems
 
@@ -193,6 +198,8 @@ def _semantic_problems(job: TrainingJob) -> Iterator[tuple[Loc, str]]:
         yield ("spec", "trainer", "entrypoint"), "required"
     elif not trainer.entrypoint.strip():
         yield ("spec", "trainer", "entrypoint"), "must not be empty"
+    else:
+        yield from entrypoint_problems(job)
     if job.spec.image is not None and not job.spec.image.strip():
         yield ("spec", "image"), "must not be empty (leave it out for the default image)"
     for role in ("trainer", "pserver", "master"):

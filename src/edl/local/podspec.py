@@ -62,6 +62,9 @@ class LocalContext:
     base_env: Mapping[str, str] = field(default_factory=dict)
     # Set when the manifest does not set them (e.g. EDL_CHECKPOINT_DIR inside the run dir).
     default_env: Mapping[str, str] = field(default_factory=dict)
+    # Replace the manifest's own value (e.g. a collective job's EDL_CHECKPOINT_DIR, a
+    # cluster path, by the run dir's), before later values expand $(NAME) with it.
+    override_env: Mapping[str, str] = field(default_factory=dict)
     # A relative EDL_WORKSPACE is resolved against this directory (the job file's).
     workspace_base: str | None = None
 
@@ -141,7 +144,9 @@ def container_env(
         name = item.get("name")
         if not name:
             raise PodSpecError(f"{path}.env[{j}].name", "missing")
-        if "valueFrom" in item:
+        if name in ctx.override_env:
+            env[name] = ctx.override_env[name]
+        elif "valueFrom" in item:
             env[name] = value_from(pod, item["valueFrom"], ctx, f"{path}.env[{j}].valueFrom")
         else:
             env[name] = expand(str(item.get("value", "")), env)
@@ -205,6 +210,7 @@ def default_context(
     base_env: Mapping[str, str],
     default_env: Mapping[str, str] | None = None,
     workspace_base: str | None = None,
+    override_env: Mapping[str, str] | None = None,
 ) -> LocalContext:
     """Context for this interpreter: edl and python resolved next to sys.executable."""
     python = sys.executable
@@ -217,4 +223,5 @@ def default_context(
         base_env=dict(base_env),
         default_env=dict(default_env or {}),
         workspace_base=workspace_base,
+        override_env=dict(override_env or {}),
     )

@@ -154,6 +154,10 @@ class LocalRun:
                 "EDL_CHECKPOINT_INTERVAL": str(self.options.checkpoint_interval_s),
             },
             workspace_base=str(self.options.job_dir.resolve()),
+            # a collective job's manifests name a cluster path; here the run dir's,
+            # unless the job's trainer env chose one itself
+            override_env={} if self._sets_checkpoint_dir() else {
+                "EDL_CHECKPOINT_DIR": str(checkpoints)},
         )
         self.pod_runner = ProcessPodRunner(self.run_dir, context, cwd=self.options.job_dir)
         clock = AsyncioClock()
@@ -331,6 +335,10 @@ class LocalRun:
                 self._noticed.add(name)
                 self._event(f"reservation {name} is not placed: {reason}")
         return waiting
+
+    def _sets_checkpoint_dir(self) -> bool:
+        """The job's trainer env sets EDL_CHECKPOINT_DIR (then that one is used here too)."""
+        return any(v.name == "EDL_CHECKPOINT_DIR" for v in self.job.spec.trainer.env or [])
 
     def _check_new_pservers(self) -> None:
         """Say how each replacement pserver came back (restored from a checkpoint or not)."""

@@ -154,6 +154,13 @@ def run_agent(env: Mapping[str, str], endpoint_wait_s: float = ENDPOINT_WAIT_S) 
     missing = missing_program(config.entrypoint, workspace)
     if missing:
         raise AgentError(missing, CONFIG_EXIT)
+    checkpoints = env.get("EDL_CHECKPOINT_DIR") or ""
+    if checkpoints:  # a promised directory exists, or the job fails at once saying why
+        try:
+            os.makedirs(os.path.join(workspace, checkpoints), exist_ok=True)
+        except OSError as error:
+            raise AgentError(f"EDL_CHECKPOINT_DIR: cannot create {checkpoints}: "
+                             f"{error.strerror or error}", CONFIG_EXIT) from None
     endpoint = find_endpoint(env, config, endpoint_wait_s)
     args = torchrun_args(config, endpoint, sys.executable)
     if env.get("EDL_LIVE") == "1":  # spec.collective.live: the script re-forms its own world
