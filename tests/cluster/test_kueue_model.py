@@ -102,3 +102,26 @@ def test_edl_under_the_model_queues_the_second_job_and_places_trainers_by_flavor
     assert "waiting for admission" in waiting and "insufficient unused quota for cpu" in waiting
     assert nodes and nodes <= {"gpu-0", "gpu-1"}, nodes  # the flavor's nodes only
     assert after == 2  # admitted once the first job's quota came back
+
+
+def test_an_elastic_job_under_the_model_grows_to_what_its_cluster_queue_admits(
+        clock, cluster_factory, manifests):
+    cluster = cluster_factory(nodes=2, cpu="16")
+    cluster.create_resource_flavor(ResourceFlavor("default"))
+    cluster.create_cluster_queue(ClusterQueue("cq", "default", {"cpu": 5000, "memory": 10**6}))
+    cluster.create_local_queue("default", "team", "cq")
+
+    async def scenario():
+        autoscaler = Autoscaler(cluster, interval=1.0)
+        controller = Controller(cluster, autoscaler, status_interval=1.0)
+        tasks = [asyncio.create_task(autoscaler.run()), asyncio.create_task(controller.run())]
+        await asyncio.sleep(0)
+        cluster.create_training_job(queued(manifests.training_job("wide", 1, 10, cpu="1")))
+        await asyncio.sleep(30)
+        trainer = await cluster.get_trainer_job_by_name("default", "wide-trainer")
+        running = cluster.trainer_counts("default", "wide").running
+        for task in tasks:
+            task.cancel()
+        return trainer["spec"]["parallelism"], running
+
+    assert clock.run(scenario()) == (5, 5)  # 5 CPU of quota, though the nodes hold 30

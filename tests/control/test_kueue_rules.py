@@ -8,7 +8,14 @@ import asyncio
 
 from edl.control.autoscaler import Autoscaler
 from edl.control.controller import Controller
-from edl.control.kueue import ELASTIC_ANNOTATION, QUEUE_LABEL, size_is_kueues, workload_words
+from edl.control.kueue import (
+    ELASTIC_ANNOTATION,
+    QUEUE_LABEL,
+    admissible_trainers,
+    cluster_queue_room,
+    size_is_kueues,
+    workload_words,
+)
 from edl.jobparser import JobParser
 from edl.kube.kueue import TrainerJobStore
 
@@ -113,3 +120,28 @@ def test_the_trainer_job_watch_tells_spec_changes_not_status_writes():
     store.begin_replace()
     store.end_replace()  # gone while the watch was down: told on the relist
     assert told == [("ns", "a")] * 3
+
+
+def cluster_queue(name: str, cpu: str, used: str = "0", cohort: str = "",
+                  limit: str | None = None) -> dict:
+    resource = {"name": "cpu", "nominalQuota": cpu}
+    if limit is not None:
+        resource["borrowingLimit"] = limit
+    return {"metadata": {"name": name},
+            "spec": {"cohortName": cohort, "resourceGroups": [{"flavors": [
+                {"name": "f", "resources": [resource]}]}]},
+            "status": {"flavorsReservation": [{"name": "f", "resources": [
+                {"name": "cpu", "total": used}]}]}}
+
+
+def test_a_cluster_queues_room_is_its_cohorts_unused_quota_up_to_its_borrowing_limit():
+    alone = cluster_queue("a", "2", used="500m")
+    assert cluster_queue_room(alone)["cpu"] == 1500
+    limited = cluster_queue("a", "1", used="250m", cohort="c", limit="1")
+    lender = cluster_queue("b", "4", cohort="c")
+    # the cohort has 4.75 CPU unused, but a may hold at most 1 + 1
+    assert cluster_queue_room(limited, [limited, lender])["cpu"] == 1750
+    busy = cluster_queue("b", "4", used="3500m", cohort="c")
+    assert cluster_queue_room(limited, [limited, busy])["cpu"] == 1250  # what b leaves
+    assert admissible_trainers(1, {"cpu": 250, "memory": 256}, {"cpu": 1750, "memory": 10**6}) == 8
+    assert admissible_trainers(3, {"cpu": 250, "memory": 0}, {"cpu": 100, "memory": 0}) == 3

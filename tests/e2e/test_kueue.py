@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from e2e.control_plane import ControlPlane
-from e2e.helpers import trainer_pods, trainingjob, wait_tj, wait_trainers
+from e2e.helpers import parallelism, trainer_pods, trainingjob, wait_tj, wait_trainers
 from e2e.kueue import Kueue
 from e2e.rest import Rest
 from polling import wait_until
@@ -209,3 +209,57 @@ def test_a_higher_priority_workload_preempts_the_job_which_resumes_and_completes
     wait_tj(rest, namespace, "modest", lambda t: t["status"]["state"] == "Succeeded")
     assert evictions(rest, namespace), "Kueue evicted the job (preemption)"
     assert all("Preempted" in e for e in evictions(rest, namespace)), evictions(rest, namespace)
+
+
+def test_an_elastic_job_grows_to_its_queues_quota_with_borrowing_and_its_shrink_admits_another(
+        rest: Rest, kueue: Kueue, namespace: str, queue: dict[str, str],
+        start_kueue_controller) -> None:
+    cohort, lender = f"co-{queue['cq']}", f"{queue['cq']}-lender"
+
+    def member(name: str, limit: bool) -> dict[str, Any]:
+        cpu: dict[str, Any] = {"name": "cpu", "nominalQuota": "1"}
+        if limit:
+            cpu["borrowingLimit"] = "1"  # 1 CPU of its own, at most 1 more from the cohort
+        return {"kind": "ClusterQueue", "metadata": {"name": name}, "spec": {
+            "cohortName": cohort,
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+            "resourceGroups": [{"coveredResources": ["cpu", "memory"], "flavors": [{
+                "name": queue["flavor"], "resources": [
+                    cpu, {"name": "memory", "nominalQuota": "64Gi"}]}]}]}}
+
+    kueue.apply(member(lender, limit=False))
+    try:
+        kueue.apply(member(queue["cq"], limit=True))
+        kueue.apply({"kind": "LocalQueue", "metadata": {"name": queue["lq"]},
+                     "spec": {"clusterQueue": queue["cq"]}}, namespace)
+        start_kueue_controller()
+        seen: list[tuple[int, int]] = []
+
+        def within_admission(job: str, want: int) -> bool:
+            running = len(trainer_pods(rest, namespace, job))
+            admitted = admitted_counts(kueue, namespace).get(f"{job}-trainer", 0)
+            seen.append((running, admitted))
+            assert running <= max(admitted, 0), f"{running} trainers run, {admitted} admitted"
+            return running == want and parallelism(rest, namespace, job) == want
+
+        # 250m each: 1 CPU own + 1 borrowed = 8 trainers, though the cluster holds 12
+        rest.create(queued_job("wide", min_instance=1, max_instance=12, trainer_cpu="250m"),
+                    namespace)
+        wait_until(lambda: within_admission("wide", 8), 120, "wide grown to 8 trainers")
+        rest.create(queued_job("next", min_instance=2, max_instance=2, trainer_cpu="250m"),
+                    namespace)
+        wait_tj(rest, namespace, "next", lambda t: "insufficient" in t["status"]["message"])
+        # the owner narrows the elastic job: its shrink gives 500m back, and next fits
+        rest.merge("TrainingJob", "wide", {"spec": {"trainer": {"max-instance": 6}}}, namespace)
+        wait_trainers(rest, namespace, "next", 2)
+        wait_until(lambda: within_admission("wide", 6), 60, "wide shrunk to 6 trainers")
+        assert max(r for r, _ in seen) == 8
+        assert not evictions(rest, namespace)  # every resize went through Kueue
+    finally:
+        rest.delete("TrainingJob", "wide", namespace)
+        rest.delete("TrainingJob", "next", namespace)
+        wait_until(lambda: not rest.list("Pod", namespace, "edl.dev/role=trainer"), 120,
+                   "the trainers removed")
+        kueue.delete("LocalQueue", queue["lq"], namespace)
+        kueue.delete("ClusterQueue", queue["cq"])
+        kueue.delete("ClusterQueue", lender)

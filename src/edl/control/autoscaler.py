@@ -50,7 +50,7 @@ from edl.cluster.port import (
     VictimScaling,
 )
 from edl.control.batch_publish import BatchPublisher, reads_batch
-from edl.control.kueue import size_is_kueues
+from edl.control.kueue import queued, size_is_kueues
 from edl.control.placement import annotate
 from edl.control.scaling import ScalingTracker
 from edl.jobparser.collective import job_allowed_counts, resize_cooldown_s, resize_pause_s
@@ -351,6 +351,7 @@ class Autoscaler:
                 and not (trainer.get("spec") or {}).get("suspend")
                 and not size_is_kueues(trainer)]
         self._batches = {key: _chosen_batch(trainer) for key, _, trainer in live}
+        caps = await self._kueue_caps(live)
         scalings = [
             self._priced(key, await self.scaling.scaling(key, now, self._batches[key]))
             for key, _, _ in live
@@ -377,7 +378,9 @@ class Autoscaler:
                 JobView.from_pod_resources(
                     *key,
                     min_instance=int(job.spec.trainer.min_instance or 0),
-                    max_instance=int(job.spec.trainer.max_instance or 0),
+                    max_instance=_capped(int(job.spec.trainer.max_instance or 0),
+                                         int(job.spec.trainer.min_instance or 0),
+                                         caps.get(key)),
                     parallelism=int(trainer["spec"].get("parallelism", 1)),
                     per_pod=per_pod,
                     total=pods.total + leaving,
@@ -392,6 +395,21 @@ class Autoscaler:
                 )
             )
         return resources, views
+
+    async def _kueue_caps(self, live: Sequence[tuple[tuple[str, str], TrainingJob, Manifest]]
+                          ) -> dict[tuple[str, str], int]:
+        """Per elastic job Kueue admitted, the most trainers its ClusterQueue can admit
+        (`edl.control.kueue`): a growth past it would wait whole behind the gate."""
+        read = getattr(self.cluster, "queue_room", None)
+        if read is None:
+            return {}
+        caps = {}
+        for key, _, trainer in live:
+            if queued(trainer):
+                cap = await read(trainer)
+                if cap is not None:
+                    caps[key] = int(cap)
+        return caps
 
     def _priced(self, key: tuple[str, str], scaling: Scaling | None) -> Scaling | None:
         """A collective job's Scaling carries the pause one resize costs its world."""
@@ -445,6 +463,13 @@ def trainer_pod_labels(trainer: Mapping[str, Any]) -> Mapping[str, str]:
     metadata = template.get("metadata") if isinstance(template, Mapping) else None
     labels = metadata.get("labels") if isinstance(metadata, Mapping) else None
     return {str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {}
+
+
+def _capped(max_instance: int, min_instance: int, cap: int | None) -> int:
+    """A job's max-instance within what Kueue can admit for it (never below its min)."""
+    if cap is None:
+        return max_instance
+    return max(min(max_instance, cap), min_instance)
 
 
 def trainer_pod_spec(trainer: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -87,3 +87,61 @@ def workload_words(workloads: Iterable[Mapping[str, Any]]) -> str:
     if reserved is not None and reserved.get("message"):
         return f"Kueue: {reserved['message']}"
     return f"Kueue: workload {name} pending"
+
+
+def _resource_amounts(resources: Iterable[Mapping[str, Any]], key: str) -> dict[str, int]:
+    """{resource: amount} of Kueue resource entries (cpu in milli-CPU, memory in MB)."""
+    from edl.api.quantity import cpu_milli, memory_mega
+
+    out: dict[str, int] = {}
+    for entry in resources:
+        name, value = str(entry.get("name")), entry.get(key)
+        if value is None or name not in ("cpu", "memory"):
+            continue
+        amount = cpu_milli(value) if name == "cpu" else memory_mega(value)
+        out[name] = out.get(name, 0) + amount
+    return out
+
+
+def _quota(queue: Mapping[str, Any], key: str) -> dict[str, int] | None:
+    """A ClusterQueue's summed ``nominalQuota`` or ``borrowingLimit`` over its flavors
+    (None: no flavor states a borrowing limit: borrow what the cohort has)."""
+    entries = [r for group in (queue.get("spec") or {}).get("resourceGroups") or ()
+               for flavor in group.get("flavors") or () for r in flavor.get("resources") or ()]
+    if key == "borrowingLimit" and not any(key in r for r in entries):
+        return None
+    return _resource_amounts(entries, key)
+
+
+def _used(queue: Mapping[str, Any]) -> dict[str, int]:
+    return _resource_amounts(
+        [r for flavor in (queue.get("status") or {}).get("flavorsReservation") or ()
+         for r in flavor.get("resources") or ()], "total")
+
+
+def cluster_queue_room(queue: Mapping[str, Any],
+                       cohort: Iterable[Mapping[str, Any]] = ()) -> dict[str, int]:
+    """What a ClusterQueue can still admit (milli-CPU, MB), as Kueue computes it for one
+    flavor: in a cohort, what the members' nominal quotas leave unused, at most up to
+    its own nominal quota plus its ``borrowingLimit`` (`cohort`: every member, itself
+    included; empty: none). Lending limits are not read."""
+    nominal, used = _quota(queue, "nominalQuota") or {}, _used(queue)
+    members = list(cohort) or [queue]
+    limit = _quota(queue, "borrowingLimit")
+    room = {}
+    for resource in ("cpu", "memory"):
+        free = sum((_quota(q, "nominalQuota") or {}).get(resource, 0)
+                   - _used(q).get(resource, 0) for q in members)
+        if limit is not None:
+            free = min(free, nominal.get(resource, 0) + limit.get(resource, 0)
+                       - used.get(resource, 0))
+        room[resource] = max(free, 0)
+    return room
+
+
+def admissible_trainers(admitted: int, per_pod: Mapping[str, int],
+                        room: Mapping[str, int]) -> int:
+    """The trainer count Kueue can admit for a job holding ``admitted`` pods: those plus
+    as many more as ``room`` holds (a growth slice is admitted whole or not at all)."""
+    more = [room.get(r, 0) // amount for r, amount in per_pod.items() if amount > 0]
+    return admitted + (min(more) if more else 0)

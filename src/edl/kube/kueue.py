@@ -14,14 +14,22 @@ on Kueue's Workloads): deploy/kueue-rbac.yaml, applied only on a cluster that ru
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from lightkube.generic_resource import create_namespaced_resource
+from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 
+from edl.accounting import pod_request
 from edl.api.names import LABEL_JOB
 from edl.cluster.port import ClusterError, Manifest
-from edl.control.kueue import JOB_UID_LABEL, queued, workload_words
+from edl.control.kueue import (
+    JOB_UID_LABEL,
+    admissible_trainers,
+    cluster_queue_room,
+    elastic,
+    queued,
+    workload_words,
+)
 
 if TYPE_CHECKING:
     from lightkube import AsyncClient
@@ -29,6 +37,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Workload = create_namespaced_resource("kueue.x-k8s.io", "v1beta2", "Workload", "workloads")
+ClusterQueue = create_global_resource("kueue.x-k8s.io", "v1beta2", "ClusterQueue",
+                                      "clusterqueues")
 TRAINER_JOB_SELECTOR = "edl.dev/role=trainer"
 
 
@@ -76,6 +86,41 @@ class KubeKueue:
     client: AsyncClient
     kueue: bool
 
+    async def _workloads(self, trainer: Manifest) -> list[dict[str, Any]]:
+        meta = trainer.get("metadata") or {}
+        namespace = str(meta.get("namespace") or "default")
+        return [w.to_dict() if hasattr(w, "to_dict") else dict(w)
+                async for w in self.client.list(Workload, namespace=namespace,
+                                                labels={JOB_UID_LABEL: str(meta.get("uid"))})]
+
+    async def queue_room(self, trainer: Manifest) -> int | None:
+        """The most trainers Kueue can admit for this elastic trainer Job now: its admitted
+        count plus what its ClusterQueue (with its cohort) still holds; None when Kueue
+        does not size it (not queued, not elastic, not admitted, ``--kueue`` off)."""
+        meta = trainer.get("metadata") or {}
+        if not (self.kueue and meta.get("uid") and queued(trainer) and elastic(trainer)):
+            return None
+        try:
+            admitted = [w for w in await self._workloads(trainer) if _admitted(w)]
+            if not admitted:
+                return None
+            workload = admitted[-1]
+            assignment = workload["status"]["admission"]
+            count = sum(int(a.get("count") or 0) for a in assignment["podSetAssignments"])
+            queue = (await self.client.get(ClusterQueue, assignment["clusterQueue"])).to_dict()
+            cohort_name = (queue.get("spec") or {}).get("cohortName")
+            cohort = [q.to_dict() async for q in self.client.list(ClusterQueue)
+                      if (q.to_dict().get("spec") or {}).get("cohortName") == cohort_name
+                      ] if cohort_name else []
+        except Exception as error:  # planning goes on without the cap; said once per tick
+            log.warning("Kueue room of trainer Job %s/%s not read: %s",
+                        meta.get("namespace"), meta.get("name"), error)
+            return None
+        template = ((trainer.get("spec") or {}).get("template") or {}).get("spec") or {}
+        request = pod_request({"spec": template})
+        per_pod = {"cpu": request.cpu_request_milli, "memory": request.memory_request_mega}
+        return admissible_trainers(count, per_pod, cluster_queue_room(queue, cohort))
+
     async def queue_words(self, trainer: Manifest) -> str:
         """Why Kueue holds (or has admitted) this trainer Job, in Kueue's words; "" when
         it is not queued, ``--kueue`` is off, or Kueue has no Workload for it yet."""
@@ -85,12 +130,17 @@ class KubeKueue:
             return ""
         namespace = str(meta.get("namespace") or "default")
         try:
-            found = [w.to_dict() if hasattr(w, "to_dict") else dict(w)
-                     async for w in self.client.list(Workload, namespace=namespace,
-                                                     labels={JOB_UID_LABEL: str(uid)})]
+            found = await self._workloads(trainer)
         except Exception as error:  # the status says less; the job is not affected
             log.warning("Workloads of trainer Job %s/%s not read: %s", namespace,
                         meta.get("name"), error)
             raise ClusterError("Workload", namespace, str(meta.get("name")),
                                str(error)) from error
         return workload_words(found)
+
+
+def _admitted(workload: Mapping[str, Any]) -> bool:
+    conditions = {c.get("type"): c.get("status")
+                  for c in (workload.get("status") or {}).get("conditions") or ()}
+    return (conditions.get("Admitted") == "True" and conditions.get("Finished") != "True"
+            and bool((workload.get("status") or {}).get("admission")))

@@ -21,6 +21,7 @@ from edl.cluster.inproc.kueue import (
 )
 from edl.cluster.inproc.store import ObjectStore, copy_manifest
 from edl.cluster.port import Manifest
+from edl.control.kueue import admissible_trainers, elastic
 
 __all__ = ["KueueIntegration"]
 FINISHED = ("Complete", "Failed")
@@ -79,6 +80,16 @@ class KueueIntegration:
         if self.kueue is None or not _queue(trainer):
             return ""
         return self.kueue.words(object_key(trainer))
+
+    async def queue_room(self, trainer: Manifest) -> int | None:
+        """The most trainers Kueue can admit for this elastic, admitted Job now."""
+        model = self.kueue
+        workload = model.workloads.get(object_key(trainer)) if model is not None else None
+        if model is None or workload is None or not workload.admitted_count \
+                or not elastic(trainer):
+            return None
+        return admissible_trainers(workload.admitted_count, workload.per_pod,
+                                   model.room(workload.cluster_queue))
 
     # -- reacting to the store ------------------------------------------------------------
     def _kueue_job_event(self, event: str, obj: Manifest, old: Manifest | None) -> None:
