@@ -3,7 +3,7 @@ narrow job can use, jobs of one quota share it, and targets follow what can land
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from tests.policy.test_constraints import node, plan, pod, trainer_pods, trainer_spec, view
 
@@ -96,7 +96,6 @@ def constrained_cluster(draw):
     for j in range(draw(st.integers(2, 4))):
         pools = draw(st.sets(st.sampled_from(POOLS), min_size=1))
         cpu = draw(st.sampled_from([1000, 2000]))
-        lo = draw(st.integers(1, 2))
         placed = []
         for _ in range(draw(st.integers(0, 6))):
             options = sorted(n for n, p in nodes.items() if p in pools and free[n] >= cpu)
@@ -105,12 +104,22 @@ def constrained_cluster(draw):
             chosen = draw(st.sampled_from(options))
             free[chosen] -= cpu
             placed.append(chosen)
+        lo = draw(st.integers(1, min(7, len(placed) + 2)))  # below, at or above its min
         jobs.append((f"job{j}", sorted(pools), cpu, lo, placed))
     return nodes, free, jobs
 
 
-@settings(max_examples=150, deadline=None)
+NODES = {f"{p}{i}": p for p in POOLS for i in (1, 2)}
+
+
+@settings(max_examples=200, deadline=None)
 @given(constrained_cluster())
+@example((NODES, {"a1": 0, "a2": 0, "b1": 4000, "b2": 4000, "c1": 4000, "c2": 4000},
+          [("job0", ["a"], 1000, 1, []), ("job1", ["a"], 1000, 4, ["a1"] * 4),
+           ("job2", ["a", "b"], 2000, 2, ["a2", "a2"])]))  # job2 at its min: moved
+@example((NODES, {"a1": 4000, "a2": 4000, "b1": 0, "b2": 0, "c1": 4000, "c2": 4000},
+          [("job0", ["a", "b"], 2000, 2, ["b1", "b2"]),
+           ("job1", ["b"], 1000, 5, ["b1", "b1", "b2", "b2"])]))
 def test_no_starvation_while_movable_trainers_exist(state):
     """A job below its min on full nodes, while another job holds a trainer there that
     has free room elsewhere: the plan names a victim on that job's nodes."""
@@ -129,12 +138,12 @@ def test_no_starvation_while_movable_trainers_exist(state):
         mine = {n for n, p in nodes.items() if p in pools}
         if len(placed) >= lo or any(free[n] >= cpu for n in mine):
             continue  # not starving, or room is free for it already
-        movable = any(
-            other != name and len(there) > 1
+        movable = any(  # an elastic job at or above its min, with room outside
+            other != name and len(there) > 1 and other_lo <= len(there) and other_lo < 8
             and any(nodes[n] in other_pools and n not in mine and free[n] >= other_cpu
                     for n in nodes)
             and any(n in mine for n in there) and other_cpu >= cpu
-            for other, other_pools, other_cpu, _, there in jobs
+            for other, other_pools, other_cpu, other_lo, there in jobs
         )
         if movable:
             victims = {n for d in decisions.values() for n in d.victim_nodes}

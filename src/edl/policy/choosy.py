@@ -7,8 +7,9 @@ use (`shares.py`: one pool per eligible node set); these steps make placement fo
 
 * `prefer_uncontested`: a job places trainers first on the nodes of its set that no
   narrower job still wants, and only then on contested ones.
-* `relocate`: a narrow job below its share (or its min) whose nodes are full takes
-  room from wide jobs' trainers there that could run elsewhere: each such trainer is
+* `relocate`: a narrow job below its min (run before growth, so a wide job at its min
+  is moved rather than grown) and, once shares are set, below its share, whose nodes
+  are full takes room from wide jobs' trainers there that could run elsewhere: each such trainer is
   named as a victim only when free room for it exists on nodes outside the narrow
   job's set (that room is held for it: it grows back there in the next plan, where
   `prefer_uncontested` sends it). The wide job's count dips for one interval only.

@@ -113,6 +113,7 @@ class DefaultPolicy:
         # one index of who runs where, built on first use and kept true by its users
         preemptor = Preemptor(room, plans)
         make_room(plans, budget, room, deficit, preemptor, self._shed_cost)
+        relocate(plans, budget, room, preemptor, masks)  # shares unset: jobs below min only
         self._fair_shares(plans, budget, room)
         self._grow(plans, budget, room)
         rebalance(plans, budget, room, preemptor, self._level)
