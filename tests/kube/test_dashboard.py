@@ -27,7 +27,7 @@ def exported() -> dict[str, dict[str, set[str]]]:
     metrics.leader.set(1)
     metrics.set_leading(True)
     metrics.observe_resources(ClusterResource(node_count=2, cpu_total_milli=8000))
-    metrics.observe_jobs({("default", "digits"): (6, 4)})
+    metrics.observe_jobs({("default", "digits"): (6, 4, 2)})
     metrics.observe_decision(2, 6)
     metrics.plan_duration.observe(0.01)
     for kind in ("Pod", "Node", "ResourceQuota"):
@@ -57,6 +57,29 @@ def test_the_dashboard_is_a_grafana_dashboard_with_unique_panels() -> None:
     assert all(panel["datasource"]["uid"] == "${datasource}" for panel in board["panels"])
 
 
+def variables() -> dict[str, dict]:
+    board = json.loads(DASHBOARD.read_text())
+    return {v["name"]: v for v in board["templating"]["list"]}
+
+
+def test_namespace_and_job_variables_narrow_every_per_job_panel() -> None:
+    """The variables list what the metrics carry (label_values of an exported metric and
+    label); every query of a per-job metric is narrowed by both."""
+    names = exported()
+    found = variables()
+    for name in ("namespace", "job"):
+        query = found[name]["query"]["query"]
+        metric, label = re.fullmatch(r"label_values\((edl_[a-z_]+)(?:\{[^}]*\})?, (\w+)\)",
+                                     query).groups()
+        assert label == name and name in names[metric], query
+        assert found[name]["includeAll"] and found[name]["multi"]
+    assert "$namespace" in found["job"]["query"]["query"]  # jobs of the chosen namespaces
+    for title, expr, _ in queries():
+        if "edl_job_" in expr:
+            assert expr.count('namespace=~"$namespace", job=~"$job"') == expr.count("edl_job_"), \
+                title
+
+
 def test_every_query_names_an_exported_metric_and_label() -> None:
     names = exported()
     used: set[str] = set()
@@ -74,6 +97,9 @@ def test_every_query_names_an_exported_metric_and_label() -> None:
         for metric, matchers in re.findall(r"\b(edl_[a-z_]+)\{([^}]*)\}", expr):
             for label, op, value in re.findall(r'(\w+)\s*(=~|!=|=)\s*"([^"]*)"', matchers):
                 assert label in names[metric], f"{title}: {metric} has no label {label}"
+                if value.startswith("$"):  # a dashboard variable (checked below)
+                    assert value[1:] in variables(), f"{title}: no variable {value}"
+                    continue
                 wanted = set(value.split("|")) if op == "=~" else {value}
                 assert wanted <= names[metric][label], f"{title}: {label} values {wanted}"
         printed = set(re.findall(r"\{\{(\w+)\}\}", legend))

@@ -58,6 +58,9 @@ class ControllerMetrics:
         self.trainers_running = Gauge(
             "edl_job_trainers_running", "Running trainer pods of a TrainingJob",
             ["namespace", "job"], registry=r)
+        self.trainers_min = Gauge(
+            "edl_job_trainers_min", "Trainers a TrainingJob is guaranteed (min-instance)",
+            ["namespace", "job"], registry=r)
         self.scale_decisions = Counter(
             "edl_scale_decisions",
             "Scale decisions by kind (grow, shrink, hold; one per elastic job per tick)",
@@ -103,20 +106,24 @@ class ControllerMetrics:
         self._restarts_seen[kind] = restarts
         self.watch_stale.labels(kind).set(stale)
 
-    def observe_job(self, namespace: str, job: str, desired: int, running: int) -> None:
+    def observe_job(self, namespace: str, job: str, desired: int, running: int,
+                    minimum: int | None = None) -> None:
         self.trainers_desired.labels(namespace, job).set(desired)
         self.trainers_running.labels(namespace, job).set(running)
+        if minimum is not None:
+            self.trainers_min.labels(namespace, job).set(minimum)
         self._jobs.add((namespace, job))
 
-    def observe_jobs(self, counts: Mapping[tuple[str, str], tuple[int, int]]) -> None:
-        """The jobs that exist now, (desired, running) each; a job gone loses its series."""
+    def observe_jobs(self, counts: Mapping[tuple[str, str], tuple[int, ...]]) -> None:
+        """The jobs that exist now, (desired, running[, min-instance]) each; a job gone
+        loses its series."""
         for namespace, job in self._jobs - set(counts):
             self.forget_job(namespace, job)
-        for (namespace, job), (desired, running) in counts.items():
-            self.observe_job(namespace, job, desired, running)
+        for (namespace, job), values in counts.items():
+            self.observe_job(namespace, job, *values[:3])
 
     def forget_job(self, namespace: str, job: str) -> None:
-        for gauge in (self.trainers_desired, self.trainers_running):
+        for gauge in (self.trainers_desired, self.trainers_running, self.trainers_min):
             with contextlib.suppress(KeyError):
                 gauge.remove(namespace, job)
         self._jobs.discard((namespace, job))

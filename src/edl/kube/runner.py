@@ -152,15 +152,19 @@ class ControllerProcess:
             await asyncio.sleep(1.0)
 
     def _observe_jobs(self, cluster: KubeCluster) -> None:
-        counts: dict[tuple[str, str], tuple[int, int]] = {}
+        counts: dict[tuple[str, str], tuple[int, ...]] = {}
         for (namespace, name), body in cluster.training_jobs():
             status = body.get("status")
             trainers = status.get("trainers") if isinstance(status, Mapping) else None
             if not isinstance(trainers, Mapping):
                 continue  # not written by this controller yet (or written in another shape)
             desired, running = trainers.get("desired", 0), trainers.get("running", 0)
+            spec = body.get("spec")
+            trainer = spec.get("trainer") if isinstance(spec, Mapping) else None
+            minimum = trainer.get("min-instance") if isinstance(trainer, Mapping) else None
             if isinstance(desired, int) and isinstance(running, int):
-                counts[namespace, name] = (desired, running)
+                counts[namespace, name] = ((desired, running, minimum)
+                                           if isinstance(minimum, int) else (desired, running))
         self.metrics.observe_jobs(counts)  # a deleted job's series go with it
 
     async def _lead(self) -> None:
