@@ -235,9 +235,12 @@ async def _run(
     if result.state == SUCCEEDED:
         accuracy = local.snapshot.accuracy
         extra = f", accuracy {accuracy:.4f}" if accuracy is not None else ""
-        click.echo(f"edl run: {local.name} Succeeded{extra} — logs in {local.run_dir}")
+        saved = f", {local.snapshot.checkpoint}" if local.snapshot.checkpoint else ""
+        click.echo(f"edl run: {local.name} Succeeded{extra}{saved} — logs in {local.run_dir}")
         return 0
     click.echo(f"edl run: {local.name} {result.state}: {result.message}", err=True)
+    if local.snapshot.checkpoint:
+        click.echo(f"edl run: {local.snapshot.checkpoint}", err=True)
     click.echo(f"edl run: logs in {local.run_dir}", err=True)
     return EXIT_STOPPED if result.state == "Stopped" else EXIT_FAILED
 

@@ -37,6 +37,7 @@ from edl.control.loops import ControlLoops
 from edl.coord.embedded import EmbeddedEtcd
 from edl.jobparser import JobParser
 from edl.local import snapshot as snap
+from edl.local.checkpoints import HealthReader, final_word
 from edl.local.collective import CollectiveMonitor, CollectiveReader
 from edl.local.etcdwatch import keep_etcd_alive
 from edl.local.events import (
@@ -100,6 +101,7 @@ class LocalRun:
         self.loops: ControlLoops | None = None
         self._etcd_watch: asyncio.Task[None] | None = None
         self._progress: ProgressReader | None = None
+        self._health: HealthReader | None = None  # parameter-server jobs: checkpoint health
         # the master's throughput, copied from its progress for the Autoscaler to fit
         self.throughput = ThroughputFeed(self.namespace, self.name)
         self._collective: CollectiveMonitor | None = None  # collective jobs only
@@ -189,6 +191,8 @@ class LocalRun:
         if self.job.collective():
             reader = CollectiveReader(endpoints, self.namespace, self.name)
             self._collective = CollectiveMonitor(reader, self.options.max_error_exits)
+        else:
+            self._health = HealthReader(endpoints, self.namespace, self.name)
         self.snapshot = replace(self.snapshot, etcd_endpoints=endpoints)
         self.cluster.create_training_job(self.job.to_dict())
         self._publish(snap.touch(self.snapshot, "Starting", "job submitted"))
@@ -251,6 +255,11 @@ class LocalRun:
             await delete_workloads(self.cluster, self.namespace, self.name)
         if self.pod_runner is not None:
             await self.pod_runner.shutdown(self.options.shutdown_grace_s)
+        if self._health is not None and self.etcd is not None:  # after the final checkpoints
+            records, lines = await self._health.read()
+            for line in lines:
+                self._event(line)
+            self.snapshot = replace(self.snapshot, checkpoint=final_word(records))
         if self._progress is not None:
             await self._progress.close()
         if self.etcd is not None:
@@ -290,6 +299,9 @@ class LocalRun:
                             f"{counts.desired}: {why or 'policy ' + self.options.policy}")
             self._desired_history.append((elapsed, counts.desired))
         progress = await self._progress.read() if self._collective is None else None
+        if self._health is not None:
+            for line in (await self._health.read())[1]:
+                self._event(line)
         self._event(failover_event(self._last_progress, progress))
         self._last_progress = progress
         s = snap.apply_trainers(
@@ -337,8 +349,10 @@ class LocalRun:
         return waiting
 
     def _sets_checkpoint_dir(self) -> bool:
-        """The job's trainer env sets EDL_CHECKPOINT_DIR (then that one is used here too)."""
-        return any(v.name == "EDL_CHECKPOINT_DIR" for v in self.job.spec.trainer.env or [])
+        """EDL_CHECKPOINT_DIR is the job's own: a parameter-server job's manifests set it only
+        from a role's env; a collective job's trainer env may choose it (used here too)."""
+        return not self.job.collective() or any(
+            v.name == "EDL_CHECKPOINT_DIR" for v in self.job.spec.trainer.env or [])
 
     def _check_new_pservers(self) -> None:
         """Say how each replacement pserver came back (restored from a checkpoint or not)."""

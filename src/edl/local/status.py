@@ -91,6 +91,8 @@ class RunSnapshot:
     events: list[list[Any]] = field(default_factory=list)
     events_total: int = 0
     training_started_at: float | None = None  # wall time of the first task done (for the ETA)
+    # the pservers' last checkpoints at the end: "last state saved (...)" or "... NOT saved"
+    checkpoint: str = ""
 
     @property
     def elapsed_s(self) -> float:

@@ -42,8 +42,16 @@ from edl.runtime.signals import stop_on_signals
 log = logging.getLogger("edl.pserver")
 
 
+HEALTH_KEY = "state/checkpoint-health/{index}"  # relative to the job's prefix
+
+
 class Checkpointer:
-    """Periodic + final checkpoints of one shard, metadata in etcd."""
+    """Periodic + final checkpoints of one shard, metadata in etcd.
+
+    Its health goes to ``state/checkpoint-health/<index>`` whenever it changes (a first
+    failure, another error, a recovery) and after the final save: `edl run` shows a
+    failing shard as a fault while it can still be fixed, and says at the end whether
+    the last state was saved. Not under the lease: the record outlives the process."""
 
     def __init__(self, client: EtcdClient, shard: Shard, index: int, directory: Path) -> None:
         self.client = client
@@ -53,6 +61,40 @@ class Checkpointer:
         self.saved_version = -1
         self.saved: tuple[int, int] | None = None  # the shard's `changes` last saved
         self.saves = 0
+        self.error = ""  # the last save's error ('' when it succeeded)
+        self.failing_since: float | None = None
+        self.saved_at: float | None = None
+
+    async def attempt(self, final: bool = False) -> bool:
+        """One save; its failure is logged and published, never raised."""
+        try:
+            await self.save()
+        except Exception as error:  # keep serving; try again next interval
+            what = "final checkpoint" if final else "checkpoint"
+            log.error("pserver %d: %s failed: %s", self.index, what, error)
+            changed = self.error != str(error)
+            self.error = str(error) or type(error).__name__
+            self.failing_since = self.failing_since or time.time()
+            if changed or final:
+                await self.publish(final)
+            return False
+        recovered = bool(self.error)
+        self.error, self.failing_since = "", None
+        if recovered or final:
+            await self.publish(final)
+        return True
+
+    def health(self, final: bool = False) -> dict[str, Any]:
+        return {"index": self.index, "ok": not self.error, "error": self.error,
+                "failing_since": self.failing_since, "saved_version": self.saved_version,
+                "saved_at": self.saved_at, "final": final, "at": time.time()}
+
+    async def publish(self, final: bool = False) -> None:
+        key = HEALTH_KEY.format(index=self.index)
+        try:
+            await self.client.put_key(key, dumps(self.health(final)))
+        except Exception as error:  # the display misses it; the log has the error
+            log.warning("pserver %d: checkpoint health not published: %s", self.index, error)
 
     async def restore(self) -> bool:
         """Load this index's checkpoint if any; False (start empty) when none or bad."""
@@ -101,16 +143,14 @@ class Checkpointer:
         await asyncio.to_thread(remove_other_checkpoints, self.directory, self.index, path)
         self.saved_version = snap.version
         self.saved = changes
+        self.saved_at = time.time()
         self.saves += 1
         return True
 
     async def run(self, interval: float) -> None:
         while self.client.lease_valid():
             await asyncio.sleep(interval)
-            try:
-                await self.save()
-            except Exception as error:  # keep serving; try again next interval
-                log.error("pserver %d: checkpoint failed: %s", self.index, error)
+            await self.attempt()
 
 
 async def serve(config: RuntimeConfig, stop: asyncio.Event | None = None) -> None:
@@ -171,7 +211,4 @@ async def serve_shard(
     if client.lease_lost.is_set():
         log.warning("pserver %d lost its lease; stopped serving", index)
     elif stop.is_set():
-        try:
-            await ckpt.save()  # final checkpoint at shutdown
-        except Exception as error:
-            log.error("pserver %d: final checkpoint failed: %s", index, error)
+        await ckpt.attempt(final=True)  # final checkpoint at shutdown
