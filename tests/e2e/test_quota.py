@@ -6,6 +6,7 @@ TrainingJob's `status.plan`, and never has a trainer refused (a 403 in its log f
 from __future__ import annotations
 
 import time
+import urllib.request
 from pathlib import Path
 
 from e2e.helpers import parallelism, trainer_pods, trainingjob, wait_tj, wait_trainers
@@ -48,7 +49,7 @@ def test_a_job_whose_master_is_refused_never_says_running(
     rest.create({"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "max"},
                  "spec": {"limits": [{"type": "Container", "max": {"memory": "1Gi"}}]}},
                 namespace)
-    start_controller("replica-a")
+    controller = start_controller("replica-a")
     job = trainingjob("headless", min_instance=2, max_instance=2)
     job["spec"]["master"]["resources"] = {"requests": {"memory": "2Gi"}}
     rest.create(job, namespace)
@@ -72,3 +73,7 @@ def test_a_job_whose_master_is_refused_never_says_running(
     tj = rest.get("TrainingJob", "headless", namespace)
     assert tj["status"]["state"] == "Created" and refusal in tj["status"]["message"]
     assert len(trainer_pods(rest, namespace, "headless")) == 2
+    # counted for the PrometheusRule's EdlPodCreatesRefused (deploy/monitoring.yaml)
+    with urllib.request.urlopen(f"http://127.0.0.1:{controller.port}/metrics", timeout=10) as r:
+        exported = r.read().decode()
+    assert 'edl_job_warnings_total{reason="FailedCreate"} 1.0' in exported

@@ -75,9 +75,9 @@ def test_namespace_and_job_variables_narrow_every_per_job_panel() -> None:
         assert found[name]["includeAll"] and found[name]["multi"]
     assert "$namespace" in found["job"]["query"]["query"]  # jobs of the chosen namespaces
     for title, expr, _ in queries():
-        if "edl_job_" in expr:
-            assert expr.count('namespace=~"$namespace", job=~"$job"') == expr.count("edl_job_"), \
-                title
+        if "edl_job_trainers_" in expr:  # the metrics with namespace and job labels
+            assert expr.count('namespace=~"$namespace", job=~"$job"') == \
+                expr.count("edl_job_trainers_"), title
 
 
 def test_every_query_names_an_exported_metric_and_label() -> None:

@@ -91,3 +91,14 @@ def test_watch_restarts_is_a_counter_for_every_kind_watched() -> None:
     assert 'edl_watch_restarts_total{kind="ResourceQuota"} 6.0' in text
     assert 'edl_watch_stale_seconds{kind="ResourceQuota"} 3.0' in text
     assert "# TYPE edl_watch_restarts_total counter" in metrics.render().decode()
+
+
+def test_warnings_are_counted_by_a_bounded_reason() -> None:
+    metrics = ControllerMetrics()
+    metrics.set_leading(True)
+    for reason in ("FailedCreate", "FailedCreate", "pods x is forbidden"):
+        metrics.observe_warning(reason)
+    text = "\n".join(series(metrics))
+    assert 'edl_job_warnings_total{reason="FailedCreate"} 2.0' in text
+    assert 'edl_job_warnings_total{reason="Other"} 1.0' in text
+    assert 'edl_job_warnings_total{reason="AnotherController"} 0.0' in text

@@ -24,7 +24,7 @@ def test_every_alert_names_exported_metrics_and_labels() -> None:
     names = exported()
     rules = objects("monitoring.yaml")["PrometheusRule"]["spec"]["groups"][0]["rules"]
     alerts = {rule["alert"] for rule in rules}
-    assert {"EdlNoLeader", "EdlWatchStale", "EdlJobBelowMin"} <= alerts
+    assert {"EdlNoLeader", "EdlWatchStale", "EdlJobBelowMin", "EdlPodCreatesRefused"} <= alerts
     for rule in rules:
         expr = rule["expr"]
         metrics = set(re.findall(r"\bedl_[a-z_]+\b", expr))
@@ -32,6 +32,9 @@ def test_every_alert_names_exported_metrics_and_labels() -> None:
         labels = set().union(*(names[m] for m in metrics)) | {"le"}
         grouped = {w.strip() for g in re.findall(r"by \(([^)]*)\)", expr) for w in g.split(",")}
         assert grouped <= labels, (rule["alert"], grouped - labels)
+        for metric, matchers in re.findall(r"\b(edl_[a-z_]+)\{([^}]*)\}", expr):
+            for label, value in re.findall(r'(\w+)\s*=\s*"([^"]*)"', matchers):
+                assert value in names[metric][label], (rule["alert"], label, value)
         used = set(re.findall(r"\$labels\.(\w+)", str(rule["annotations"])))
         assert used <= grouped, (rule["alert"], used - grouped)  # what the alert carries
         assert rule["labels"]["severity"] in {"critical", "warning", "info"}

@@ -125,6 +125,8 @@ class KubeCluster(KubeManagedTrainers, KubeKueue):
         self._jobs: dict[JobKey, dict[str, Any]] = {}  # latest TrainingJob bodies seen
         self._dispatch_lock = asyncio.Lock()
         self.last_resources: ClusterResource | None = None
+        # told the reason of each Warning Event posted on a TrainingJob (edl_job_warnings)
+        self.on_warning: Callable[[str], None] | None = None
         # Delete the trainer pods the policy names on a shrink (needs `delete` on pods);
         # False when not asked to, or after a 403: the Job controller then picks.
         self._victims_allowed = delete_victims

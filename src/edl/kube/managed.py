@@ -175,6 +175,9 @@ class KubeManagedTrainers:
         uid = (body.get("metadata") or {}).get("uid")
         await self.events.post(make_event(namespace, job, uid, reason=reason,
                                           message=message, type_="Warning"))
+        counted = getattr(self, "on_warning", None)  # the metrics' counter (runner)
+        if counted is not None:
+            counted(reason)
 
     def watch_trainers(self, callback: Callable[[str, str], None]) -> Unsubscribe:
         unsubscribe = self.state.trainer_index.listen(callback)

@@ -30,6 +30,11 @@ def decision_kind(before: int, after: int) -> str:
     return "grow" if after > before else "shrink" if after < before else "hold"
 
 
+# the reasons of the Warning Events edl posts on TrainingJobs about their pods
+# (control/trainer_controller.py, control/controller.py): a bounded label
+WARNING_REASONS = ("FailedCreate", "AnotherController", "AnotherInstallation", "Other")
+
+
 class ControllerMetrics:
     """Every gauge/counter the controller exports, on private registries.
 
@@ -77,6 +82,12 @@ class ControllerMetrics:
             "edl_watch_stale_seconds",
             "Seconds the cache of a kind edl watches has been failing to follow the API "
             "server (0: live)", ["kind"], registry=r)
+        self.job_warnings = Counter(
+            "edl_job_warnings", "Warning Events edl posted on TrainingJobs, by reason "
+            "(FailedCreate: the API server refused a trainer, master or pserver pod)",
+            ["reason"], registry=r)
+        for reason in WARNING_REASONS:  # every series exists from the start (increase())
+            self.job_warnings.labels(reason)
         self._jobs: set[tuple[str, str]] = set()
         self._restarts_seen: dict[str, int] = {}
 
@@ -97,6 +108,10 @@ class ControllerMetrics:
         ):
             self.requested.labels(name).set(requested)
             self.allocatable.labels(name).set(total)
+
+    def observe_warning(self, reason: str) -> None:
+        """One Warning Event posted; a reason edl does not post is counted as Other."""
+        self.job_warnings.labels(reason if reason in WARNING_REASONS else "Other").inc()
 
     def observe_watch(self, kind: str, restarts: int, stale: float) -> None:
         """One watched kind's health: its stream's restarts so far (the counter grows by

@@ -180,6 +180,7 @@ class ControllerProcess:
                                                options.crash_backoff_max),
                               kueue=options.kueue)
         self.cluster = cluster
+        cluster.on_warning = self.metrics.observe_warning
         await cluster.start()
         self.health.synced = True
         self.autoscaler = KubeAutoscaler(
