@@ -77,6 +77,8 @@ NUMBER_RULES = {
     "--timeout": NumberRule(float, 0, open_low=True),
     "--max-error-exits": NumberRule(int, 1),
     "--checkpoint-interval": NumberRule(float, 0, open_low=True),
+    "--stall-warning": NumberRule(float, 0, open_low=True),
+    "--stall-limit": NumberRule(float, 0, open_low=True),
 }
 
 
@@ -138,6 +140,10 @@ def option_problems(
 @click.option("--checkpoint-interval", default="10",
               show_default=True, help="Seconds between pserver checkpoints (a killed pserver "
                                       "restores the last one).")
+@click.option("--stall-warning", help="Say which trainers run without progress after this "
+              "many seconds (default: 10x the longest gap between progress, at least 120).")
+@click.option("--stall-limit", help="Fail the run after this many seconds without progress "
+              "(default: never).")
 @click.option("--plain", is_flag=True, help="Summary lines instead of the live panel.")
 def run(
     job_file: Path,
@@ -150,6 +156,8 @@ def run(
     timeout: str | None,
     max_error_exits: str,
     checkpoint_interval: str,
+    stall_warning: str | None,
+    stall_limit: str | None,
     plain: bool,
 ) -> None:
     """Run JOB_FILE locally: embedded etcd, Controller, Autoscaler, pods as processes."""
@@ -165,7 +173,8 @@ def run(
         except click.BadParameter as error:
             reserve.append(error.message)
     numbers = {"--max-load": max_load, "--timeout": timeout,
-               "--max-error-exits": max_error_exits, "--checkpoint-interval": checkpoint_interval}
+               "--max-error-exits": max_error_exits, "--checkpoint-interval": checkpoint_interval,
+               "--stall-warning": stall_warning, "--stall-limit": stall_limit}
     problems = option_problems(cpu, memory, policy, reserve, numbers)
     if problems:
         click.echo(f"edl run: {'; '.join(problems)}", err=True)
@@ -179,6 +188,8 @@ def run(
             timeout_s=float(timeout) if timeout is not None else None,
             max_error_exits=int(max_error_exits),
             checkpoint_interval_s=float(checkpoint_interval),
+            stall_warning_s=float(stall_warning) if stall_warning is not None else None,
+            stall_limit_s=float(stall_limit) if stall_limit is not None else None,
             job_dir=job_file.resolve().parent,
         )
         placed = [r for r in reserve if isinstance(r, Reservation)]

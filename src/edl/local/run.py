@@ -68,6 +68,7 @@ from edl.local.runtypes import (
     reservation_pod,
     scale_reason,
 )
+from edl.local.stall import StallWatch
 from edl.local.status import PodLine, RunSnapshot, new_run_dir, write_snapshot
 from edl.local.teardown import delete_workloads
 from edl.local.throughput import ThroughputFeed
@@ -102,6 +103,7 @@ class LocalRun:
         self._etcd_watch: asyncio.Task[None] | None = None
         self._progress: ProgressReader | None = None
         self._health: HealthReader | None = None  # parameter-server jobs: checkpoint health
+        self._stall = StallWatch(self.options.stall_warning_s, self.options.stall_limit_s)
         # the master's throughput, copied from its progress for the Autoscaler to fit
         self.throughput = ThroughputFeed(self.namespace, self.name)
         self._collective: CollectiveMonitor | None = None  # collective jobs only
@@ -323,7 +325,21 @@ class LocalRun:
         )
         self.snapshot = replace(s, desired_history=[list(x) for x in self._desired_history])
         self._refresh_pods()
+        self._check_stall(state)
         self._publish(snap.touch(self.snapshot, state, message))
+
+    def _check_stall(self, state: str) -> None:
+        """A running job whose progress mark does not move: a line, and at the limit the end."""
+        s = self.snapshot
+        metrics = self._collective.reader.view.metrics if self._collective else {}
+        mark = (s.pass_index, s.tasks_done, s.epoch, s.restarts, tuple(sorted(metrics.items())))
+        running = [f"{p.name} (pid {p.pid})" for p in s.pods
+                   if p.role == "trainer" and p.phase == "Running"] if state == "Running" else []
+        lines, fatal = self._stall.observe(mark, time.monotonic(), running)
+        for line in lines:
+            self._event(line)
+        if fatal:
+            self._fail_now(fatal)
 
     def _check_pending(self) -> str:
         """Pods the scheduler cannot place: fail a job that can never fit, report the rest.

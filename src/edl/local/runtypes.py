@@ -29,6 +29,8 @@ class RunOptions:
     shutdown_grace_s: float = 5.0
     timeout_s: float | None = None
     checkpoint_interval_s: float = 10.0  # pserver checkpoints (EDL_CHECKPOINT_INTERVAL)
+    stall_warning_s: float | None = None  # None: from the job's measured step time (`stall`)
+    stall_limit_s: float | None = None  # None: a stalled job is said, not ended
     job_dir: Path = field(default_factory=Path.cwd)  # relative workspaces resolve here
 
 
