@@ -8,6 +8,7 @@ from edl.local.display import LiveDisplay, summary_line
 from edl.local.events import (
     EventLog,
     exit_event,
+    exit_message,
     exit_phase,
     failover_event,
     pserver_start_event,
@@ -146,3 +147,13 @@ def test_panel_shows_reasons_never_ran_and_events() -> None:
     assert "Pending  0/1 nodes are available: 1 Insufficient cpu." in text
     assert "Deleted  never ran" in text and "Succeeded" not in text
     assert "0:03  pserver d-pserver-0 was killed by SIGKILL" in text
+
+
+def test_a_killed_pods_line_gives_the_signal_not_its_last_log_line() -> None:
+    """Issue 33: a SIGKILLed master showed 'Failed exit 137 … INFO edl.master: trainers
+    lost: [...]' in `edl status`, its last log line read as the reason."""
+    last = "2026-12-01 10:00:00 master INFO edl.master: trainers lost: ['t-1']"
+    assert exit_message(137, last) == "killed by SIGKILL"
+    assert exit_message(143, last) == "killed by SIGTERM"
+    assert exit_message(1, "ValueError: bad") == "ValueError: bad"
+    assert exit_message(200, last) == last  # no such signal: the line is all there is

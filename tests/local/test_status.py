@@ -206,3 +206,19 @@ def test_edl_status_piped_prints_plain_lines_not_the_panel(tmp_path: Path) -> No
     assert lines[0].startswith("digits: Running, pass 2/3, tasks 7/20"), done.stdout
     assert "  [0:03] trainer t-1 was killed" in lines
     assert not set("╭╮╰╯│─") & set(done.stdout), done.stdout
+
+
+def test_the_newest_run_is_the_latest_started_and_another_active_one_is_said(
+    tmp_path: Path,
+) -> None:
+    """Issue 33: two runs of one name at once both write status.json every second, and
+    `edl status`/`edl logs` showed whichever wrote last — often the one started first."""
+    old = new_run_dir(tmp_path, "digits", now=1_700_000_000)
+    new = new_run_dir(tmp_path, "digits", now=1_700_000_060)
+    write_snapshot(new, snapshot(job="digits", state="Running"))
+    write_snapshot(old, snapshot(job="digits", state="Running"))  # written last
+    assert find_runs(tmp_path, "digits") == [new, old]
+    shown = CliRunner().invoke(status, ["digits", "--runs-dir", str(tmp_path), "--plain"])
+    assert shown.exit_code == 0, shown.output
+    assert (f"edl status: another run of this name is active too: {old} (showing the "
+            f"newest, {new.name}; name a run directory to choose)") in shown.output

@@ -13,7 +13,13 @@ from typing import NoReturn
 
 import click
 
-from edl.local.status import ACTIVE_STATES, effective_state, find_runs, read_snapshot
+from edl.local.status import (
+    ACTIVE_STATES,
+    effective_state,
+    find_runs,
+    others_active,
+    read_snapshot,
+)
 
 
 @click.command("logs")
@@ -32,6 +38,9 @@ def logs(names: tuple[str, ...], runs_dir: Path, follow: bool) -> None:
         what = f"run {run!r}" if run else "any run"
         _fail(f"no {what} under {runs_dir}/")
     run_dir = runs[0]
+    for other in others_active(runs):
+        click.echo(f"edl logs: another run of this name is active too: {other} (showing the "
+                   f"newest, {run_dir.name}; name a run directory to choose)", err=True)
     path = _pod_log(run_dir, pod)
     with path.open("rb") as handle:
         while True:

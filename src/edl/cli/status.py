@@ -14,7 +14,13 @@ from pathlib import Path
 
 import click
 
-from edl.local.status import RunSnapshot, effective_state, find_runs, read_snapshot
+from edl.local.status import (
+    RunSnapshot,
+    effective_state,
+    find_runs,
+    others_active,
+    read_snapshot,
+)
 
 ACTIVE = ("Starting", "Running", "Stopping")
 LIST_LIMIT = 20
@@ -85,6 +91,9 @@ def status(
         click.echo(f"edl status: no run of {what} under {runs_dir}/", err=True)
         sys.exit(1)
     run_dir = runs[0]
+    for other in others_active(runs):
+        click.echo(f"edl status: another run of this name is active too: {other} (showing the "
+                   f"newest, {run_dir.name}; name a run directory to choose)", err=True)
     try:
         snapshot = read_snapshot(run_dir)
     except ValueError as error:

@@ -30,6 +30,22 @@ def exit_phase(code: int, terminating: bool, ran: bool) -> str:
     return "Succeeded" if code == 0 else "Failed"
 
 
+def killed_by(code: int) -> str:
+    """'killed by SIGKILL' for an exit status above 128 naming a signal, else ''."""
+    if code <= SIGNAL_EXIT_FLOOR:
+        return ""
+    try:
+        return f"killed by {signal.Signals(code - SIGNAL_EXIT_FLOOR).name}"
+    except ValueError:
+        return ""
+
+
+def exit_message(code: int, last: str) -> str:
+    """What a pod's line says of its end: the signal that killed it (its last log line
+    was only what it happened to print before), else its last line."""
+    return killed_by(code) or last
+
+
 def exit_event(name: str, role: str, code: int, terminating: bool, ran: bool, last: str) -> str:
     """The line for a pod that ended ('' for ends that are no news: success, drain)."""
     if not ran or terminating or code == 0:

@@ -45,6 +45,7 @@ from edl.local.events import (
     SIGNAL_EXIT_FLOOR,
     EventLog,
     exit_event,
+    exit_message,
     exit_phase,
     failover_event,
     pserver_start_event,
@@ -439,7 +440,8 @@ class LocalRun:
             message = self.pod_runner.termination_message(name) if self.pod_runner else ""
             ran = pod.node is not None  # bound: its processes were started
             phase = exit_phase(code, pod.terminating, ran)
-            self._pods[name] = PodLine(name, role, phase, None, code, last_line(message))
+            self._pods[name] = PodLine(name, role, phase, None, code,
+                                       exit_message(code, last_line(message)))
             if code == EXIT_CONFIG and not pod.terminating:  # a restart would fail the same way
                 self._fail_now(f"{name}: configuration error: {last_line(message)}")
             line = exit_event(name, role, code, pod.terminating, ran, last_line(message))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -152,9 +153,12 @@ def new_run_dir(runs_root: Path, job: str, now: float | None = None) -> Path:
 
 
 def find_runs(runs_root: Path, job: str | None = None) -> list[Path]:
-    """Run directories with a status file, newest first; only JOB's if given.
+    """Run directories with a status file, newest (latest started) first; only JOB's if
+    given.
 
-    JOB may also be a run's directory name (``digits-20261130-161449``) or path.
+    JOB may also be a run's directory name (``digits-20261130-161449``) or path. Newest by
+    the start in the directory's name (``-2`` for a second run in the same second), not by
+    the status file's last write: two runs at once both write theirs every second.
     """
     if job is not None and (Path(job) / STATUS_FILE).is_file():
         return [Path(job)]
@@ -169,8 +173,34 @@ def find_runs(runs_root: Path, job: str | None = None) -> list[Path]:
             continue
         if job is not None and not _belongs_to(path.name, job):
             continue
-        found.append((status.stat().st_mtime, path))
+        found.append((_started(path.name, status), path))
     return [p for _, p in sorted(found, reverse=True)]
+
+
+_STAMP = re.compile(r"-(\d{8})-(\d{6})(?:-(\d+))?$")
+
+
+def _started(dir_name: str, status: Path) -> tuple[str, int, float]:
+    """A sort key for when a run started: its name's stamp and suffix, else the file's time."""
+    found = _STAMP.search(dir_name)
+    if found is None:
+        mtime = status.stat().st_mtime
+        return time.strftime("%Y%m%d%H%M%S", time.gmtime(mtime)), 0, mtime
+    day, clock, n = found.groups()
+    return day + clock, int(n or 1), 0.0
+
+
+def others_active(runs: list[Path]) -> list[Path]:
+    """The runs after the first (the newest) whose writer still runs: several runs of one
+    name at once, which `edl status` and `edl logs` say rather than pick silently."""
+    active = []
+    for run_dir in runs[1:]:
+        try:
+            if effective_state(read_snapshot(run_dir)) in ACTIVE_STATES:
+                active.append(run_dir)
+        except ValueError:
+            continue
+    return active
 
 
 def _belongs_to(dir_name: str, job: str) -> bool:
