@@ -126,3 +126,38 @@ def test_a_replica_sets_refusal_is_read_in_the_api_servers_words() -> None:
     assert replica_failure(refused).startswith('pods "j-master-x" is forbidden: failed quota')
     cleared = {"status": {"conditions": [{"type": "ReplicaFailure", "status": "False"}]}}
     assert replica_failure(cleared) == replica_failure({}) == ""
+
+
+def test_a_finished_job_stays_finished_and_stops_its_master_and_pservers(clock, manifests):
+    """Issue 29, item 3: the trainer Job of a Succeeded job deleted (a TTL-after-finished
+    controller, a user) is not recreated by a restarted controller nor by an edit, and
+    the master and pserver ReplicaSets are scaled to 0 once the job ends."""
+    pod_runner = SimulatedPodRunner(clock, start_latency=Fixed(1), run_time={"trainer": Fixed(30)})
+    cluster = cluster_with(clock, pod_runner)
+    controller = Controller(cluster, status_interval=1.0)
+    cluster.create_training_job(manifests.training_job("done", 2, 3))
+    status, _ = run_until_final(clock, cluster, controller, "done")
+    assert status["state"] == "Succeeded"
+
+    async def after() -> None:
+        task = asyncio.create_task(controller.run())
+        await asyncio.sleep(3)  # the next refresh stops the servers
+        task.cancel()
+        await cluster.delete_trainer_job("default", "done-trainer")
+        restarted = Controller(cluster, status_interval=1.0)  # a new process, same cluster
+        task = asyncio.create_task(restarted.run())
+        await asyncio.sleep(5)
+        job = cluster.get_training_job("default", "done")
+        job["spec"]["trainer"]["max-instance"] = 4  # an edit: a new generation
+        cluster.replace_training_job(job)
+        await asyncio.sleep(5)
+        task.cancel()
+
+    clock.run(after())
+    assert cluster.store.peek("Job", "default", "done-trainer") is None
+    assert cluster.get_training_job("default", "done")["status"]["state"] == "Succeeded"
+    for role in ("master", "pserver"):
+        replica_set = cluster.store.peek("ReplicaSet", "default", f"done-{role}")
+        assert replica_set["spec"]["replicas"] == 0
+    assert not [p for p in cluster.pod_records() if p.role in ("master", "pserver")
+                and not p.terminating]

@@ -40,8 +40,10 @@ from e2e.helpers import (
     start_controller_process,
 )
 from e2e.kueue import Kueue, start_kueue
-from e2e.rest import Rest
+from e2e.rest import ApiError, Rest
 from polling import wait_until
+
+TRACKING_FINALIZER = "edl.dev/job-tracking"  # on every trainer pod edl creates
 
 if os.environ.get("EDL_E2E", "1") == "0":
     collect_ignore_glob = ["test_*.py"]
@@ -85,9 +87,24 @@ def namespace(rest: Rest, plane: ControlPlane) -> Iterator[str]:
     wait_until(lambda: _has_default_sa(rest, name), 30, "the default ServiceAccount")
     yield name
     rest.delete("Namespace", name)
-    # The next test counts cluster capacity: wait until this one's pods are gone.
-    wait_until(lambda: rest.find("Namespace", name) is None, 120, f"namespace {name} deleted")
+    # The next test counts cluster capacity: wait until this one's pods are gone. The
+    # controllers are stopped by now: the pods' tracking finalizer goes as an admin
+    # removes it once edl no longer runs (docs/kubernetes.md).
+    wait_until(lambda: _released(rest, name) and rest.find("Namespace", name) is None, 120,
+               f"namespace {name} deleted")
     plane.check_running()
+
+
+def _released(rest: Rest, namespace: str) -> bool:
+    """Remove edl's tracking finalizer from the namespace's pods (True: none holds it)."""
+    for pod in rest.list("Pod", namespace):
+        finalizers = pod["metadata"].get("finalizers") or []
+        if TRACKING_FINALIZER in finalizers:
+            with contextlib.suppress(ApiError):
+                rest.merge("Pod", pod["metadata"]["name"], {"metadata": {
+                    "finalizers": [f for f in finalizers if f != TRACKING_FINALIZER]}},
+                    namespace)
+    return True
 
 
 def plane_pids(cp: ControlPlane) -> list[tuple[str, int]]:

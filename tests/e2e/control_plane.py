@@ -40,7 +40,9 @@ CONTROLLERS = ("job-controller", "replicaset-controller", "deployment-controller
                "garbage-collector-controller", "namespace-controller",
                "pod-garbage-collector-controller", "serviceaccount-controller",
                # fills and keeps ResourceQuota status (hard, used): quota admission needs it
-               "resourcequota-controller")
+               "resourcequota-controller",
+               # deletes finished Jobs with spec.ttlSecondsAfterFinished (none of edl's sets it)
+               "ttl-after-finished-controller")
 FAKE_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 
 

@@ -145,7 +145,8 @@ def test_readme_walkthrough(rest: Rest, plane: ControlPlane, namespace: str,
 
     # Step 5: metrics, then clean up as the README does: the filler, then the job --
     # deleted with the controller stopped: the garbage collector alone must remove every
-    # child and their pods.
+    # child and the master's and pservers' pods; the trainer pods keep edl's tracking
+    # finalizer until a controller runs again, which releases them at once.
     url = f"http://127.0.0.1:{controller.port}/metrics"
 
     def desired_metric() -> str:
@@ -169,6 +170,14 @@ def test_readme_walkthrough(rest: Rest, plane: ControlPlane, namespace: str,
     for kind, name in CHILDREN:
         wait_until(lambda k=kind, n=name: rest.find(k, n, namespace) is None, 60,
                    f"{kind} {name} garbage-collected")
+    wait_until(lambda: not [p for p in rest.list("Pod", namespace, f"edl.dev/job={JOB}")
+                            if p["metadata"]["labels"].get("edl.dev/role") != "trainer"],
+               60, "the master's and pservers' pods removed")
+    held = rest.list("Pod", namespace, f"edl.dev/job={JOB},edl.dev/role=trainer")
+    assert held and all(p["metadata"].get("deletionTimestamp")
+                        and p["metadata"]["finalizers"] == ["edl.dev/job-tracking"]
+                        for p in held)
+    start_controller("replica-b")  # releases the orphans' finalizers
     wait_until(lambda: not rest.list("Pod", namespace, f"edl.dev/job={JOB}"), 60,
                "the job's pods removed")
     wait_until(lambda: not rest.list("Pod", namespace, "app=filler"), 60, "the filler removed")

@@ -257,6 +257,16 @@ class VictimScaling(Protocol):
 
 
 @runtime_checkable
+class ServerScaling(Protocol):
+    """Optional `Cluster` capability: set a ReplicaSet's replicas (the Controller stops
+    the master and pservers of a finished job with 0)."""
+
+    async def scale_replica_set(self, namespace: str, name: str, replicas: int) -> None:
+        """`NotFoundError` if it does not exist."""
+        ...
+
+
+@runtime_checkable
 class TrainerFailures(Protocol):
     """Optional `Cluster` capability: the error of a job's last failed trainer.
 
@@ -295,6 +305,10 @@ class ManagedTrainers(Protocol):
         removed with `delete_trainer_pod`."""
         ...
 
+    def trainer_pod_jobs(self) -> list[tuple[str, str]]:
+        """(namespace, TrainingJob) of every job with a trainer pod in that view."""
+        ...
+
     async def create_trainer_pod(self, pod: Manifest) -> None:
         """Create a trainer pod (owned by its trainer Job; `AlreadyExistsError`)."""
         ...
@@ -315,7 +329,9 @@ class ManagedTrainers(Protocol):
 
     async def mark_trainer_pod_counted(self, namespace: str, name: str) -> None:
         """Mark a finished trainer pod as counted in its Job's status (annotation
-        ``edl.dev/counted``)."""
+        ``edl.dev/counted``) and remove its tracking finalizers (edl's and
+        kube-controller-manager's) in the same write; also for a pod with nothing to
+        count (ignored, orphaned, of a finished Job), whose finalizer just goes."""
         ...
 
     async def post_trainer_event(self, namespace: str, job: str, reason: str,

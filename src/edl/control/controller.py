@@ -19,6 +19,10 @@ simulator (virtual time) and local runs (real time).
 * A trainer Job that fails (condition Failed, e.g. ``BackoffLimitExceeded``)
   makes the job Failed, with the reason and, from clusters that keep it, the
   last failed trainer's error; a Complete one makes it Succeeded.
+* A finished job stays finished: its state is read back from its stored status
+  on every event and restart, its children are never created again (a trainer Job
+  deleted by the TTL-after-finished controller or a user is not recreated), and its
+  master and pserver ReplicaSets are scaled to 0.
 
 Status writes go to the status subresource and do not change
 ``metadata.generation``; ``on_update`` ignores events whose generation it has
@@ -44,6 +48,7 @@ from edl.cluster.port import (
     ManagedTrainers,
     Manifest,
     NotFoundError,
+    ServerScaling,
     TrainerFailures,
     Unsubscribe,
     is_permanent,
@@ -55,6 +60,7 @@ from edl.control.job_status import (
     RUNNING,
     SUSPENDED_MESSAGE,
     replica_failure,
+    finished_state,
     trainer_job_outcome,
     waiting_reason,
 )
@@ -100,6 +106,7 @@ class _Known:
     last_trainer_failure: str | None = None  # asked once the trainer Job failed
     unapplied: str = ""  # an edit the running pods do not have (`drift.unapplied`)
     children_warned: str = ""  # the master/pserver refusal last posted as an Event
+    stopped: bool = False  # finished, and its master and pservers scaled to 0
 
 
 class Controller:
@@ -218,6 +225,16 @@ class Controller:
             return
         known = _Known(generation, job, _status(obj))
         self._known[(namespace, name)] = known
+        finished = finished_state(known.status)
+        if finished is not None:  # never run again: no child is created, none scaled up
+            log.info("TrainingJob %s/%s is %s: its children are not created again",
+                     namespace, name, finished)
+            if previous is not None and previous.job is not None and self.autoscaler:
+                self.autoscaler.on_del(previous.job)
+            if self.trainers is not None:
+                self.trainers.track((namespace, name))  # its pods' finalizers still go
+            await self._stop_servers(known)
+            return
         if not await self._ensure_children(known):
             return
         if previous is not None and previous.generation != generation:
@@ -293,6 +310,24 @@ class Controller:
             with contextlib.suppress(AlreadyExistsError):
                 await create(manifest)
 
+    async def _stop_servers(self, known: _Known) -> None:
+        """Scale a finished job's master and pserver ReplicaSets to 0 (once; a failure
+        is retried on the next status refresh)."""
+        job = known.job
+        if known.stopped or job is None or not isinstance(self.cluster, ServerScaling):
+            return
+        namespace, name = job_key(job)
+        roles = ("master",) if job.collective() else ("master", "pserver")
+        try:
+            for role in roles:
+                with contextlib.suppress(NotFoundError):
+                    await self.cluster.scale_replica_set(namespace, f"{name}-{role}", 0)
+        except ClusterError as error:
+            log.warning("master and pservers of finished %s/%s not stopped: %s", namespace,
+                        name, error)
+            return
+        known.stopped = True
+
     async def _unapplied(self, job: TrainingJob) -> str:
         """After an edit: which roles' pods still run the old template (`drift`)."""
         namespace, name = job_key(job)
@@ -337,6 +372,9 @@ class Controller:
         if known is None or known.job is None:
             return  # invalid jobs keep their Failed status until edited
         job = known.job
+        if finished_state(known.status) is not None:
+            await self._stop_servers(known)  # a finished status is final
+            return
         try:
             trainer = await self.cluster.get_trainer_job(job)
         except NotFoundError:
@@ -378,6 +416,8 @@ class Controller:
         if waiting:
             status["waiting"] = waiting
         await self._write_status(*key, known, status)
+        if outcome is not None and known.status == status:
+            await self._stop_servers(known)
 
     async def _children_refused(self, known: _Known) -> str:
         """Why the master's or pservers' pods cannot be created, in the API server's words

@@ -14,6 +14,7 @@ FAILED = "Failed"
 SUCCEEDED = "Succeeded"
 # the message while Kueue (or anyone) holds the trainer Job suspended: condition Suspended
 SUSPENDED_MESSAGE = "trainer Job suspended"
+TRAINER_JOB_FAILED = "the trainer Job failed"  # how a finished job's Failed message starts
 
 
 def _trainers(count: int) -> str:
@@ -73,10 +74,22 @@ def trainer_job_outcome(
         condition = conditions["Failed"]
         reason = condition.get("reason") or "unknown reason"
         detail = condition.get("message")
-        message = f"the trainer Job failed: {reason}" + (f" ({detail})" if detail else "")
+        message = f"{TRAINER_JOB_FAILED}: {reason}" + (f" ({detail})" if detail else "")
         if last_failure:
             message += f"; last failed trainer {last_failure}"
         return FAILED, message
     if "Complete" in conditions:
         return SUCCEEDED, "trainers finished"
+    return None
+
+
+def finished_state(status: Mapping[str, Any]) -> str | None:
+    """``Succeeded`` or ``Failed`` once the job's trainers have ended, from its stored
+    status; None otherwise. A job Failed for its spec or its children is not finished
+    (an edit or the cause's repair starts it); one whose trainer Job failed is."""
+    state = status.get("state")
+    if state == SUCCEEDED:
+        return SUCCEEDED
+    if state == FAILED and str(status.get("message") or "").startswith(TRAINER_JOB_FAILED):
+        return FAILED
     return None

@@ -14,8 +14,13 @@ iteration, so a burst of events costs one pass. As upstream's Job controller:
   the API server's words;
 * the status write is a compare-and-swap on the status it was computed from (another
   writer's change re-plans), and only after it landed are finished pods marked counted;
-* a pod owned by the Job that edl did not create means another controller runs it
-  (a kube-controller-manager ignoring ``managedBy``): reported, and edl stands back.
+* a live pod owned by the Job that edl did not create means another controller runs
+  it (a kube-controller-manager ignoring ``managedBy``): reported, and edl stands back
+  until that writer is quiet (`trainers.foreign_active`);
+* the tracking finalizer never stays behind: a counted pod loses it in the patch that
+  marks it counted, a pod that does not count and every pod of a finished Job at once,
+  and an orphan (its Job gone or replaced, its TrainingJob deleted) as soon as a pod
+  event shows it, as upstream's ``syncOrphanPod``.
 """
 
 from __future__ import annotations
@@ -154,8 +159,9 @@ class TrainerController:
         return tracked.record if tracked is not None else None
 
     def poke(self, key: JobKey) -> None:
-        """Reconcile this job soon (coalesced with other events)."""
-        if key not in self._jobs:
+        """Reconcile this job soon (coalesced with other events); a job not tracked
+        (deleted, or not seen yet) only has its orphans' finalizers removed."""
+        if key not in self._jobs and not self._holding(key):
             return
         self._dirty[key] = None
         if self._task is None or self._task.done():
@@ -163,9 +169,11 @@ class TrainerController:
 
     async def resync(self) -> None:
         """Reconcile every job not reconciled for ``RESYNC_S`` (heals a missed event;
-        events keep the others current)."""
+        events keep the others current), and sweep the orphans of jobs not tracked (a
+        TrainingJob deleted while no controller ran: no pod event comes)."""
         now = asyncio.get_running_loop().time()
-        for key in list(self._jobs):
+        for key in list(self._jobs) + [k for k in self.cluster.trainer_pod_jobs()
+                                       if k not in self._jobs]:
             if now - self._reconciled.get(key, float("-inf")) >= RESYNC_S:
                 self.poke(key)
 
@@ -183,16 +191,47 @@ class TrainerController:
             except Exception:
                 log.exception("trainers of %s/%s not reconciled", *key)
 
-    async def reconcile(self, key: JobKey) -> None:
-        tracked = self._jobs.get(key)
-        if tracked is None:
+    def _holding(self, key: JobKey) -> list[TrainerPodState]:
+        """The pods of this TrainingJob that hold edl's tracking finalizer."""
+        return [p for p in (pod_state(m) for m in self.cluster.trainer_pod_manifests(*key))
+                if p.tracked and p.ours]
+
+    async def _release_orphans(self, key: JobKey) -> None:
+        """Remove the finalizer of pods whose trainer Job is gone, being deleted or
+        another one (a job not tracked: deleted, or not seen yet after a start)."""
+        held = self._holding(key)
+        if not held:
+            if key not in self._jobs:
+                self._reconciled.pop(key, None)
             return
-        loop_now = asyncio.get_running_loop().time()
-        self._reconciled[key] = loop_now
         namespace, name = key
         try:
             job = await self.cluster.get_trainer_job_by_name(namespace, trainer_job_name(name))
         except NotFoundError:
+            job = {}
+        meta = job.get("metadata") or {}
+        uid = None if meta.get("deletionTimestamp") else meta.get("uid")
+        await self._release(namespace, [p.name for p in held if uid is None
+                                        or p.owner_uid != uid])
+
+    async def _release(self, namespace: str, names: list[str]) -> None:
+        """Mark counted and remove the tracking finalizer (pods with nothing to count)."""
+        for pod in names:
+            with contextlib.suppress(NotFoundError):
+                await self.cluster.mark_trainer_pod_counted(namespace, pod)
+
+    async def reconcile(self, key: JobKey) -> None:
+        tracked = self._jobs.get(key)
+        loop_now = asyncio.get_running_loop().time()
+        self._reconciled[key] = loop_now
+        if tracked is None:
+            await self._release_orphans(key)
+            return
+        namespace, name = key
+        try:
+            job = await self.cluster.get_trainer_job_by_name(namespace, trainer_job_name(name))
+        except NotFoundError:
+            await self._release_orphans(key)
             return
         if not is_managed(job):
             owner = str((job.get("spec") or {}).get("managedBy") or "")
@@ -202,10 +241,15 @@ class TrainerController:
                     f"{owner.removeprefix(MANAGED_BY_PREFIX)} (spec.managedBy {owner}), "
                     f"not by this one ({installation()}): edl leaves it alone"))
             return  # else the cluster's Job controller runs it (managedBy dropped or absent)
+        if (job.get("metadata") or {}).get("deletionTimestamp"):
+            await self._release_orphans(key)  # being deleted: no pod, every finalizer goes
+            return
         seen = [pod_state(p) for p in self.cluster.trainer_pod_manifests(namespace, name)]
         if not tracked.expectations.satisfied(seen, loop_now):
             return  # the watch has not caught up with our own changes: its event pokes
         pods = claimed(job, seen)
+        mine = {p.name for p in pods}
+        orphans = [p.name for p in seen if p.tracked and p.ours and p.name not in mine]
         now = self.cluster.trainer_clock()
         base_s, max_s = (self.cluster.crash_backoff_s if isinstance(self.cluster, CrashBackoff)
                          else (CRASH_BACKOFF_BASE_S, CRASH_BACKOFF_MAX_S))
@@ -217,6 +261,7 @@ class TrainerController:
                 "(a kube-controller-manager without JobManagedBy?); edl leaves it alone"))
             return
         deleted = await self._delete(namespace, tracked, plan.delete)
+        await self._release(namespace, orphans + list(plan.release))
         if plan.finished:
             return  # a finished Job's status is final
         names = tracked.names.setdefault(

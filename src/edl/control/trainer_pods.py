@@ -7,8 +7,14 @@ hand-labelled pod is never touched. Every pod it creates carries the annotation
 ``edl.dev/created-by: <installation>`` (`edl.api.installation`); a pod owned by the
 Job without it was made by another writer (a kube-controller-manager ignoring
 ``spec.managedBy``, or another installation). A finished pod whose outcome is in
-the Job's counters carries ``edl.dev/counted`` (upstream removes its
-``batch.kubernetes.io/job-tracking`` finalizer at that step).
+the Job's counters carries ``edl.dev/counted``.
+
+Every pod it creates also carries the finalizer ``edl.dev/job-tracking`` (upstream's
+``batch.kubernetes.io/job-tracking``, under edl's domain since the Job is managed by
+edl): nobody (PodGC, the descheduler, a user's force delete) can remove a finished pod
+before the controller has counted it. The finalizer goes in the same pod patch that
+adds the counted mark, once the status holding the pod's UID is written; a pod that
+does not count, an orphan and every pod of a finished Job lose it too.
 """
 
 from __future__ import annotations
@@ -23,6 +29,10 @@ from edl.api.installation import current as installation
 TRAINER_CONTAINER = "trainer"
 ANNOTATION_CREATED_BY = "edl.dev/created-by"
 ANNOTATION_COUNTED = "edl.dev/counted"
+TRACKING_FINALIZER = "edl.dev/job-tracking"
+# kube-controller-manager's: on pods it made for the Job before it honoured managedBy
+KUBE_TRACKING_FINALIZER = "batch.kubernetes.io/job-tracking"
+TRACKING_FINALIZERS = (TRACKING_FINALIZER, KUBE_TRACKING_FINALIZER)
 NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # upstream's generateName alphabet
 NAME_SUFFIX_LEN = 5
 # a pod's hostname is its name cut to 63 characters (a DNS label): like upstream's
@@ -52,6 +62,15 @@ class TrainerPodState:
     ready: bool = False  # condition Ready True
     exits: tuple[tuple[str, int], ...] = ()  # (container, exit code) of terminated containers
     true_conditions: frozenset[str] = frozenset()
+    tracked: bool = False  # holds a tracking finalizer (edl's, or kube-controller-manager's)
+    deletion_asked_at: float | None = None  # deletionTimestamp less the grace period
+
+    @property
+    def failed_before_deletion(self) -> bool:
+        """It finished no later than its deletion was asked for (in the same second
+        counts: the API's times are whole seconds): a deletion did not end it."""
+        return (self.finished_at is not None and self.deletion_asked_at is not None
+                and self.finished_at <= self.deletion_asked_at)
 
     @property
     def finished(self) -> bool:
@@ -94,12 +113,15 @@ def pod_state(pod: Mapping[str, Any]) -> TrainerPodState:
     annotations = metadata.get("annotations") or {}
     owner_uid = next((ref.get("uid") for ref in metadata.get("ownerReferences") or ()
                       if ref.get("controller")), None)
+    deleted = metadata.get("deletionTimestamp")
+    asked = (None if deleted is None
+             else float(deleted) - float(metadata.get("deletionGracePeriodSeconds") or 0))
     return TrainerPodState(
         name=str(metadata.get("name", "")),
         uid=str(metadata.get("uid") or metadata.get("name", "")),
         node=(pod.get("spec") or {}).get("nodeName") or None,
         phase=phase,
-        deleting=metadata.get("deletionTimestamp") is not None,
+        deleting=deleted is not None,
         disrupted=disrupted,
         exit_code=exit_code,
         created_at=float(created),
@@ -112,6 +134,8 @@ def pod_state(pod: Mapping[str, Any]) -> TrainerPodState:
         ready="Ready" in true_conditions,
         exits=tuple(exits),
         true_conditions=true_conditions,
+        tracked=any(f in TRACKING_FINALIZERS for f in metadata.get("finalizers") or ()),
+        deletion_asked_at=asked,
     )
 
 
@@ -188,6 +212,7 @@ def trainer_pod(job: Mapping[str, Any], name: str) -> dict[str, Any]:
             "labels": dict(template_meta.get("labels") or {}),
             "annotations": annotations,
             "ownerReferences": [reference],
+            "finalizers": [TRACKING_FINALIZER],
         },
         "spec": dict(template.get("spec") or {}),
     }

@@ -15,24 +15,33 @@ controller implements the Job's contract for it with these rules (upstream:
   the terminal condition follows once no pod is left (sticky across restarts:
   the conditions are in the Job);
 * a failed pod is judged by the Job's podFailurePolicy (first matching rule:
-  ``FailJob`` fails the Job at once, ``Ignore`` is not counted) — and a pod that
-  was deleted or disrupted (evicted, preempted) never counts: that is a shrink;
+  ``FailJob`` fails the Job at once, ``Ignore`` is not counted: edl's own drains and
+  deletions exit 143, which the policy ignores) — a disrupted pod (evicted,
+  preempted) or one its deletion ended never counts (a shrink); a pod that failed
+  and was then deleted still counts, as upstream;
 * counters are durable and exact (upstream's ``uncountedTerminatedPods``): a
-  finished pod's UID enters the status first, the pod is then marked counted,
-  and the next write moves it into ``failed``/``succeeded``. Finished pods are
-  kept (their logs too), as upstream keeps them;
+  finished pod's UID enters the status first, the pod is then marked counted and
+  its tracking finalizer removed (one patch), and the next write moves it into
+  ``failed``/``succeeded``. The finalizer keeps a finished pod until then, whoever
+  deletes it; a pod that does not count and every pod of a finished Job lose it at
+  once. Finished pods are kept (their logs too), as upstream keeps them;
 * a crash's replacement waits 10 s, doubling per crash in a row (at most 10 min);
   every other missing trainer is created at once, and a terminating pod holds its
   slot (``podReplacementPolicy: Failed``, defaulted with a podFailurePolicy);
 * ``spec.suspend`` deletes the active pods and creates none (Kueue's admission);
 * too many trainers: the Autoscaler's named victims, then unscheduled, then
-  pending, then the newest go first.
+  pending, then the newest go first;
+* pods owned by the Job that edl did not create mean another writer (a
+  kube-controller-manager ignoring ``managedBy``): edl stands back while one of them
+  is live or finished less than ``FOREIGN_QUIET_S`` ago, then takes over; a finished
+  foreign pod still holding that writer's tracking finalizer was never counted by it
+  and is counted (and released) by edl, one without was.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from edl.api.installation import managed_by
@@ -48,6 +57,7 @@ CRASH_BACKOFF_S = (CRASH_BACKOFF_BASE_S, CRASH_BACKOFF_MAX_S)  # first delay, ca
 CRASH_STREAK_RESET_S = 600.0
 DEFAULT_BACKOFF_LIMIT = 6
 FINISHED = ("Complete", "Failed")
+FOREIGN_QUIET_S = 60.0  # a foreign pod finished this recently: its writer may still act
 
 
 @dataclass
@@ -96,7 +106,8 @@ class TrainerPlan:
     reason: str = ""
     message: str = ""
     finished: bool = False  # the Job is Complete or Failed: nothing to do, nothing to write
-    foreign: tuple[str, ...] = ()  # pods owned by the Job that edl did not create
+    foreign: tuple[str, ...] = ()  # live pods of another writer: edl stands back
+    release: tuple[str, ...] = ()  # pods whose tracking finalizer goes now (nothing to count)
     active: int = 0
     ready: int = 0
     terminating: int = 0
@@ -119,12 +130,22 @@ def crash_delay_s(streak: int, base_s: float = CRASH_BACKOFF_BASE_S,
 
 def outcome(spec: Mapping[str, Any], pod: TrainerPodState) -> str | None:
     """How a finished pod counts: ``succeeded``, ``failed`` or None (not at all: it was
-    deleted or disrupted, or the podFailurePolicy ignores it)."""
+    disrupted, its deletion ended it, or the podFailurePolicy ignores it). A pod that
+    failed and was deleted afterwards still counts (upstream's ``isPodFailed``): the
+    tracking finalizer keeps it until it is counted."""
     if pod.phase == "Succeeded":
         return "succeeded"
-    if pod.phase != "Failed" or pod.deleting or pod.disrupted:
+    if pod.phase != "Failed" or pod.disrupted:
+        return None
+    if pod.deleting and not pod.failed_before_deletion:
         return None
     return None if failure_action(spec, pod) == "Ignore" else "failed"
+
+
+def settled(pod: TrainerPodState) -> bool:
+    """The pod's outcome is in the Job's counters: edl marked it counted, or another
+    writer's pod lost that writer's tracking finalizer (it counted it)."""
+    return pod.counted or (not pod.ours and not pod.tracked)
 
 
 def tally(spec: Mapping[str, Any], status: Mapping[str, Any],
@@ -139,20 +160,20 @@ def tally(spec: Mapping[str, Any], status: Mapping[str, Any],
     for held in ("succeeded", "failed"):
         for uid in uncounted.get(held) or ():
             pod = by_uid.get(uid)
-            if pod is None or pod.counted:
+            if pod is None or settled(pod):
                 succeeded, failed = (succeeded + 1, failed) if held == "succeeded" else (
                     succeeded, failed + 1)
             else:
                 pending[held].append(uid)
     listed = set(pending["succeeded"]) | set(pending["failed"])
     for pod in sorted(pods, key=lambda p: (p.finished_at or 0.0, p.name)):
-        if not pod.finished or pod.counted or pod.uid in listed:
+        if not pod.finished or settled(pod) or pod.uid in listed:
             continue
         kind = outcome(spec, pod)
         if kind is not None:
             pending[kind].append(pod.uid)
             listed.add(pod.uid)
-    mark = tuple(p.name for p in pods if p.uid in listed and not p.counted)
+    mark = tuple(p.name for p in pods if p.uid in listed and not settled(p))
     return Ledger(succeeded, failed, tuple(pending["succeeded"]), tuple(pending["failed"]),
                   mark)
 
@@ -235,29 +256,52 @@ def plan_trainers(
     n_active, n_ready, n_terminating = (len(active), sum(p.ready for p in active),
                                         len(live) - len(active))
     ledger = tally(spec, status, pods)
-    if is_finished(status):  # sticky: a finished Job gets no pod and no write, ever
+    if is_finished(status):  # sticky: a finished Job gets no pod and no status write, ever
         return TrainerPlan(0, tuple(p.name for p in active), None, ledger, finished=True,
-                           active=n_active, ready=n_ready, terminating=n_terminating)
-    foreign = tuple(p.name for p in pods if not p.ours)
+                           active=n_active, ready=n_ready, terminating=n_terminating,
+                           release=tuple(p.name for p in pods if p.tracked))
+    foreign = tuple(p.name for p in pods if not p.ours and foreign_active(p, now))
     if foreign:
         return TrainerPlan(0, (), None, ledger, foreign=foreign, active=n_active,
                            ready=n_ready, terminating=n_terminating)
+    plan = _plan_running(job, pods, record, now, base_s, max_s, ledger)
+    release = tuple(p.name for p in pods if p.tracked and p.finished and not settled(p)
+                    and p.uid not in ledger.uncounted_succeeded
+                    and p.uid not in ledger.uncounted_failed and outcome(spec, p) is None)
+    return replace(plan, active=n_active, ready=n_ready, terminating=n_terminating,
+                   release=release)
+
+
+def foreign_active(pod: TrainerPodState, now: float) -> bool:
+    """Another writer's pod that says the writer may still act: live, or finished less
+    than ``FOREIGN_QUIET_S`` ago (it may be about to replace it)."""
+    return not pod.finished or (pod.finished_at or 0.0) > now - FOREIGN_QUIET_S
+
+
+def _plan_running(job: Mapping[str, Any], pods: Sequence[TrainerPodState],
+                  record: CrashRecord, now: float, base_s: float, max_s: float,
+                  ledger: Ledger) -> TrainerPlan:
+    """`plan_trainers` for a Job that is not finished and that no one else runs."""
+    spec = job.get("spec") or {}
+    status = job.get("status") or {}
+    live = [p for p in pods if not p.finished]
+    active = [p for p in live if not p.deleting]
+    n_terminating = len(live) - len(active)
     fatal = observe(spec, record, pods)
     ending, reason, message = _ending(spec, status, ledger, fatal)
     if ending == "Failed" or (ending is None and spec.get("suspend")):
         record.owed = 0
         return TrainerPlan(0, tuple(p.name for p in active), None, ledger, ending, reason,
-                           message, active=n_active, ready=n_ready, terminating=n_terminating)
+                           message)
     if ending == "Complete":  # the work is done: let the others finish, create none
-        return TrainerPlan(0, (), None, ledger, ending, active=n_active, ready=n_ready,
-                           terminating=n_terminating)
+        return TrainerPlan(0, (), None, ledger, ending)
     parallelism = max(int(spec.get("parallelism", 1)), 0)
     if len(active) > parallelism:
         victims = victims_of(job)
         excess = sorted(active, key=lambda p: _removal_rank(p, victims))
         record.owed = 0
         return TrainerPlan(0, tuple(p.name for p in excess[: len(active) - parallelism]),
-                           None, ledger, active=n_active, ready=n_ready, terminating=n_terminating)
+                           None, ledger)
     holding = len(active) + (n_terminating if _replace_only_failed(spec) else 0)
     missing = max(parallelism - holding, 0)
     record.owed = min(record.owed, missing)
@@ -268,8 +312,7 @@ def plan_trainers(
             create, record.owed = missing, 0
         else:
             retry_at = ready_at
-    return TrainerPlan(create, (), retry_at, ledger, active=n_active, ready=n_ready,
-                       terminating=n_terminating)
+    return TrainerPlan(create, (), retry_at, ledger)
 
 
 def _replace_only_failed(spec: Mapping[str, Any]) -> bool:

@@ -285,6 +285,13 @@ class KubeCluster(KubeManagedTrainers, KubeKueue):
     async def delete_replica_set(self, namespace: str, name: str) -> None:
         await self._delete(ReplicaSet, "ReplicaSet", namespace, name)
 
+    async def scale_replica_set(self, namespace: str, name: str, replicas: int) -> None:
+        patch = {"spec": {"replicas": replicas}}
+        await self._call(f"scale ReplicaSet {namespace}/{name} to {replicas}",
+                         lambda: self.client.patch(ReplicaSet, name, patch, namespace=namespace,
+                                                   patch_type=PatchType.MERGE),
+                         "ReplicaSet", namespace, name)
+
     async def delete_service(self, namespace: str, name: str) -> None:
         await self._delete(Service, "Service", namespace, name)
 

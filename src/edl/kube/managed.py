@@ -29,7 +29,7 @@ from edl.cluster.port import (
     Manifest,
     Unsubscribe,
 )
-from edl.control.trainer_pods import ANNOTATION_COUNTED
+from edl.control.trainer_pods import ANNOTATION_COUNTED, TRACKING_FINALIZERS
 from edl.kube.events import make_event
 from edl.kube.retry import http_status
 from edl.kube.trainer_index import rfc3339
@@ -107,6 +107,9 @@ class KubeManagedTrainers:
     def trainer_pod_manifests(self, namespace: str, job: str) -> list[Manifest]:
         return self.state.trainer_index.pods(namespace, job)
 
+    def trainer_pod_jobs(self) -> list[tuple[str, str]]:
+        return self.state.trainer_index.jobs()
+
     async def create_trainer_pod(self, pod: Manifest) -> None:
         meta = pod["metadata"]
         namespace, name = meta.get("namespace") or "default", meta["name"]
@@ -163,10 +166,13 @@ class KubeManagedTrainers:
         return locks.setdefault((namespace, name), asyncio.Lock())
 
     async def mark_trainer_pod_counted(self, namespace: str, name: str) -> None:
-        patch = {"metadata": {"annotations": {ANNOTATION_COUNTED: "true"}}}
+        """One strategic merge patch: the counted mark in, the tracking finalizers out
+        (other finalizers stay: upstream's ``$deleteFromPrimitiveList``)."""
+        patch = {"metadata": {"annotations": {ANNOTATION_COUNTED: "true"},
+                              "$deleteFromPrimitiveList/finalizers": list(TRACKING_FINALIZERS)}}
         await self._call(f"mark trainer Pod {namespace}/{name} counted",
                          lambda: self.client.patch(Pod, name, patch, namespace=namespace,
-                                                   patch_type=PatchType.MERGE),
+                                                   patch_type=PatchType.STRATEGIC),
                          "Pod", namespace, name)
 
     async def post_trainer_event(self, namespace: str, job: str, reason: str,

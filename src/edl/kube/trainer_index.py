@@ -71,8 +71,10 @@ def slim(pod: Mapping[str, Any]) -> dict[str, Any]:
             "name": meta.get("name"), "namespace": meta.get("namespace") or "default",
             "uid": meta.get("uid"), "creationTimestamp": epoch(meta.get("creationTimestamp")),
             "deletionTimestamp": epoch(meta.get("deletionTimestamp")),
+            "deletionGracePeriodSeconds": meta.get("deletionGracePeriodSeconds"),
             "annotations": {k: v for k, v in (meta.get("annotations") or {}).items()
                             if k in KEPT_ANNOTATIONS},
+            "finalizers": list(meta.get("finalizers") or ()),
             "ownerReferences": [{"uid": r.get("uid"), "controller": r.get("controller")}
                                 for r in meta.get("ownerReferences") or ()
                                 if r.get("controller")],
@@ -93,12 +95,13 @@ def slim(pod: Mapping[str, Any]) -> dict[str, Any]:
 
 def _leaving(pod: Mapping[str, Any]) -> tuple[Any, ...]:
     """What of a pod can change the trainer controller's plan or the status it writes:
-    its phase, deletion, readiness, conditions and marks."""
+    its phase, deletion, readiness, conditions, marks and finalizers."""
     status = pod.get("status") or {}
     meta = pod.get("metadata") or {}
     return (status.get("phase"), meta.get("deletionTimestamp") is not None,
             tuple((c["type"], c["status"]) for c in status.get("conditions") or ()),
             tuple(sorted((meta.get("annotations") or {}).items())),
+            tuple(meta.get("finalizers") or ()),
             (pod.get("spec") or {}).get("nodeName") is not None)
 
 
@@ -136,6 +139,9 @@ class TrainerPodIndex:
 
     def keys(self) -> builtins.set[PodKey]:  # `set` here is the method above
         return set(self._job_of)
+
+    def jobs(self) -> list[JobKey]:
+        return list(self._pods)
 
     def pods(self, namespace: str, job: str) -> list[dict[str, Any]]:
         return [dict(pod) for pod in self._pods.get((namespace, job), {}).values()]

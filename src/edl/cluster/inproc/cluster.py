@@ -179,6 +179,10 @@ class InProcessCluster(ManagedTrainerPods, AdmissionObjects, KueueIntegration):
     async def delete_replica_set(self, namespace: str, name: str) -> None:
         self.store.delete("ReplicaSet", namespace, name)
 
+    async def scale_replica_set(self, namespace: str, name: str, replicas: int) -> None:
+        self._read("ReplicaSet", namespace, name)  # NotFoundError
+        self.scale("ReplicaSet", namespace, name, replicas)
+
     async def create_service(self, service: Manifest) -> Manifest:
         return self.store.create("Service", service)
 

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from edl.cluster.port import Clock
 
 COUNTED = "edl.dev/counted"
+TRACKING_FINALIZERS = ("edl.dev/job-tracking", "batch.kubernetes.io/job-tracking")
 ViewKey = tuple[str, str]  # (namespace, TrainingJob)
 
 
@@ -69,6 +70,9 @@ class ManagedTrainerPods:
     def trainer_pod_manifests(self, namespace: str, job: str) -> list[Manifest]:
         pods = self._trainer_view().get((namespace, job), {})
         return [copy_manifest(pod) for pod in pods.values()]
+
+    def trainer_pod_jobs(self) -> list[tuple[str, str]]:
+        return list(self._trainer_view())
 
     async def create_trainer_pod(self, pod: Manifest) -> None:
         namespace, name = object_key(pod)
@@ -105,6 +109,9 @@ class ManagedTrainerPods:
             raise NotFoundError("Pod", namespace, name)
         annotations = pod.manifest["metadata"].setdefault("annotations", {})
         annotations[COUNTED] = "true"
+        finalizers = pod.manifest["metadata"].get("finalizers") or []
+        pod.manifest["metadata"]["finalizers"] = [f for f in finalizers
+                                                  if f not in TRACKING_FINALIZERS]
         self._publish(pod)
 
     def name_victims(self, job: Manifest, victims: list[str]) -> Manifest:
@@ -214,6 +221,7 @@ def _slim(pod: PodRecord) -> Manifest:
             "deletionTimestamp": metadata.get("deletionTimestamp"),
             "annotations": dict(metadata.get("annotations") or {}),
             "ownerReferences": [dict(r) for r in metadata.get("ownerReferences") or ()],
+            "finalizers": list(metadata.get("finalizers") or ()),
         },
         "spec": {"nodeName": pod.node},
         "status": {
