@@ -59,8 +59,8 @@ from edl.control.job_status import (
     FAILED,
     RUNNING,
     SUSPENDED_MESSAGE,
-    replica_failure,
     finished_state,
+    replica_failure,
     trainer_job_outcome,
     waiting_reason,
 )
