@@ -226,7 +226,9 @@ class Node:
 
     def _cni_config(self) -> dict[str, Any]:
         return {"cniVersion": "0.4.0", "name": "edl", "plugins": [
-            {"type": "bridge", "bridge": self.bridge, "isGateway": True, "ipMasq": False,
+            # the default route too: ClusterIPs (kube-proxy) are reached through the node
+            {"type": "bridge", "bridge": self.bridge, "isGateway": True,
+             "isDefaultGateway": True, "ipMasq": False,
              "hairpinMode": True,
              "ipam": {"type": "host-local", "ranges": [[{
                  "subnet": f"{self.ip.rsplit('.', 2)[0]}.0.0/{self.prefix}",

@@ -7,6 +7,7 @@ TrainingJob's status show the script's own line, and the job stops at its backof
 from __future__ import annotations
 
 import ipaddress
+import re
 from typing import Any
 
 from e2e.helpers import trainingjob, wait_tj
@@ -112,3 +113,26 @@ def test_restricted_namespace_runs_every_pod_as_10001_writing_only_home_and_tmp(
             if process.uid == 10001:
                 stray = [f for f in process.written() if not f.startswith(("home/edl/", "tmp/"))]
                 assert not stray, (name, stray)
+
+
+def test_the_digits_job_trains_to_its_accuracy_between_real_pods(
+        node_cluster: NodeCluster, namespace: str, start_controller) -> None:
+    """The README's job (deploy/example-trainingjob.yaml, 2 trainers, 2 pservers) on the
+    node: trainers reach the master's etcd and the pservers through Service DNS and pod
+    IPs; each trainer's own log (`kubectl logs`) reports its test accuracy."""
+    rest = node_cluster.rest
+    start_controller("digits")
+    volumes, mounts = runtime_volumes(node_cluster)
+    job = trainingjob("digits", min_instance=2, max_instance=2)
+    job["spec"]["image"] = node_cluster.image
+    job["spec"]["volumes"], job["spec"]["volumeMounts"] = volumes, mounts
+    rest.create(job, namespace)
+    wait_tj(rest, namespace, "digits", lambda t: t["status"]["state"] == "Succeeded", 600,
+            "digits Succeeded")
+    pods = rest.list("Pod", namespace, "edl.dev/job=digits,edl.dev/role=trainer")
+    done = [p["metadata"]["name"] for p in pods if p["status"].get("phase") == "Succeeded"]
+    assert done, [p["status"].get("phase") for p in pods]
+    accuracies = [float(m.group(1)) for name in done
+                  if (m := re.search(r"test accuracy ([0-9.]+)",
+                                     pod_log(node_cluster, namespace, name)))]
+    assert accuracies and min(accuracies) >= 0.95, accuracies

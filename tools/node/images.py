@@ -54,6 +54,9 @@ def _base_layer() -> list[Entry]:
     group = f"root:x:0:\nedl:x:{USER}:\n"
     entries = [Entry("/etc/passwd", data=passwd.encode()), Entry("/etc/group", data=group.encode()),
                Entry("/tmp", mode=0o1777), Entry("/usr"), Entry("/root", mode=0o755),
+               # the loader's cache of the mounted /usr: without it ctypes.util.find_library
+               # (torch's import) falls back to running gcc, seconds per library
+               Entry("/etc/ld.so.cache", Path("/etc/ld.so.cache"), mode=0o644),
                Entry("/lib", link="usr/lib"), Entry("/lib64", link="usr/lib64"),
                Entry("/bin", link="usr/bin"), Entry("/sbin", link="usr/sbin"),
                Entry(HOME, uid=USER, gid=USER, mode=0o755),
