@@ -10,6 +10,7 @@ break the selectors edl's ReplicaSets, Job and trainer controller rely on, and a
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from edl.accounting.eligibility import topology_problems
 from edl.api.names import LABEL_JOB, LABEL_ROLE, ROLE_TRAINER
@@ -57,7 +58,7 @@ def _trainer_topology_problems(job: TrainingJob) -> Iterator[tuple[Loc, str]]:
     """Required pod (anti-)affinity and DoNotSchedule spread on trainers that the
     planner cannot model (it would plan trainers that never land)."""
     options = job.spec.trainer
-    spec = {}
+    spec: dict[str, Any] = {}
     if options.affinity is not None:
         spec["affinity"] = options.affinity.model_dump(mode="json", exclude_none=True)
     if options.topology_spread_constraints is not None:
