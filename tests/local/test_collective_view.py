@@ -97,15 +97,19 @@ def test_a_failed_runs_reason_puts_the_scripts_error_first() -> None:
 
 
 def test_epochs_count_from_the_scripts_figures_with_progress_and_an_eta() -> None:
-    s = RunSnapshot(job="ddp", mode="collective", passes=1)
-    view = fold(CollectiveView(), {"a": record(0, 2)}, {"epoch": 5, "epochs": 20, "loss": 0.4})
-    s = apply_collective(s, view, 10.0)
-    assert (s.epoch, s.epochs) == (5, 20) and s.training_started_at is not None
-    assert s.training_started_at is not None
-    s = replace(s, state="Running", training_started_at=s.updated_at - 50.0)
+    s = RunSnapshot(job="ddp", mode="collective", passes=1, state="Running")
+    first = fold(CollectiveView(), {"a": record(0, 2)}, {"epoch": 1, "epochs": 20, "loss": 0.9})
+    s = apply_collective(s, first, 10.0)
+    assert s.training_started_at is not None and s.training_started_done == 1
+    # issue 33: the first epoch's time includes every worker's start: no ETA from it
+    assert eta_s(replace(s, updated_at=s.training_started_at + 60.0)) is None
+    view = fold(first, {"a": record(0, 2)}, {"epoch": 5, "epochs": 20, "loss": 0.4})
+    s = apply_collective(s, view, 50.0)
+    assert (s.epoch, s.epochs) == (5, 20)
+    s = replace(s, updated_at=s.training_started_at + 40.0)
     assert overall(s) == (5, 20)
     eta = eta_s(s)
-    assert eta is not None and abs(eta - 150.0) < 1e-6  # 10 s an epoch, 15 to go
+    assert eta is not None and abs(eta - 150.0) < 1e-6  # 4 epochs in 40 s: 15 to go
     line = summary_line(s)
     assert "epoch 5/20" in line and "25% overall (ETA 2:30)" in line
     from rich.console import Console

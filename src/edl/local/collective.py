@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from edl.local.snapshot import mark_start
 from edl.local.status import RunSnapshot
 from edl.runtime.collective import gateway, keys
 from edl.runtime.collective.failures import is_lost_peer
@@ -137,9 +138,9 @@ def apply_collective(s: RunSnapshot, view: CollectiveView, elapsed_s: float) -> 
     metrics = view.metrics
     epoch, epochs = metrics.get("epoch"), metrics.get("epochs")
     started = s.training_started_at
-    if started is None and history:  # the first round formed: the workers start training
+    if started is None and epoch is not None and epoch >= 1:  # the script reports epochs
         started = time.time()
-    return replace(
+    return mark_start(s, replace(
         s,
         world_size=world,
         restarts=max(0, len(view.rounds) - 1),
@@ -152,7 +153,7 @@ def apply_collective(s: RunSnapshot, view: CollectiveView, elapsed_s: float) -> 
         batch=metrics.get("batch", s.batch),  # `edl.runtime.collective.adaptive`
         noise_scale=metrics.get("noise_scale", s.noise_scale),
         efficiency=metrics.get("efficiency", s.efficiency),
-    )
+    ))
 
 
 class CollectiveReader:

@@ -30,7 +30,7 @@ def apply_progress(s: RunSnapshot, progress: Mapping[str, Any] | None) -> RunSna
     started = s.training_started_at
     if started is None and ((tasks_done or 0) > 0 or (pass_index or 0) > 0):
         started = time.time()
-    return replace(
+    return mark_start(s, replace(
         s,
         training_started_at=started,
         pass_index=pass_index if pass_index is not None else s.pass_index,
@@ -48,7 +48,7 @@ def apply_progress(s: RunSnapshot, progress: Mapping[str, Any] | None) -> RunSna
         efficiency=_float(progress.get("efficiency"), s.efficiency),
         noise_unresolved=bool(progress.get("noise_unresolved", s.noise_unresolved))
         and progress.get("noise_scale") is None,
-    )
+    ))
 
 
 def apply_fit(s: RunSnapshot, curve: Any, points: Sequence[Any]) -> RunSnapshot:
@@ -139,13 +139,24 @@ def overall(s: RunSnapshot) -> tuple[int, int] | None:
     return min(done, s.passes * s.tasks_total), s.passes * s.tasks_total
 
 
+def mark_start(before: RunSnapshot, after: RunSnapshot) -> RunSnapshot:
+    """``after`` with the units done when its training start was first taken (pure)."""
+    if before.training_started_at is not None or after.training_started_at is None:
+        return after
+    figures = overall(after)
+    return replace(after, training_started_done=figures[0] if figures else 0)
+
+
 def eta_s(s: RunSnapshot) -> float | None:
-    """Seconds left at the rate since the first task was done (None until there is one)."""
+    """Seconds left at the rate since training was first seen under way: units done after
+    that moment over the time since (None until one is: a first epoch's time includes
+    every worker's start, and an ETA from it was minutes off)."""
     figures = overall(s)
     if figures is None or s.training_started_at is None or s.state != "Running":
         return None
     done, total = figures
     spent = s.updated_at - s.training_started_at
-    if done <= 0 or spent <= 0:
+    since = done - s.training_started_done
+    if since <= 0 or spent <= 0 or done <= 0:
         return None
-    return spent * (total - done) / done
+    return spent * (total - done) / since

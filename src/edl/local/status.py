@@ -92,6 +92,9 @@ class RunSnapshot:
     events: list[list[Any]] = field(default_factory=list)
     events_total: int = 0
     training_started_at: float | None = None  # wall time of the first task done (for the ETA)
+    # units (tasks, epochs) already done when training_started_at was taken: the ETA's
+    # rate counts only what was done after it (a first epoch's time includes the start)
+    training_started_done: int = 0
     # the pservers' last checkpoints at the end: "last state saved (...)" or "... NOT saved"
     checkpoint: str = ""
 
