@@ -290,3 +290,19 @@ def test_a_snapshot_plans_with_taints_selectors_quotas_and_priorities() -> None:
     assert set(decisions["gpu"].placement) <= {"g1", "g2"}
     assert set(decisions["cpu"].placement) <= {"n1"}
     assert "namespace quota ns/cap" in decisions["cpu"].reason
+
+
+def test_a_bare_trainingjob_says_what_state_must_hold(tmp_path: Path) -> None:
+    """Issue 33: `edl plan job.yaml` exited 0 with 'no trainer Job … yet' and no hint."""
+    job = EXAMPLES.parents[1] / "examples" / "digits" / "job.yaml"
+    result = subprocess.run([sys.executable, "-m", "edl.cli.main", "plan", str(job)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1, result
+    assert "no trainer Job digits-trainer yet" in result.stdout
+    notes = result.stderr.strip().splitlines()
+    assert notes == [
+        f"edl plan: {job} holds no Node, so nothing can be placed: STATE is the cluster's "
+        "objects, as `kubectl get nodes,pods,trainingjobs,jobs,resourcequotas,priorityclasses "
+        "-A -o json` prints, not a job file",
+        "edl plan: a TrainingJob is planned with its trainer Job (<job>-trainer, which the "
+        "controller creates): STATE must hold the jobs too"]

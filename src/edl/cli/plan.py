@@ -68,6 +68,11 @@ def plan(policy_name: str, max_load: float, output: str, state: str) -> None:
         for u in inputs.unplannable
     ]
     rows.sort(key=lambda row: (row["namespace"], row["name"]))
+    bare = rows and inputs.resources.node_count == 0
+    for note in state_notes(state, inputs.resources.node_count, bool(rows),
+                            not decisions and any(u.reason.startswith("no trainer Job")
+                                                  for u in inputs.unplannable)):
+        click.echo(f"edl plan: {note}", err=True)
     if output == "json":
         click.echo(json.dumps({"policy": policy_name, "jobs": rows}, indent=2))
     elif not rows:  # an empty cluster, or nodes only: say so rather than print no table
@@ -77,6 +82,23 @@ def plan(policy_name: str, max_load: float, output: str, state: str) -> None:
                    "allocatable): nothing to plan")
     else:
         _table(rows, policy_name)
+    if bare:  # nothing can be placed: not a plan
+        sys.exit(1)
+
+
+KUBECTL_STATE = "kubectl get nodes,pods,trainingjobs,jobs,resourcequotas,priorityclasses -A -o json"
+
+
+def state_notes(state: str, nodes: int, jobs: bool, without_trainer_job: bool) -> list[str]:
+    """What STATE must hold, when it lacks it (a job file alone is no cluster state)."""
+    notes = []
+    if jobs and nodes == 0:
+        notes.append(f"{state} holds no Node, so nothing can be placed: STATE is the "
+                     f"cluster's objects, as `{KUBECTL_STATE}` prints, not a job file")
+    if without_trainer_job:
+        notes.append("a TrainingJob is planned with its trainer Job (<job>-trainer, which the "
+                     "controller creates): STATE must hold the jobs too")
+    return notes
 
 
 def _table(rows: list[dict], policy_name: str) -> None:
