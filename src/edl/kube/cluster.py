@@ -74,6 +74,21 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TrainingJobResource = create_namespaced_resource(GROUP, VERSION, KIND, PLURAL)
+# a label no TrainingJob carries: the health probe's watch selects nothing
+PROBE_LABEL = "edl.dev/watch-probe"
+
+
+class NullStore:
+    """A `reflector.Store` that keeps nothing (the TrainingJob health probe's)."""
+
+    def begin_replace(self) -> None:
+        pass
+
+    def apply(self, event_type: str, obj: dict[str, Any]) -> None:
+        pass
+
+    def end_replace(self) -> None:
+        pass
 TrainingJobStatus = TrainingJobResource.Status
 
 KINDS: dict[str, type] = {"Job": Job, "ReplicaSet": ReplicaSet, "Service": Service}
@@ -120,6 +135,11 @@ class KubeCluster(KubeManagedTrainers, KubeKueue):
         self.job_reflector = Reflector(
             watch_client, Job, TrainerJobStore(self._trainer_job_seen),
             namespace=namespace or "*", labels={LABEL_ROLE: ROLE_TRAINER}) if kueue else None
+        # kopf's TrainingJob stream exports nothing of its health: this watch of the same
+        # API (selecting no object, so it costs no events) stands for it in watch_health
+        self.training_job_probe = Reflector(
+            watch_client, TrainingJobResource, NullStore(), namespace=namespace or "*",
+            labels={PROBE_LABEL: "true"})
         self._tasks: list[asyncio.Task[None]] = []
         self._handlers: list[TrainingJobHandler] = []
         self._jobs: dict[JobKey, dict[str, Any]] = {}  # latest TrainingJob bodies seen
@@ -132,8 +152,9 @@ class KubeCluster(KubeManagedTrainers, KubeKueue):
         self._victims_allowed = delete_victims
 
     def reflectors(self) -> list[Reflector]:
-        """Every list+watch cache this cluster runs (trainer Jobs only with --kueue)."""
-        found = [self.node_reflector, self.pod_reflector, self.quota_reflector]
+        """Every list+watch this cluster runs (trainer Jobs only with --kueue)."""
+        found = [self.node_reflector, self.pod_reflector, self.quota_reflector,
+                 self.training_job_probe]
         return found if self.job_reflector is None else [*found, self.job_reflector]
 
     def watch_health(self) -> dict[str, tuple[int, float]]:
