@@ -126,6 +126,10 @@ async def test_a_sigkilled_worker_costs_a_re_formation_and_its_replacement_rejoi
     # the agent told the store the worker was gone: the survivor did not wait for it
     killed = generations(tmp_path)[1]
     assert killed.world == 1
+    # issue 33: the kill and both world changes are event lines, not only in the agent's log
+    events = [text for _, text in run.snapshot.events]
+    assert any("a worker killed by SIGKILL; the agent restarts it" in t for t in events), events
+    assert "world 2 -> 1 (round 1)" in events and any(t.startswith("world 1 -> 2") for t in events)
 
 
 async def test_a_sigkilled_trainer_pod_is_replaced_and_its_successor_joins_live(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 
 from edl.local.collective import (
@@ -128,3 +129,47 @@ def test_display_shows_the_batch_noise_scale_and_efficiency_of_an_adapting_scrip
                     batch=256.0, noise_scale=812.4, efficiency=0.83)
     line = summary_line(s, "Running")
     assert "epoch 3, batch 256, noise scale 812, efficiency 0.83" in line
+
+
+def test_a_live_worker_failure_and_every_world_change_are_event_lines() -> None:
+    """Issue 33: in a live job a killed worker left no event line (world 4 -> 3 -> 4 on
+    screen, the events list empty; the reason only in the agent's log)."""
+    from edl.runtime.collective.launch import config_from_env
+    from edl.runtime.collective.live import _LiveFailures
+
+    config = config_from_env({"EDL_TRAINERS": "1", "EDL_ENTRYPOINT": "python t.py"})
+    failures = _LiveFailures({"EDL_POD_NAME": "live-trainer-a"}, config)
+    killed = failures.payload("live-trainer-a/0", -9, 99, 100)
+    for line in ("Traceback (most recent call last):\n", "  File \"t.py\"\n", "ValueError: x\n"):
+        failures.errors.feed(line)
+    raised = failures.payload("live-trainer-a/0", 1, 98, 100)
+    view = fold(CollectiveView(), {}, None, {"f/live-trainer-a": killed})
+    [first] = new_failures(CollectiveView(), view)
+    assert first.event() == ("trainer live-trainer-a: a worker killed by SIGKILL; the agent "
+                             "restarts it, it rejoins the live world (99 of 100 restarts "
+                             "left, spec.collective.max-restarts)")
+    later = fold(view, {}, None, {"f/live-trainer-a": raised})
+    [second] = new_failures(view, later)
+    assert second.event().startswith("trainer live-trainer-a: the script failed: ValueError: x;")
+
+    async def world_changes() -> list[str]:
+        class Reader:
+            view = CollectiveView()
+
+            async def read(self) -> CollectiveView:
+                self.view = views.pop(0)
+                return self.view
+
+        views = [fold(CollectiveView(), {"a": record(0, 4)}, {"batch": 32}),
+                 fold(CollectiveView(), {"a": record(1, 3)}, {"batch": 32}),
+                 fold(CollectiveView(), {"a": record(2, 4)}, {"batch": 512})]
+        monitor = CollectiveMonitor(Reader(), 3)  # type: ignore[arg-type]
+        lines: list[str] = []
+        s = RunSnapshot(job="live", mode="collective")
+        for _ in range(3):
+            s = await monitor.refresh(s, 1.0, lines.append)
+        return lines
+
+    assert asyncio.run(world_changes()) == [
+        "world 4 -> 3 (round 1)", "world 3 -> 4 (round 2)",
+        "batch 32 -> 512 (the workers run the new batch)"]  # on screen, not only in the log

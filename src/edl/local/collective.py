@@ -48,9 +48,19 @@ class WorkerFailure:
     restarts_left: int | None
     max_restarts: int | None
     times: int = 1  # failures since the last read (reads may miss some records)
+    live: bool = False  # spec.collective.live: the agent restarts one worker, which rejoins
+    how: str = ""  # a live worker's end: 'killed by SIGKILL', 'exited with status 1'
 
     def event(self) -> str:
-        """The line `edl run` prints: what failed, and that (and how often) torch retries."""
+        """The line `edl run` prints: what failed, and that (and how often) it is retried."""
+        if self.live:
+            what = (f"the script failed: {self.error}" if self.error
+                    else f"a worker {self.how or 'failed'}")
+            retry = "the agent restarts it, it rejoins the live world"
+            if self.restarts_left is not None and self.max_restarts is not None:
+                retry += (f" ({self.restarts_left} of {self.max_restarts} restarts left, "
+                          "spec.collective.max-restarts)")
+            return f"trainer {self.pod}: {what}; {retry}"
         what = f"the script failed: {self.error}" if self.error else "its workers failed"
         retry = "torch restarts them"
         if self.restarts_left is not None and self.max_restarts is not None:
@@ -67,11 +77,11 @@ def new_failures(before: CollectiveView, after: CollectiveView) -> list[WorkerFa
         previous = _count(before.failures.get(pod, {}).get("failures")) or 0
         if count is None or count <= previous:
             continue
-        error = record.get("error")
+        error, how = record.get("error"), record.get("how")
         found.append(WorkerFailure(
             pod.rsplit("/", 1)[-1], error if isinstance(error, str) else "",
             _count(record.get("restarts_left")), _count(record.get("max_restarts")),
-            count - previous))
+            count - previous, record.get("live") is True, how if isinstance(how, str) else ""))
     return found
 
 
@@ -210,9 +220,13 @@ class CollectiveMonitor:
         on_event: Callable[[str], None] = _ignore, on_fatal: Callable[[str], None] = _ignore,
     ) -> RunSnapshot:
         """The snapshot with the job's view; each new failure is an event, a crash loop fatal."""
-        before = self.reader.view
+        before, world, batch = self.reader.view, s.world_size, s.batch
         view = await self.reader.read()
         s = apply_collective(s, view, elapsed_s)
+        if world is not None and s.world_size is not None and s.world_size != world:
+            on_event(f"world {world} -> {s.world_size} (round {max(view.rounds)})")
+        if batch is not None and s.batch is not None and s.batch != batch:  # adaptive batch
+            on_event(f"batch {batch:g} -> {s.batch:g} (the workers run the new batch)")
         for failure in new_failures(before, view):
             on_event(failure.event())
             self.script_error = failure.error or self.script_error

@@ -27,6 +27,7 @@ from typing import Any
 
 from edl.procs import die_with_parent
 from edl.runtime.collective import gateway, keys
+from edl.runtime.collective.failures import ScriptErrors
 from edl.runtime.collective.launch import PYTHONS, AgentConfig
 from edl.runtime.collective.supervise import CONFIG_EXIT, SIGTERM_EXIT, AgentError, _Metrics, _pump
 
@@ -39,13 +40,18 @@ class _Generations:
     record in etcd, as the torchrun agent writes its rounds: `edl run` and `edl status`
     show the world size and its changes the same way for both kinds of job."""
 
-    def __init__(self, env: Mapping[str, str], config: AgentConfig) -> None:
+    def __init__(
+        self, env: Mapping[str, str], config: AgentConfig, errors: ScriptErrors | None = None,
+    ) -> None:
         self.endpoints = env.get("EDL_ETCD_ENDPOINTS") or ""
         pod = env.get("EDL_POD_NAME") or f"agent-{os.getpid()}"
         self.key = keys.agent_key(config.namespace, config.job, pod)
         self.nproc = config.nproc_per_node
+        self.errors = errors
 
     def feed(self, line: str) -> None:
+        if self.errors is not None:  # the workers' stderr: their tracebacks too
+            self.errors.feed(line)
         found = _FORMED.search(line)
         if not found or not self.endpoints:
             return
@@ -56,6 +62,41 @@ class _Generations:
             gateway.put(self.endpoints, self.key, json.dumps(record))
         except OSError as error:  # the display misses one generation; training goes on
             print(f"edl agent: generation not reported: {error}", file=sys.stderr, flush=True)
+
+
+class _LiveFailures:
+    """Each worker the agent restarts, recorded as the restart path records torch's
+    restarts (`keys.failure_key`): `edl run` prints one line per failure, with the
+    script's error or the signal, and counts a crash loop alike."""
+
+    def __init__(self, env: Mapping[str, str], config: AgentConfig) -> None:
+        self.endpoints = env.get("EDL_ETCD_ENDPOINTS") or ""
+        self.key = keys.failure_key(config.namespace, config.job, env.get("EDL_POD_NAME") or "")
+        self.errors = ScriptErrors()
+        self.count = 0
+
+    def record(self, ident: str, code: int, left: int, limit: int) -> None:
+        record = self.payload(ident, code, left, limit)
+        if not self.endpoints:
+            return
+        try:
+            gateway.put(self.endpoints, self.key, json.dumps(record))
+        except OSError as failure:
+            print(f"edl agent: failure not published: {failure}", file=sys.stderr, flush=True)
+
+    def payload(self, ident: str, code: int, left: int, limit: int) -> dict[str, Any]:
+        """The failure record of worker ``ident`` that ended with ``code`` (counted)."""
+        self.count += 1
+        signalled = -code if code < 0 else (code - 128 if code > 128 else 0)
+        try:
+            killed = f"killed by {signal.Signals(signalled).name}" if signalled else ""
+        except ValueError:
+            killed = ""
+        error = "" if killed else self.errors.script_error
+        self.errors.progress()  # the next failure names its own error
+        return {"error": error, "restarts_left": max(0, left), "max_restarts": limit,
+                "failures": self.count, "live": True, "worker": ident,
+                "how": killed or f"exited with status {code}"}
 
 
 def live_prefix(config: AgentConfig) -> str:
@@ -133,8 +174,9 @@ def run_live(env: Mapping[str, str], config: AgentConfig, endpoint: str, workspa
     command = worker_command(config, sys.executable)
     print(f"edl agent: live, {config.nproc_per_node} worker(s): {' '.join(command)}",
           file=sys.stderr, flush=True)
-    metrics = _Metrics(env, config)
-    generations = _Generations(env, config)
+    failures = _LiveFailures(env, config)
+    metrics = _Metrics(env, config, failures.errors)
+    generations = _Generations(env, config, failures.errors)
     gone = _Gone(endpoint, live_prefix(config))
     drained = threading.Event()
     workers: dict[int, tuple[subprocess.Popen[bytes], str]] = {}
@@ -189,6 +231,7 @@ def run_live(env: Mapping[str, str], config: AgentConfig, endpoint: str, workspa
             print(f"edl agent: worker {ident} failed (status {code}); restarting it "
                   f"({restarts}/{config.max_restarts}), it joins the live world",
                   file=sys.stderr, flush=True)
+            failures.record(ident, code, config.max_restarts - restarts, config.max_restarts)
             start(local_rank)
     if exhausted:
         return last_failure
