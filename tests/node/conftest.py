@@ -33,11 +33,12 @@ from e2e.helpers import (
     served_namespace,
     start_controller_process,
 )
-from e2e.rest import Rest
+from e2e.rest import ApiError, Rest
 from node.cluster import NodeCluster
 from node.node import Node, egress_config, images, node_binaries
 from polling import wait_until
 
+TRACKING_FINALIZER = "edl.dev/job-tracking"  # on every trainer pod edl creates
 OFF = "unset EDL_NODE to turn the node tier off"
 if os.environ.get("EDL_NODE", "0") != "1" or os.environ.get("EDL_E2E", "1") == "0":
     collect_ignore_glob = ["test_*.py"]
@@ -136,9 +137,24 @@ def namespace(node_cluster: NodeCluster) -> Iterator[str]:
                               "resources": {"requests": {"storage": "1Gi"}}}}, name)
     yield name
     rest.delete("Namespace", name)
-    wait_until(lambda: rest.find("Namespace", name) is None, 120, f"namespace {name} deleted")
+    # The controller is stopped by now: edl's tracking finalizer on trainer pods goes as an
+    # admin removes it once edl no longer runs (docs/kubernetes.md), as tests/e2e does.
+    wait_until(lambda: _released(rest, name) and rest.find("Namespace", name) is None, 120,
+               f"namespace {name} deleted")
     for volume in volumes:
         rest.delete("PersistentVolume", volume)
+
+
+def _released(rest: Rest, namespace: str) -> bool:
+    """Remove edl's tracking finalizer from the namespace's pods (True: none holds it)."""
+    for pod in rest.list("Pod", namespace):
+        finalizers = pod["metadata"].get("finalizers") or []
+        if TRACKING_FINALIZER in finalizers:
+            with contextlib.suppress(ApiError):
+                rest.merge("Pod", pod["metadata"]["name"], {"metadata": {
+                    "finalizers": [f for f in finalizers if f != TRACKING_FINALIZER]}},
+                    namespace)
+    return True
 
 
 @pytest.fixture(scope="session")

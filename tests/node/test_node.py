@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import time
 from typing import Any
 
-from e2e.helpers import trainingjob, wait_tj
+from e2e.helpers import trainer_pods, trainingjob, wait_tj
 from node.cluster import NodeCluster, pod_log, runtime_volumes
 from polling import wait_until
 
@@ -132,6 +133,37 @@ def test_the_digits_job_trains_to_its_accuracy_between_real_pods(
     pods = rest.list("Pod", namespace, "edl.dev/job=digits,edl.dev/role=trainer")
     done = [p["metadata"]["name"] for p in pods if p["status"].get("phase") == "Succeeded"]
     assert done, [p["status"].get("phase") for p in pods]
+    accuracies = [float(m.group(1)) for name in done
+                  if (m := re.search(r"test accuracy ([0-9.]+)",
+                                     pod_log(node_cluster, namespace, name)))]
+    assert accuracies and min(accuracies) >= 0.95, accuracies
+
+
+def test_a_deleted_trainer_pod_stops_on_sigterm_and_the_job_still_reaches_its_accuracy(
+        node_cluster: NodeCluster, namespace: str, start_controller) -> None:
+    """Case 1's first fault on the node: a trainer pod deleted mid-training. The kubelet's
+    SIGTERM reaches `edl trainer` in its container (the pod is gone well within its 30 s
+    grace period), the Job replaces it, and the job still ends Succeeded at its accuracy."""
+    rest = node_cluster.rest
+    start_controller("chaos")
+    volumes, mounts = runtime_volumes(node_cluster)
+    job = trainingjob("chaos", min_instance=2, max_instance=2)
+    job["spec"]["image"] = node_cluster.image
+    job["spec"]["volumes"], job["spec"]["volumeMounts"] = volumes, mounts
+    rest.create(job, namespace)
+    wait_tj(rest, namespace, "chaos",
+            lambda t: t["status"]["state"] == "Running" and t["status"]["trainers"]["running"] == 2,
+            240, "chaos Running with 2 trainers")
+    victim = trainer_pods(rest, namespace, "chaos")[0]
+    time.sleep(8)  # into training: the trainers have imported torch and taken tasks
+    deleted = time.monotonic()
+    rest.delete("Pod", victim, namespace)
+    wait_until(lambda: rest.find("Pod", victim, namespace) is None, 60, f"{victim} gone")
+    assert time.monotonic() - deleted < 20, "the trainer did not stop on SIGTERM"
+    wait_tj(rest, namespace, "chaos", lambda t: t["status"]["state"] == "Succeeded", 600,
+            "chaos Succeeded")
+    pods = rest.list("Pod", namespace, "edl.dev/job=chaos,edl.dev/role=trainer")
+    done = [p["metadata"]["name"] for p in pods if p["status"].get("phase") == "Succeeded"]
     accuracies = [float(m.group(1)) for name in done
                   if (m := re.search(r"test accuracy ([0-9.]+)",
                                      pod_log(node_cluster, namespace, name)))]
