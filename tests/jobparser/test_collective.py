@@ -250,3 +250,15 @@ def test_an_entrypoint_naming_an_undefined_variable_is_refused_with_its_name() -
                                                    "python t.py $(EDL_CHECKPOINT_DIR)"}}}
     assert ("spec.trainer.entrypoint", next(
         m for p, m in problems(ps) if "EDL_CHECKPOINT_DIR" in m)) in problems(ps)
+
+
+def test_every_collective_container_requests_cpu_and_memory() -> None:
+    """The rendezvous pod (its etcd sidecar too) and the agents pass a requests.* quota and a
+    LimitRange's min even when the job states no resources."""
+    job = collective_job()
+    for role in ("trainer", "master"):
+        job["spec"].setdefault(role, {}).pop("resources", None)
+    for manifest in parser.parse_all(job)[1:]:
+        for container in manifest["spec"]["template"]["spec"]["containers"]:
+            requests = container["resources"]["requests"]
+            assert requests["cpu"] not in ("0", 0) and requests["memory"] not in ("0", 0)
