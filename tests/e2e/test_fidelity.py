@@ -13,13 +13,12 @@ allocation must have stopped moving `SETTLE_MARGIN_S` (scaled) before the next e
 two resting states are compared. "The same allocation" (`fidelity_compare.Stretch`):
 for `fidelity`, every job's running trainers at the stretch's last sample equal the
 simulator's at seed 0, exactly (`same`; its seeds all agree). For
-`fidelity-constrained` the simulator itself does not fix one thing: after the service
-rises, how the preempted room splits between the two CPU jobs (which equal-priority
-trainers kube-scheduler's preemption picks depends on where they landed; seeds 0-23
-give cpu/research 12/2 or 10/4, always 14 together). There "the same" is `determined`:
-over seeds 0-7, every job whose count all seeds agree on has exactly that count, and the
-jobs whose count varies have exactly the total all seeds give, each within the seeds'
-range; in every other stretch that is exact equality.
+`fidelity-constrained` the comparison is `determined` over seeds 0-7 (every job whose
+count all seeds agree on has exactly that count; jobs whose count varies have the total
+all seeds give, each within their range). Today the seeds agree on every stretch (the
+quota-bound `research` job keeps its fair share of its quota when the service rises, so
+the preempted room comes out of `cpu` alone: test_fidelity_compare.py pins it), so this
+is exact equality too.
 
 Time scale (issue 19): `fidelity` runs at the production scale (200 s of real time: the
 figures of docs/fidelity.md). `fidelity-constrained` runs at three quarters
@@ -162,7 +161,7 @@ def test_simulated_and_real_agree_on_a_constrained_cluster(tmp_path: Path) -> No
             assert (node in gpu_nodes) == (labels.get("edl.dev/job") == "gpu"), (
                 f"{pod['metadata']['name']} on {node}")
     research = [s.real.get("research", 0) for s in result.stretches]
-    assert max(research) == 4, research  # 1 master + 1 pserver + 4 trainers = the 6 CPU
+    assert max(research) == 4, research  # master pod 1 + 1 pserver + 4 trainers = the 6 CPU
 
 
 def _keep(run: RealRun, scenario: Scenario, sim: Timeline, logs: Path) -> None:
