@@ -47,7 +47,7 @@ def test_a_pserver_that_cannot_checkpoint_is_a_fault_until_it_can(tmp_path: Path
     blocker = tmp_path / "blocker"
     blocker.write_text("a file where the checkpoint directory should be")
     job = digits_job(
-        tmp_path, "ckpt", workspace=workspace, passes=40,
+        tmp_path, "ckpt", workspace=workspace, passes=20,
         trainer={"entrypoint": "python train.py", "workspace": str(workspace),
                  "min-instance": 1, "max-instance": 1,
                  "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}}},
