@@ -62,6 +62,10 @@ def test_crashing_script_fails_with_its_error(tmp_path) -> None:
         ("trainer", {"EDL_ETCD_ENDPOINTS": "http://127.0.0.1:1"}, "EDL_ENTRYPOINT: required"),
         ("trainer", {"EDL_ETCD_ENDPOINTS": "http://127.0.0.1:1", "EDL_ENTRYPOINT": "python x.py",
                      "EDL_WORKSPACE": "/nonexistent/ws"}, "EDL_WORKSPACE: not a directory"),
+        # issue 33: a missing script is a configuration error in both modes
+        ("trainer", {"EDL_ETCD_ENDPOINTS": "http://127.0.0.1:1",
+                     "EDL_ENTRYPOINT": "python no_such_script.py", "EDL_WORKSPACE": "/"},
+         "EDL_ENTRYPOINT: no such script: no_such_script.py (in the workspace /)"),
     ],
 )  # fmt: skip
 def test_bad_configuration_is_one_line(role: str, env: dict[str, str], message: str) -> None:

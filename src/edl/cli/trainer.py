@@ -20,6 +20,7 @@ import click
 
 from edl.cli._runtime_common import EXIT_CONFIG, common_options, fail, load_config
 from edl.procs import die_with_parent
+from edl.runtime.collective.launch import missing_program
 
 
 def entry_argv(entrypoint: str) -> list[str]:
@@ -48,6 +49,9 @@ def trainer(**overrides: object) -> None:
         argv = entry_argv(config.entrypoint)
     except ValueError as error:
         fail(f"edl trainer: EDL_ENTRYPOINT: {error}", EXIT_CONFIG)
+    missing = missing_program(config.entrypoint, workspace)
+    if missing:  # every replacement would fail alike: a configuration error, at once
+        fail(f"edl trainer: {missing}", EXIT_CONFIG)
     env = dict(os.environ)
     for key, value in {
         "EDL_ETCD_ENDPOINTS": config.etcd_endpoints, "EDL_JOB_NAME": config.job_name,
