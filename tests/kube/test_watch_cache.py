@@ -181,7 +181,8 @@ def test_live_master_and_pserver_pods_are_counted_per_job() -> None:
 def quota(name: str, cpu: str, used: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ResourceQuota",
             "metadata": {"name": name, "namespace": "team"},
-            "spec": {"hard": {"requests.cpu": cpu}}, "status": {"used": {"requests.cpu": used}}}
+            "spec": {"hard": {"requests.cpu": cpu}},
+            "status": {"hard": {"requests.cpu": cpu}, "used": {"requests.cpu": used}}}
 
 
 async def test_resourcequotas_are_cached_with_what_they_have_used(api: AsyncClient) -> None:

@@ -85,7 +85,10 @@ def plan(nodes, pods, views, policy="default", quotas=()):
         from dataclasses import replace
 
         from edl.accounting.quota import quota_room
-        resources = replace(resources, quotas=tuple(quota_room(q) for q in quotas))
+        # synced, as the quota controller leaves them: status.hard is spec.hard
+        synced = [{**q, "status": {"hard": q["spec"]["hard"], **q.get("status", {})}}
+                  for q in quotas]
+        resources = replace(resources, quotas=tuple(quota_room(q) for q in synced))
     decisions = get_policy(policy).plan(views, resources, 1.0)
     return {d.name: d for d in decisions}
 

@@ -260,7 +260,8 @@ def test_a_snapshot_plans_with_taints_selectors_quotas_and_priorities() -> None:
     tolerant["spec"]["template"] = template
     plain = _job("cpu-trainer", 1, {"matchLabels": {"job": "cpu"}})
     quota = {"kind": "ResourceQuota", "metadata": {"name": "cap", "namespace": "ns"},
-             "spec": {"hard": {"count/pods": "6"}}, "status": {"used": {"count/pods": "3"}}}
+             "spec": {"hard": {"count/pods": "6"}},
+             "status": {"hard": {"count/pods": "6"}, "used": {"count/pods": "3"}}}
     preemptor = {"kind": "Pod", "metadata": {"name": "web", "namespace": "web"},
                  "spec": {"priorityClassName": "high", "containers": [
                      {"name": "c", "resources": {"requests": {"cpu": "1"}}}]},

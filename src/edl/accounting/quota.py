@@ -60,19 +60,37 @@ def _resource_map(raw: Any, where: str) -> dict[str, int]:
     return out
 
 
-def quota_room(obj: Mapping[str, Any]) -> QuotaRoom:
-    """A ResourceQuota dict -> QuotaRoom (ValueError naming a bad quantity).
+def quota_room(obj: Mapping[str, Any], *, from_spec: bool = False) -> QuotaRoom:
+    """A ResourceQuota dict -> QuotaRoom (ValueError naming a bad quantity), as quota
+    admission reads it (`apiserver/pkg/admission/plugin/resourcequota/controller.go`).
 
-    `used` is the quota controller's `status.used`; where it has not written one yet
-    nothing is counted as used (the API server's admission uses the same status).
+    Admission enforces `status.hard` (the quota controller's copy of `spec.hard`) against
+    `status.used`, and refuses every pod a quota counts while `used` lacks one of its
+    hard resources ("status unknown for quota"). So: a raised or lowered quota binds
+    with its old `status.hard` until it is synced; a quota not synced yet (no
+    `status.hard`, or a `used` missing a resource) is unknown, and nothing grows under
+    it (its resources read as used up). `from_spec`: a model whose quota controller
+    syncs at once (the in-process cluster) reads `spec.hard` and the `used` it keeps.
     """
     metadata = obj.get("metadata") or {}
     name = str(metadata.get("name") or "?")
     namespace = str(metadata.get("namespace") or "default")
     spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
     where = f"resourcequota {namespace}/{name}"
-    hard = _resource_map(spec.get("hard"), f"{where}: spec.hard")
-    used = _resource_map((obj.get("status") or {}).get("used"), f"{where}: status.used")
+    wanted = _resource_map(spec.get("hard"), f"{where}: spec.hard")
+    used = _resource_map(status.get("used") if isinstance(status, Mapping) else None,
+                         f"{where}: status.used")
+    synced = _resource_map(status.get("hard") if isinstance(status, Mapping) else None,
+                           f"{where}: status.hard")
+    if from_spec:
+        hard = wanted
+    elif synced:
+        hard = synced
+        used = {**used, **{key: limit for key, limit in hard.items() if key not in used}}
+    else:  # not synced yet: unknown, no growth (admission's view changes any moment)
+        hard = wanted
+        used = {**used, **hard}
     selector = []
     raw_selector = spec.get("scopeSelector") or {}
     for expression in (raw_selector.get("matchExpressions") or ()

@@ -262,6 +262,7 @@ class TrainerController:
             return
         deleted = await self._delete(namespace, tracked, plan.delete)
         await self._release(namespace, orphans + list(plan.release))
+        await self._delete(namespace, tracked, plan.prune)
         if plan.finished:
             return  # a finished Job's status is final
         names = tracked.names.setdefault(

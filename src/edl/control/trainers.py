@@ -24,7 +24,8 @@ controller implements the Job's contract for it with these rules (upstream:
   its tracking finalizer removed (one patch), and the next write moves it into
   ``failed``/``succeeded``. The finalizer keeps a finished pod until then, whoever
   deletes it; a pod that does not count and every pod of a finished Job lose it at
-  once. Finished pods are kept (their logs too), as upstream keeps them;
+  once. Finished pods are kept (their logs too), as upstream keeps them — failed
+  ones only the newest ``KEPT_FAILED`` (a ``count/pods`` quota counts terminal pods);
 * a crash's replacement waits 10 s, doubling per crash in a row (at most 10 min);
   every other missing trainer is created at once, and a terminating pod holds its
   slot (``podReplacementPolicy: Failed``, defaulted with a podFailurePolicy);
@@ -58,6 +59,9 @@ CRASH_STREAK_RESET_S = 600.0
 DEFAULT_BACKOFF_LIMIT = 6
 FINISHED = ("Complete", "Failed")
 FOREIGN_QUIET_S = 60.0  # a foreign pod finished this recently: its writer may still act
+# failed trainers kept (counted) per Job, the newest: their logs stay readable, and no
+# more of them eat a namespace's `count/pods` quota (it counts terminal pods)
+KEPT_FAILED = 3
 
 
 @dataclass
@@ -108,6 +112,7 @@ class TrainerPlan:
     finished: bool = False  # the Job is Complete or Failed: nothing to do, nothing to write
     foreign: tuple[str, ...] = ()  # live pods of another writer: edl stands back
     release: tuple[str, ...] = ()  # pods whose tracking finalizer goes now (nothing to count)
+    prune: tuple[str, ...] = ()  # counted failed pods beyond the newest KEPT_FAILED
     active: int = 0
     ready: int = 0
     terminating: int = 0
@@ -269,7 +274,16 @@ def plan_trainers(
                     and p.uid not in ledger.uncounted_succeeded
                     and p.uid not in ledger.uncounted_failed and outcome(spec, p) is None)
     return replace(plan, active=n_active, ready=n_ready, terminating=n_terminating,
-                   release=release)
+                   release=release, prune=prunable(pods))
+
+
+def prunable(pods: Sequence[TrainerPodState], keep: int = KEPT_FAILED) -> tuple[str, ...]:
+    """Failed pods already counted and released, all but the newest ``keep``: a
+    ``count/pods`` quota counts terminal pods, so kept failures would block new ones."""
+    done = sorted((p for p in pods if p.ours and p.phase == "Failed" and p.counted
+                   and not p.tracked and not p.deleting),
+                  key=lambda p: (p.finished_at or 0.0, p.name))
+    return tuple(p.name for p in done[: max(len(done) - keep, 0)])
 
 
 def foreign_active(pod: TrainerPodState, now: float) -> bool:

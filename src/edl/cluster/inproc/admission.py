@@ -32,7 +32,7 @@ class AdmissionObjects:
 
     def create_resource_quota(self, quota: Mapping[str, Any]) -> None:
         """A ResourceQuota: pod creations that would exceed it are refused (403)."""
-        quota_room(quota)  # a bad quantity is refused now, not at every admission
+        quota_room(quota, from_spec=True)  # a bad quantity is refused now, not at admission
         namespace, name = object_key(quota)
         self.pods.quotas[(namespace, name)] = copy_manifest(dict(quota))
 
@@ -41,7 +41,7 @@ class AdmissionObjects:
         rooms = []
         for (namespace, name), quota in sorted(self.pods.quotas.items()):
             used = self.pods.quota_usage(namespace).get((namespace, name), {})
-            rooms.append(replace(quota_room(quota), used=used))
+            rooms.append(replace(quota_room(quota, from_spec=True), used=used))
         return tuple(rooms)
 
     def set_pod_template_defaults(

@@ -251,7 +251,8 @@ class PodLifecycle:
             spec["priority"] = self.default_priority
         if not self.quotas:
             return
-        rooms = [quota_room(q) for (ns, _), q in sorted(self.quotas.items()) if ns == namespace]
+        rooms = [quota_room(q, from_spec=True) for (ns, _), q in sorted(self.quotas.items())
+                 if ns == namespace]
         if not rooms:
             return
         traits = quota_traits(spec, resources)
@@ -269,7 +270,7 @@ class PodLifecycle:
         for (ns, qname), quota in self.quotas.items():
             if ns != namespace:
                 continue
-            room = quota_room(quota)
+            room = quota_room(quota, from_spec=True)
             counted = [p for p in pods
                        if quota_matches(room, quota_traits(p.manifest["spec"], p.resources))]
             out[(ns, qname)] = {
