@@ -138,6 +138,7 @@ class ControlPlane:
     etcd: EmbeddedEtcd | None = None
     pki: Pki | None = None
     port: int = 0
+    controller_manager_argv: list[str] = field(default_factory=list)  # as first started
 
     @property
     def url(self) -> str:
@@ -246,6 +247,16 @@ class ControlPlane:
         time.sleep(down_for)
         apiserver.start()
         self.wait_ready()
+
+    def restart_controller_manager(self, *extra: str) -> None:
+        """Restart kube-controller-manager with `extra` flags after its own (none: as the
+        plane started it), e.g. a low `--terminated-pod-gc-threshold` for one test."""
+        manager = self.components["kube-controller-manager"]
+        if not self.controller_manager_argv:
+            self.controller_manager_argv = list(manager.argv)
+        manager.stop()
+        manager.argv = [*self.controller_manager_argv, *extra]
+        manager.start()
 
     def check_running(self) -> None:
         dead = [c for c in self.components.values() if not c.running]

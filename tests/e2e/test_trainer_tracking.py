@@ -7,7 +7,8 @@ moment the test sees it Failed, and a succeeded trainer of "finisher" is force-d
 at once, while the first controller is dead (SIGKILL) and the second waits for its
 Lease. The finalizer keeps each pod until the second controller has counted it: every
 crash is in the Job's ``failed`` when it reaches backoffLimit, the success completes
-the job, and no pod is left holding the finalizer.
+the job, and no pod is left holding the finalizer. The same with kube-controller-manager's
+PodGC (`--terminated-pod-gc-threshold=1`) as the deleter.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import signal
 import threading
 import time
 
+from e2e.control_plane import ControlPlane
 from e2e.helpers import SYSTEM_NAMESPACE, trainingjob, wait_tj, wait_trainers
 from e2e.rest import ApiError, Rest
 from polling import wait_until
@@ -46,12 +48,12 @@ def exit_code(pod: dict) -> int | None:
 
 
 class Reaper(threading.Thread):
-    """Force-deletes every Failed trainer pod of a job as soon as it is seen; notes the
-    crashes (exit 1) among them."""
+    """Force-deletes every Failed trainer pod of a job as soon as it is seen (unless
+    `delete` is False); notes the crashes (exit 1) among them."""
 
-    def __init__(self, rest: Rest, namespace: str, job: str) -> None:
+    def __init__(self, rest: Rest, namespace: str, job: str, delete: bool = True) -> None:
         super().__init__(daemon=True)
-        self.rest, self.namespace, self.job = rest, namespace, job
+        self.rest, self.namespace, self.job, self.delete = rest, namespace, job, delete
         self.crashed: set[str] = set()
         self.deleted: set[str] = set()
         self.halt = threading.Event()
@@ -64,7 +66,8 @@ class Reaper(threading.Thread):
                     continue
                 if exit_code(pod) == 1:
                     self.crashed.add(meta["uid"])
-                force_delete(self.rest, self.namespace, meta["name"])
+                if self.delete:
+                    force_delete(self.rest, self.namespace, meta["name"])
                 self.deleted.add(meta["uid"])
             time.sleep(0.05)
 
@@ -134,3 +137,35 @@ def test_trainers_deleted_the_moment_they_finish_are_still_counted_across_a_fail
                "no trainer pod holding the tracking finalizer")
     assert not trainers(rest, namespace, "finisher")  # never replaced: the work was done
     assert second.proc.poll() is None
+
+
+def test_podgc_deleting_crashed_trainers_during_a_fail_over_loses_no_crash(
+        rest: Rest, plane: ControlPlane, namespace: str, start_controller) -> None:
+    plane.restart_controller_manager("--terminated-pod-gc-threshold=1")
+    watcher = Reaper(rest, namespace, "crashing", delete=False)
+    watcher.start()
+    try:
+        first = start_controller("replica-a", *CRASH_FLAGS)
+        rest.create(trainingjob("crashing", min_instance=3, max_instance=3,
+                                fault_tolerant=False), namespace)
+        wait_until(lambda: len(trainers(rest, namespace, "crashing")) == 3, 60,
+                   "three crashing trainers created")
+        first.stop(signal.SIGKILL)  # before they crash: nobody watches them fail
+        wait_until(lambda: len(watcher.crashed) >= 3, 60, "the first three crashes")
+
+        def collected() -> bool:  # PodGC keeps 1 terminated pod: it deletes the others
+            live = {p["metadata"]["uid"]: p for p in trainers(rest, namespace, "crashing")}
+            return sum(1 for uid in watcher.crashed if uid not in live
+                       or live[uid]["metadata"].get("deletionTimestamp")) >= 2
+        wait_until(collected, 60, "PodGC deleting the crashed trainers")
+
+        start_controller("replica-b", *CRASH_FLAGS)
+        failed = wait_tj(rest, namespace, "crashing",
+                         lambda t: t if t["status"]["state"] == "Failed" else None, timeout=120)
+        assert "BackoffLimitExceeded" in failed["status"]["message"]
+    finally:
+        watcher.halt.set()
+        watcher.join(10)
+        plane.restart_controller_manager()
+    job = rest.get("Job", "crashing-trainer", namespace)
+    assert job["status"]["failed"] == len(watcher.crashed) > job["spec"]["backoffLimit"]
