@@ -67,7 +67,7 @@ def node_cluster(request: pytest.FixtureRequest) -> Iterator[NodeCluster]:
     except RuntimeError as error:
         pytest.fail(f"{str(error).splitlines()[-1]} ({OFF})", pytrace=False)
     pki = work / "plane" / "pki"
-    egress = egress_config(work / "egress.yaml", work / "node" / "egress.sock")
+    egress = egress_config(work / "node" / "egress.yaml", work / "node" / "egress.sock")
     config = PlaneConfig(nodes=0, apiserver_args=(
         f"--egress-selector-config-file={egress}",
         f"--kubelet-client-certificate={pki / 'admin.crt'}",
