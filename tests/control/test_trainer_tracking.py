@@ -38,6 +38,8 @@ def test_a_pod_deleted_after_it_failed_still_counts_one_its_deletion_ended_does_
     # SIGKILLed at the end of a graceful deletion: the deletion ended it
     assert outcome(SPEC, pod("a", "Failed", code=137, finished=40.0, deleted=10.0)) is None
     assert outcome(SPEC, pod("a", "Failed", code=143, finished=9.0, deleted=10.0)) is None
+    # Failed without a terminated container (deleted before it ran): never a crash
+    assert outcome(SPEC, pod("a", "Failed", finished=0.0, deleted=10.0)) is None
     assert outcome(SPEC, pod("a", "Succeeded", code=0, finished=9.0, deleted=10.0)) == \
         "succeeded"
 

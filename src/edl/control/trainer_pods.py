@@ -67,9 +67,12 @@ class TrainerPodState:
 
     @property
     def failed_before_deletion(self) -> bool:
-        """It finished no later than its deletion was asked for (in the same second
-        counts: the API's times are whole seconds): a deletion did not end it."""
-        return (self.finished_at is not None and self.deletion_asked_at is not None
+        """Its trainer container terminated no later than its deletion was asked for (in
+        the same second counts: the API's times are whole seconds): a deletion did not
+        end it. A pod with no terminated container (deleted before it ran, failed by
+        PodGC) has no such time: its deletion ended it."""
+        return (self.exit_code is not None and self.finished_at is not None
+                and self.deletion_asked_at is not None
                 and self.finished_at <= self.deletion_asked_at)
 
     @property
