@@ -447,7 +447,8 @@ POD_FIELD_MUTATIONS = {
                 {"weight": 50, "preference": NODE_TERM}]},
             "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
                 {"topologyKey": "kubernetes.io/hostname",
-                 "labelSelector": {"matchLabels": {"edl.dev/job": "digits"}}}]}},
+                 # the job's own trainers: the planner models rules among them only
+                 "labelSelector": {"matchLabels": {"edl.dev/job": "digits-cluster"}}}]}},
         priorityClassName="edl-elastic-trainer", serviceAccountName="runner",
         automountServiceAccountToken=True,
         securityContext={"runAsUser": 1000, "seccompProfile": {"type": "RuntimeDefault"},
@@ -458,7 +459,9 @@ POD_FIELD_MUTATIONS = {
              {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
         labels={"team": "vision"}, annotations={"example.com/note": "any text at all"},
         topologySpreadConstraints=[{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
-                                    "whenUnsatisfiable": "DoNotSchedule", "minDomains": 2}],
+                                    "whenUnsatisfiable": "DoNotSchedule", "minDomains": 2,
+                                    "labelSelector": {"matchLabels": {
+                                        "edl.dev/job": "digits-cluster"}}}],
         imagePullSecrets=[{"name": "registry"}], image="registry.example.com/edl:1"),
     "master etcd image": _role("master", **{"etcd-image": "mirror.local/etcd:v3.5.17"}),
     "Gt one integer": _role("pserver", affinity={"nodeAffinity": {
