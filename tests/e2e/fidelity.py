@@ -169,7 +169,10 @@ class RealRun:
             kubeconfig, self.log_dir / "controller.log", "fidelity",
             f"--policy={self.policy}", f"--interval={autoscaler.interval_s:g}",
             f"--max-load={autoscaler.max_load_desired:g}", "--status-interval=1",
-            f"--lease-namespace={SYSTEM_NAMESPACE}", *self.controller_args)
+            f"--lease-namespace={SYSTEM_NAMESPACE}",
+            # trainers get only the scenario's PriorityClasses, as in the simulator (edl
+            # controller's default class would let kube-scheduler preempt them at once)
+            "--trainer-priority-class=", *self.controller_args)
 
         def leading() -> bool:
             if controller.proc.poll() is not None:
