@@ -1,8 +1,8 @@
 """A short scenario end to end: real Controller/Autoscaler on the in-process cluster, virtual time.
 
 tiny.yaml: 4 nodes x 8 CPU, 500m of system pods per node, a 2-replica web service
-(1 CPU each, 0 at t = 65 s), two jobs (pserver 1 CPU, master pod 500m with its sidecar, trainers 2 CPU,
-elastic 1..12, static 12) submitted at 2 s and 6 s, deleted at 70 s. Start latency
+(1 CPU each, 0 at t = 65 s), two jobs (pserver 1 CPU, master pod 500m with its sidecar,
+trainers 2 CPU, elastic 1..12, static 12) submitted at 2 s and 6 s, deleted at 70 s. Start latency
 is fixed at 2 s, so the expected values follow by hand.
 """
 
