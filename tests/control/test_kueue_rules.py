@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from edl.control.autoscaler import Autoscaler
-from edl.control.controller import Controller
-from edl.control.kueue import (
+from edl.accounting.kueue import (
     ELASTIC_ANNOTATION,
     QUEUE_LABEL,
     admissible_trainers,
@@ -16,6 +14,8 @@ from edl.control.kueue import (
     size_is_kueues,
     workload_words,
 )
+from edl.control.autoscaler import Autoscaler
+from edl.control.controller import Controller
 from edl.jobparser import JobParser
 from edl.kube.kueue import TrainerJobStore
 

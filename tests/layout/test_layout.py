@@ -19,6 +19,7 @@ KUBE_LAYERS = (
     ("client", "retry", "watch_stream", "crd_rules", "crd", "status", "events", "failures",
      "trainer_index"),
     ("reflector", "state", "managed", "admission"),
+    ("kueue",),
     ("cluster",),
     ("operator", "autoscaling", "throughput", "leader", "metrics", "runner"),
 )

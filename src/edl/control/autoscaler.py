@@ -37,6 +37,7 @@ from typing import Any
 
 from edl.accounting import ClusterResource, trainer_request
 from edl.accounting.eligibility import constraints_of
+from edl.accounting.kueue import queued, size_is_kueues
 from edl.accounting.request import extended_request
 from edl.api.names import ANNOTATION_BATCH_SIZE, job_key, trainer_job_name
 from edl.api.trainingjob import TrainingJob
@@ -50,7 +51,6 @@ from edl.cluster.port import (
     VictimScaling,
 )
 from edl.control.batch_publish import BatchPublisher, reads_batch
-from edl.control.kueue import queued, size_is_kueues
 from edl.control.placement import annotate
 from edl.control.scaling import ScalingTracker
 from edl.jobparser.collective import job_allowed_counts, resize_cooldown_s, resize_pause_s
@@ -345,7 +345,7 @@ class Autoscaler:
         # one after another they made a tick with 20 jobs take ~0.5 s (tests/e2e).
         trainers = await asyncio.gather(*(self._trainer_job(job) for _, job in jobs))
         now = asyncio.get_running_loop().time()
-        # queued (suspended) or sized by Kueue's admission: Kueue's call (edl.control.kueue)
+        # queued (suspended) or sized by Kueue's admission: Kueue's call (edl.accounting.kueue)
         live = [(key, job, trainer) for (key, job), trainer in zip(jobs, trainers, strict=True)
                 if trainer is not None and not trainer_job_done(trainer)
                 and not (trainer.get("spec") or {}).get("suspend")
@@ -399,7 +399,7 @@ class Autoscaler:
     async def _kueue_caps(self, live: Sequence[tuple[tuple[str, str], TrainingJob, Manifest]]
                           ) -> dict[tuple[str, str], int]:
         """Per elastic job Kueue admitted, the most trainers its ClusterQueue can admit
-        (`edl.control.kueue`): a growth past it would wait whole behind the gate."""
+        (`edl.accounting.kueue`): a growth past it would wait whole behind the gate."""
         read = getattr(self.cluster, "queue_room", None)
         if read is None:
             return {}

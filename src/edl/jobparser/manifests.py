@@ -69,7 +69,7 @@ EDL_ENV_NAMES = frozenset({
 # a TrainingJob's Kueue labels, copied onto its trainer Job: Kueue's Job webhook then
 # creates it suspended and admits it through the named LocalQueue
 QUEUE_LABELS = ("kueue.x-k8s.io/queue-name", "kueue.x-k8s.io/priority-class")
-# ... and an elastic one's trainer Job opts in to Kueue's resizes (edl.control.kueue)
+# ... and an elastic one's trainer Job opts in to Kueue's resizes (edl.accounting.kueue)
 KUEUE_ELASTIC_ANNOTATION = "kueue.x-k8s.io/elastic-job"
 
 

@@ -20,9 +20,7 @@ from typing import TYPE_CHECKING, Any
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 
 from edl.accounting import pod_request
-from edl.api.names import LABEL_JOB
-from edl.cluster.port import ClusterError, Manifest
-from edl.control.kueue import (
+from edl.accounting.kueue import (
     JOB_UID_LABEL,
     admissible_trainers,
     cluster_queue_room,
@@ -30,6 +28,8 @@ from edl.control.kueue import (
     queued,
     workload_words,
 )
+from edl.api.names import LABEL_JOB
+from edl.cluster.port import ClusterError, Manifest
 
 if TYPE_CHECKING:
     from lightkube import AsyncClient

@@ -383,7 +383,7 @@ class LocalRun:
                 self._new_pservers.remove(name)
                 self._event(line)
 
-    async def _final_progress(self, wait_s: float = 3.0) -> None:
+    async def _final_progress(self, wait_s: float = 10.0) -> None:
         """After success, give the master a moment to publish the last figures (accuracy)."""
         assert self._progress is not None
         if self._collective is not None:  # the agents published the script's last line

@@ -210,7 +210,7 @@ class KueueModel:
         return True
 
     def words(self, key: tuple[str, str]) -> str:
-        """The Workload's state as `edl.control.kueue.workload_words` says it."""
+        """The Workload's state as `edl.accounting.kueue.workload_words` says it."""
         workload = self.workloads.get(key)
         if workload is None:
             return ""

@@ -9,6 +9,7 @@ import contextlib
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from edl.accounting.kueue import admissible_trainers, elastic
 from edl.api.names import object_key
 from edl.cluster.inproc.kueue import (
     PRIORITY_LABEL,
@@ -21,7 +22,6 @@ from edl.cluster.inproc.kueue import (
 )
 from edl.cluster.inproc.store import ObjectStore, copy_manifest
 from edl.cluster.port import Manifest
-from edl.control.kueue import admissible_trainers, elastic
 
 __all__ = ["KueueIntegration"]
 FINISHED = ("Complete", "Failed")
