@@ -255,7 +255,7 @@ def test_scale_down_takes_effect_in_the_same_instant(clock, cluster_factory, man
     ({"succeeded": 1, "active": 3}, True),  # the work is done: no pod would be created
 ])
 def test_only_a_true_terminal_condition_or_a_success_ends_scaling(status, done):
-    from edl.control.autoscaler import trainer_job_done
+    from edl.control.job_reads import trainer_job_done
 
     assert trainer_job_done({"status": status}) is done
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -51,13 +51,19 @@ from edl.cluster.port import (
     VictimScaling,
 )
 from edl.control.batch_publish import BatchPublisher, reads_batch
+from edl.control.job_reads import (
+    batch_limits,
+    chosen_batch,
+    resize_rule,
+    trainer_job_done,
+    trainer_pod_labels,
+    trainer_pod_spec,
+)
 from edl.control.placement import annotate
 from edl.control.scaling import ScalingTracker
-from edl.jobparser.collective import job_allowed_counts, resize_cooldown_s, resize_pause_s
 from edl.policy import Decision, JobView, Policy, Trainer, get_policy
 from edl.policy.base import Scaling
-from edl.policy.collective import CollectiveResizes, ResizeRule
-from edl.throughput.batch import BatchLimits, limits_from_spec
+from edl.policy.collective import CollectiveResizes
 from edl.throughput.board import ThroughputSource
 
 log = logging.getLogger(__name__)
@@ -66,26 +72,6 @@ DEFAULT_INTERVAL_S = 5.0
 DEFAULT_MAX_LOAD_DESIRED = 0.97
 DEFAULT_MIN_EVENT_GAP_S = 1.0
 CONFLICT_RETRIES = 5
-
-
-FINISHED = frozenset({"Complete", "Failed", "SuccessCriteriaMet", "FailureTarget"})
-
-
-def trainer_job_done(trainer: Mapping[str, Any]) -> bool:
-    """Whether a trainer Job is past scaling (pure).
-
-    Only a terminal condition that is True counts (a resumed Job keeps
-    ``Suspended=False``, a condition that says nothing of the end), and a trainer
-    that succeeded means the work is done: a Job without completions creates no pod
-    after that, so growing it would only raise a number.
-    """
-    status = trainer.get("status") or {}
-    if int(status.get("succeeded") or 0) > 0:
-        return True
-    return any(
-        c.get("type") in FINISHED and c.get("status") == "True"
-        for c in status.get("conditions") or ()
-    )
 
 
 def pick_victims(
@@ -119,33 +105,6 @@ def pick_victims(
         ),
     )
     return [pod.name for pod in bound[:count]]
-
-
-def _resize_rule(job: TrainingJob) -> ResizeRule | None:
-    """A collective job's allowed trainer counts and cooldown; None for other jobs."""
-    if not job.collective() or job.spec.collective is None:
-        return None
-    return ResizeRule(job_allowed_counts(job), resize_cooldown_s(job), resize_pause_s(job),
-                      bool(job.spec.collective.live))
-
-
-def _batch_limits(job: TrainingJob) -> BatchLimits | None:
-    """A job's batch bounds from ``spec.batch`` (None: it does not adapt its batch)."""
-    batch = job.spec.batch
-    if batch is None:
-        return None
-    return limits_from_spec(
-        batch.initial, batch.max, batch.per_trainer_max, int(job.spec.trainer.min_instance or 1)
-    )
-
-
-def _chosen_batch(trainer: Manifest) -> float | None:
-    """The batch the Autoscaler last wrote on a trainer Job (None: none, or unreadable)."""
-    text = ((trainer.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_BATCH_SIZE)
-    try:
-        return float(text) if text is not None else None
-    except ValueError:
-        return None
 
 
 class Autoscaler:
@@ -317,8 +276,8 @@ class Autoscaler:
         key = job_key(job)  # fixed-size jobs too: their edited size reaches the Job here
         self._jobs[key] = job
         self._trainer_resources[key] = trainer_request(job)
-        self.scaling.remember(key, job.metadata.annotations, _batch_limits(job))
-        self.collective.remember(key, _resize_rule(job))
+        self.scaling.remember(key, job.metadata.annotations, batch_limits(job))
+        self.collective.remember(key, resize_rule(job))
 
     async def _trainer_job(self, job: TrainingJob) -> Manifest | None:
         try:
@@ -350,7 +309,7 @@ class Autoscaler:
                 if trainer is not None and not trainer_job_done(trainer)
                 and not (trainer.get("spec") or {}).get("suspend")
                 and not size_is_kueues(trainer)]
-        self._batches = {key: _chosen_batch(trainer) for key, _, trainer in live}
+        self._batches = {key: chosen_batch(trainer) for key, _, trainer in live}
         caps = await self._kueue_caps(live)
         scalings = [
             self._priced(key, await self.scaling.scaling(key, now, self._batches[key]))
@@ -457,24 +416,8 @@ class Autoscaler:
         log.warning("scaling %s/%s gave up after %d conflicts", namespace, name, CONFLICT_RETRIES)
 
 
-def trainer_pod_labels(trainer: Mapping[str, Any]) -> Mapping[str, str]:
-    """The trainer Job's pod template labels (its topology rules select by them)."""
-    template = (trainer.get("spec") or {}).get("template") or {}
-    metadata = template.get("metadata") if isinstance(template, Mapping) else None
-    labels = metadata.get("labels") if isinstance(metadata, Mapping) else None
-    return {str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {}
-
-
 def _capped(max_instance: int, min_instance: int, cap: int | None) -> int:
     """A job's max-instance within what Kueue can admit for it (never below its min)."""
     if cap is None:
         return max_instance
     return max(min(max_instance, cap), min_instance)
-
-
-def trainer_pod_spec(trainer: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The trainer Job's pod template spec: every trainer pod's constraints and requests
-    ({} when the Job has none, or an odd shape)."""
-    template = (trainer.get("spec") or {}).get("template") or {}
-    spec = template.get("spec") if isinstance(template, Mapping) else None
-    return spec if isinstance(spec, Mapping) else {}

@@ -32,35 +32,37 @@ already handled, so the controller's own status writes never loop back.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from edl.api.errors import JobValidationError
-from edl.api.names import job_key, trainer_job_name, training_job_key
+from edl.api.names import job_key, training_job_key
 from edl.api.trainingjob import TrainingJob
 from edl.cluster.port import (
-    AlreadyExistsError,
     Cluster,
     ClusterError,
     ManagedTrainers,
     Manifest,
     NotFoundError,
-    ServerScaling,
     TrainerFailures,
     Unsubscribe,
     is_permanent,
 )
-from edl.control.drift import unapplied
+from edl.control.children import (
+    children_refused,
+    create_children,
+    delete_children,
+    stop_servers,
+    unapplied_roles,
+)
 from edl.control.job_status import (
     CREATED,
     FAILED,
     RUNNING,
     SUSPENDED_MESSAGE,
     finished_state,
-    replica_failure,
     trainer_job_outcome,
     waiting_reason,
 )
@@ -164,7 +166,7 @@ class Controller:
             self.autoscaler.on_del(known.job)
         if self.trainers is not None:
             self.trainers.forget(key)
-        await self._delete_children(*key)
+        await delete_children(self.cluster, *key)
 
     # -- the loop ------------------------------------------------------------------------------
     def watch_training_jobs(self) -> Unsubscribe:
@@ -238,7 +240,7 @@ class Controller:
         if not await self._ensure_children(known):
             return
         if previous is not None and previous.generation != generation:
-            known.unapplied = await self._unapplied(job)
+            known.unapplied = await unapplied_roles(self.cluster, self.parser, job)
         if self.trainers is not None:
             self.trainers.track((namespace, name))
         if self.autoscaler is not None:
@@ -260,7 +262,7 @@ class Controller:
         assert job is not None
         key = job_key(job)
         try:
-            await self._create_children(job)
+            await create_children(self.cluster, self.parser, job)
         except (ClusterError, ValueError) as error:
             attempt = self._child_retries.get(key, 0) + 1
             self._child_retries[key] = attempt
@@ -296,65 +298,11 @@ class Controller:
         self._retry_tasks.add(task)
         task.add_done_callback(self._retry_tasks.discard)
 
-    async def _create_children(self, job: TrainingJob) -> None:
-        parser = self.parser
-        creations = [
-            (self.cluster.create_service, parser.parse_to_service(job)),
-            (self.cluster.create_replica_set, parser.parse_to_master(job)),
-        ]
-        if not job.collective():  # a collective job has no pservers
-            creations.append((self.cluster.create_replica_set, parser.parse_to_pserver(job)))
-        creations.append((self.cluster.create_job, parser.parse_to_trainer(job)))
-        for create, manifest in creations:
-            # idempotent: a child that exists from an earlier event or run is kept
-            with contextlib.suppress(AlreadyExistsError):
-                await create(manifest)
-
     async def _stop_servers(self, known: _Known) -> None:
         """Scale a finished job's master and pserver ReplicaSets to 0 (once; a failure
         is retried on the next status refresh)."""
-        job = known.job
-        if known.stopped or job is None or not isinstance(self.cluster, ServerScaling):
-            return
-        namespace, name = job_key(job)
-        roles = ("master",) if job.collective() else ("master", "pserver")
-        try:
-            for role in roles:
-                with contextlib.suppress(NotFoundError):
-                    await self.cluster.scale_replica_set(namespace, f"{name}-{role}", 0)
-        except ClusterError as error:
-            log.warning("master and pservers of finished %s/%s not stopped: %s", namespace,
-                        name, error)
-            return
-        known.stopped = True
-
-    async def _unapplied(self, job: TrainingJob) -> str:
-        """After an edit: which roles' pods still run the old template (`drift`)."""
-        namespace, name = job_key(job)
-        parser, pairs = self.parser, []
-        try:
-            pairs.append(("trainer", parser.parse_to_trainer(job),
-                          await self.cluster.get_trainer_job(job)))
-            pairs.append(("master", parser.parse_to_master(job),
-                          await self.cluster.get_replica_set(namespace, f"{name}-master")))
-            if not job.collective():
-                pairs.append(("pserver", parser.parse_to_pserver(job), await
-                              self.cluster.get_replica_set(namespace, f"{name}-pserver")))
-        except ClusterError as error:
-            log.warning("children of %s/%s not compared after an edit: %s", *job_key(job),
-                        error)
-        return unapplied(pairs)
-
-    async def _delete_children(self, namespace: str, name: str) -> None:
-        deletions = [
-            (self.cluster.delete_trainer_job, trainer_job_name(name)),
-            (self.cluster.delete_replica_set, f"{name}-pserver"),
-            (self.cluster.delete_replica_set, f"{name}-master"),
-            (self.cluster.delete_service, f"{name}-master"),
-        ]
-        for delete, child in deletions:
-            with contextlib.suppress(NotFoundError):
-                await delete(namespace, child)
+        if not known.stopped and known.job is not None:
+            known.stopped = await stop_servers(self.cluster, known.job)
 
     async def _queue_words(self, trainer: Manifest) -> str:
         """Why the queue holds this trainer Job, in its words (Kueue's Workload on a
@@ -399,7 +347,10 @@ class Controller:
         record = self.trainers.record(key) if self.trainers is not None else None
         if outcome is None and record is not None and record.problem:
             message = f"{message}; {record.problem}"  # in the API server's words
-        refused = await self._children_refused(known) if outcome is None else ""
+        refused = ""
+        if outcome is None:  # posted once as a Warning Event
+            refused = known.children_warned = await children_refused(
+                self.cluster, job, known.children_warned)
         if refused:  # trainers without their master or pservers do not train
             state, message = CREATED, f"{refused}; {message}"
         if known.unapplied:
@@ -418,39 +369,6 @@ class Controller:
         await self._write_status(*key, known, status)
         if outcome is not None and known.status == status:
             await self._stop_servers(known)
-
-    async def _children_refused(self, known: _Known) -> str:
-        """Why the master's or pservers' pods cannot be created, in the API server's words
-        (their ReplicaSet's ``ReplicaFailure``); posted once as a Warning Event. Read only
-        while the pod cache lacks some of those pods, so a healthy job costs no API call."""
-        count = getattr(self.cluster, "role_pods", None)
-        job = known.job
-        if count is None or job is None:
-            return ""
-        namespace, name = job_key(job)
-        roles = [("master", 1)]
-        if not job.collective():
-            roles.append(("pserver", job.spec.pserver.min_instance or 0))
-        refused = ""
-        for role, wanted in roles:
-            if await count(job, role) >= wanted:
-                continue
-            try:
-                failure = replica_failure(
-                    await self.cluster.get_replica_set(namespace, f"{name}-{role}"))
-            except ClusterError:
-                continue
-            if failure:
-                refused = f"{role} pods not created: {failure}"
-                break
-        if refused and refused != known.children_warned:
-            log.warning("%s/%s: %s", namespace, name, refused)
-            post = getattr(self.cluster, "post_trainer_event", None)
-            if post is not None:
-                with contextlib.suppress(ClusterError):
-                    await post(namespace, name, "FailedCreate", refused)
-        known.children_warned = refused
-        return refused
 
     def _plan(self, key: tuple[str, str]) -> dict[str, Any] | None:
         """The Autoscaler's last decision for the job, for `status.plan`: its target and

@@ -42,7 +42,6 @@ from edl.api.names import (
     JobKey,
     job_key,
     trainer_job_name,
-    training_job_key,
 )
 from edl.cluster.port import (
     ClusterError,
@@ -66,6 +65,7 @@ from edl.kube.reflector import Reflector
 from edl.kube.retry import http_status, is_conflict, is_not_found, retry_call
 from edl.kube.state import ClusterState, NodeStore, PodStore, QuotaStore
 from edl.kube.status import failure_reason, kube_status, status_patch
+from edl.kube.training_jobs import KubeTrainingJobs
 
 if TYPE_CHECKING:
     from edl.accounting import ClusterResource
@@ -107,7 +107,7 @@ def _to_dict(obj: Any) -> dict[str, Any]:
     return obj.to_dict() if hasattr(obj, "to_dict") else dict(obj)
 
 
-class KubeCluster(KubeManagedTrainers, KubeKueue):
+class KubeCluster(KubeTrainingJobs, KubeManagedTrainers, KubeKueue):
     """`edl.cluster.port.Cluster` over lightkube; start() before use, stop() after."""
 
     def __init__(self, client: AsyncClient, *, namespace: str | None = None,
@@ -409,67 +409,7 @@ class KubeCluster(KubeManagedTrainers, KubeKueue):
     def watch_unschedulable(self, callback: Callable[[], None]) -> Unsubscribe:
         return self.state.watch_unschedulable(callback)
 
-    # -- TrainingJobs --------------------------------------------------------------------
-
-    def watch_training_jobs(self, handler: TrainingJobHandler) -> Unsubscribe:
-        """Register a handler; kopf (edl.kube.operator) delivers events through dispatch_*.
-
-        Jobs already seen are replayed to the new handler as ``on_add`` first, under the
-        dispatch lock, so it hears of every job in order whenever it subscribes.
-        """
-        replay = asyncio.get_running_loop().create_task(self._subscribe(handler))
-
-        def unsubscribe() -> None:
-            replay.cancel()
-            if handler in self._handlers:
-                self._handlers.remove(handler)
-
-        return unsubscribe
-
-    async def _subscribe(self, handler: TrainingJobHandler) -> None:
-        async with self._dispatch_lock:
-            for obj in list(self._jobs.values()):
-                try:
-                    await handler.on_add(copy.deepcopy(obj))
-                except Exception:  # a handler bug must not stop the others' events
-                    log.exception("TrainingJob replay to a new handler failed")
-            self._handlers.append(handler)
-
-    def training_job(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self._jobs.get((namespace, name))
-
-    def training_jobs(self) -> list[tuple[JobKey, dict[str, Any]]]:
-        """Every TrainingJob body seen last, with its (namespace, name)."""
-        return list(self._jobs.items())
-
-    async def dispatch_add(self, body: Mapping[str, Any]) -> None:
-        await self._dispatch("on_add", body)
-
-    async def dispatch_update(self, body: Mapping[str, Any]) -> None:
-        await self._dispatch("on_update", body)
-
-    async def dispatch_del(self, body: Mapping[str, Any]) -> None:
-        await self._dispatch("on_del", body)
-
-    async def _dispatch(self, method: str, body: Mapping[str, Any]) -> None:
-        key = training_job_key(body)
-        if key is None:  # nothing to name children or a status after; never crash the watch
-            log.warning("ignoring a TrainingJob without a usable metadata.name: %.200r", body)
-            return
-        obj = copy.deepcopy(dict(body))
-        async with self._dispatch_lock:  # one event at a time, in order (the port's promise)
-            if method == "on_del":
-                self._jobs.pop(key, None)
-            else:
-                self._jobs[key] = obj
-            for handler in list(self._handlers):
-                try:
-                    await getattr(handler, method)(copy.deepcopy(obj))
-                except NotLeaderError as error:
-                    # deposed (or stopping): the next leader handles this job; raising
-                    # would make kopf retry a write that is fenced off for good
-                    log.info("TrainingJob %s/%s %s dropped: %s", *key, method, error)
-                    return
+    # -- TrainingJobs (their events: edl.kube.training_jobs) ---------------------------
 
     async def update_training_job_status(
         self, namespace: str, name: str, status: Mapping[str, Any]

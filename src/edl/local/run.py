@@ -27,7 +27,6 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from edl.api.trainingjob import TrainingJob
@@ -40,19 +39,10 @@ from edl.local import snapshot as snap
 from edl.local.checkpoints import HealthReader, final_word
 from edl.local.collective import CollectiveMonitor, CollectiveReader
 from edl.local.etcdwatch import keep_etcd_alive
-from edl.local.events import (
-    EXIT_CONFIG,
-    SIGNAL_EXIT_FLOOR,
-    EventLog,
-    exit_event,
-    exit_message,
-    exit_phase,
-    failover_event,
-    pserver_start_event,
-    read_log,
-)
+from edl.local.events import EventLog, failover_event
 from edl.local.fit import job_footprint, pending_reasons, shortfall
 from edl.local.node import local_node
+from edl.local.podbook import PodBook
 from edl.local.podspec import default_context
 from edl.local.process_pods import ProcessPodRunner
 from edl.local.progress import ProgressReader
@@ -60,26 +50,22 @@ from edl.local.runtypes import (
     FAILED,
     STOPPED,
     SUCCEEDED,
-    RoleFailures,
     RunOptions,
     RunResult,
     crash_loop_reason,
     failure_detail,
-    last_line,
     reservation_pod,
     scale_reason,
 )
 from edl.local.stall import StallWatch
-from edl.local.status import PodLine, RunSnapshot, new_run_dir, write_snapshot
+from edl.local.status import RunSnapshot, new_run_dir, write_snapshot
 from edl.local.teardown import delete_workloads
 from edl.local.throughput import ThroughputFeed
 
 log = logging.getLogger(__name__)
 
-MAX_POD_LINES = 40
 LOCAL_BACKOFF_BASE_S = 1.0  # failed-pod replacement back-off of a local run
 LOCAL_BACKOFF_MAX_S = 5.0
-JOB_ROLES = ("trainer",)  # roles whose failures the trainer Job's backoffLimit judges
 
 
 class LocalRun:
@@ -110,16 +96,13 @@ class LocalRun:
         self._collective: CollectiveMonitor | None = None  # collective jobs only
         self._stop = asyncio.Event()
         self._stop_reason = ""
-        self._failures: dict[str, RoleFailures] = {}
-        self._pods: dict[str, PodLine] = {}
+        self._book = PodBook(self._event, self._fail_now)  # pod lines, crash counts
         self._desired_history: list[tuple[float, int]] = []
         self._started = time.monotonic()
         self._events = EventLog(self._started)
         self._fatal = ""  # set when the run cannot go on (etcd lost, a job that cannot fit)
         self._footprint = job_footprint(self.job)
         self._noticed: set[str] = set()  # pods whose pending reason or start was reported
-        self._exited: dict[str, str] = {}  # role -> the last pod of it that failed
-        self._new_pservers: list[str] = []  # replacement pservers not yet seen serving
         self._last_progress: dict[str, Any] | None = None
         self._ever_running = False
         trainer = self.job.spec.trainer
@@ -176,7 +159,8 @@ class LocalRun:
         self.cluster.add_node(
             node["metadata"]["name"], node["status"]["allocatable"], node["metadata"]["labels"]
         )
-        self.cluster.watch_pods(self._on_pod_event)
+        runner = self.pod_runner
+        self.cluster.watch_pods(lambda event, pod: self._book.on_pod_event(event, pod, runner))
         self.loops = ControlLoops.new(
             self.cluster,
             self.options.max_load_desired,
@@ -319,8 +303,10 @@ class LocalRun:
                                  self._collective.reader.view.metrics if self._collective else None)
         self._ever_running = self._ever_running or counts.running > 0
         waiting = self._check_pending()
-        self._check_new_pservers()
-        finished = sum(p.role == "trainer" and p.phase == SUCCEEDED for p in self._pods.values())
+        assert self.pod_runner is not None
+        self._book.check_new_pservers(self.pod_runner)
+        finished = sum(p.role == "trainer" and p.phase == SUCCEEDED
+                       for p in self._book.pods.values())
         state, message = snap.run_state(
             self._ever_running, counts.running, counts.desired, waiting, finished
         )
@@ -353,9 +339,9 @@ class LocalRun:
         lacking = shortfall(self._footprint, (node.cpu_milli, node.memory_mega, node.gpu))
         waiting = ""
         for name, reason in reasons.items():
-            line = self._pods.get(name)
+            line = self._book.pods.get(name)
             if line is not None:
-                self._pods[name] = replace(line, message=reason)
+                self._book.pods[name] = replace(line, message=reason)
             role = line.role if line is not None else ""
             if role in ("master", "pserver", "trainer") and lacking:
                 self._fail_now(f"{name} cannot be scheduled: {reason} ({lacking})")
@@ -370,18 +356,6 @@ class LocalRun:
         from a role's env; a collective job's trainer env may choose it (used here too)."""
         return not self.job.collective() or any(
             v.name == "EDL_CHECKPOINT_DIR" for v in self.job.spec.trainer.env or [])
-
-    def _check_new_pservers(self) -> None:
-        """Say how each replacement pserver came back (restored from a checkpoint or not)."""
-        assert self.pod_runner is not None
-        for name in list(self._new_pservers):
-            record = next((r for r in self.pod_runner.records() if r.name == name), None)
-            if record is None or not record.log_path:
-                continue
-            line = pserver_start_event(name, read_log(Path(record.log_path)))
-            if line:
-                self._new_pservers.remove(name)
-                self._event(line)
 
     async def _final_progress(self, wait_s: float = 10.0) -> None:
         """After success, give the master a moment to publish the last figures (accuracy)."""
@@ -418,63 +392,21 @@ class LocalRun:
         watch = self._etcd_watch
         if watch is not None and watch.done() and not watch.cancelled() and watch.exception():
             return FAILED, f"the etcd watch stopped: {watch.exception()!r}"
-        crash_loop = crash_loop_reason(self._failures, self.options.max_error_exits)
+        crash_loop = crash_loop_reason(self._book.failures, self.options.max_error_exits)
         if crash_loop:
             return FAILED, crash_loop
         status = self._job_status()
         if status.get("state") == SUCCEEDED:
             return SUCCEEDED, status.get("message") or "trainers finished"
         if status.get("state") == FAILED:
-            message = failure_detail(status.get("message") or "the job failed", self._failures)
+            message = failure_detail(status.get("message") or "the job failed", self._book.failures)
             if self._collective is not None:  # the user's own error first
                 message = self._collective.reason(message)
             return FAILED, message
         return "", ""
 
-    def _on_pod_event(self, event: str, pod: Any) -> None:
-        """Pod transitions from the control plane: phases, fault lines, crash counting."""
-        name, role = pod.name, pod.role or "pod"
-        previous = self._pods.get(name)
-        if event == "exited":
-            code = int((pod.manifest.get("status") or {}).get("exitCode", 0))
-            message = self.pod_runner.termination_message(name) if self.pod_runner else ""
-            ran = pod.node is not None  # bound: its processes were started
-            phase = exit_phase(code, pod.terminating, ran)
-            self._pods[name] = PodLine(name, role, phase, None, code,
-                                       exit_message(code, last_line(message)))
-            if code == EXIT_CONFIG and not pod.terminating:  # a restart would fail the same way
-                self._fail_now(f"{name}: configuration error: {last_line(message)}")
-            line = exit_event(name, role, code, pod.terminating, ran, last_line(message))
-            if line:
-                self._exited[role] = name
-                self._event(line)
-            if 0 < code < SIGNAL_EXIT_FLOOR and not pod.terminating and role not in JOB_ROLES:
-                failures = self._failures.setdefault(role, RoleFailures())
-                failures.count += 1
-                failures.last_pod, failures.last_code, failures.last_message = name, code, message
-        else:
-            if event == "created" and role in self._exited:
-                self._event(f"{role} {name} replaces {self._exited.pop(role)}")
-                if role == "pserver":
-                    self._new_pservers.append(name)
-            phase = "Terminating" if pod.terminating else str(pod.phase)
-            self._pods[name] = PodLine(
-                name, role, phase, previous.pid if previous else None,
-                message=previous.message if previous and phase == "Pending" else "",
-            )
-        if len(self._pods) > MAX_POD_LINES:
-            for old in [n for n, p in self._pods.items() if p.exit_code is not None][:10]:
-                del self._pods[old]
-
     def _refresh_pods(self) -> None:
-        pids = {}
-        if self.pod_runner is not None:
-            pids = {r.name: r.pids[0] for r in self.pod_runner.records() if r.pids}
-        lines = [
-            replace(p, pid=pids.get(p.name)) if p.exit_code is None else p
-            for p in self._pods.values()
-        ]
-        self.snapshot = replace(self.snapshot, pods=lines)
+        self.snapshot = replace(self.snapshot, pods=self._book.lines(self.pod_runner))
 
     def _publish(self, snapshot: RunSnapshot) -> None:
         if snapshot.events_total != self._events.total:  # every snapshot carries every event

@@ -25,7 +25,6 @@ the scheduler's node index) — no scan over pods.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -46,6 +45,7 @@ from edl.cluster.inproc.sampling import ClusterSample, ReplicaCounts, TrainerCou
 from edl.cluster.inproc.scheduler import Node, NodeIndex, Placement
 from edl.cluster.inproc.simulated_pods import SimulatedPodRunner
 from edl.cluster.inproc.store import ObjectStore, copy_manifest
+from edl.cluster.inproc.training_job_watch import watch_training_jobs
 from edl.cluster.inproc.workloads import (
     BACKOFF_BASE_S,
     BACKOFF_MAX_S,
@@ -253,38 +253,9 @@ class InProcessCluster(ManagedTrainerPods, AdmissionObjects, KueueIntegration):
         self.store.update_status(TRAINING_JOB, namespace, name, status)
 
     def watch_training_jobs(self, handler: TrainingJobHandler) -> Unsubscribe:
-        """Deliver TrainingJob events to ``handler`` in order, from a task on the running loop."""
-        queue: asyncio.Queue[tuple[str, Manifest]] = asyncio.Queue()
-        for obj in self.store.items(TRAINING_JOB):
-            queue.put_nowait(("ADDED", copy_manifest(obj)))
-
-        def listener(event: str, obj: Manifest, old: Manifest | None) -> None:
-            queue.put_nowait((event, copy_manifest(obj)))
-
-        unlisten = self.store.listen(TRAINING_JOB, listener)
-        task = asyncio.get_running_loop().create_task(self._deliver(queue, handler))
-
-        def unsubscribe() -> None:
-            unlisten()
-            task.cancel()
-
-        return unsubscribe
-
-    @staticmethod
-    async def _deliver(
-        queue: asyncio.Queue[tuple[str, Manifest]], handler: TrainingJobHandler
-    ) -> None:
-        methods = {
-            "ADDED": handler.on_add,
-            "MODIFIED": handler.on_update,
-            "DELETED": handler.on_del,
-        }
-        while True:
-            event, obj = await queue.get()
-            try:
-                await methods[event](obj)
-            except Exception:  # a handler bug must not stop the watch, as with an informer
-                log.exception("TrainingJob %s handler failed for %s", event, object_key(obj))
+        """Deliver TrainingJob events to ``handler`` in order, from a task on the running loop
+        (`training_job_watch`)."""
+        return watch_training_jobs(self.store, handler)
 
     def watch_unschedulable(self, callback: Callable[[], None]) -> Unsubscribe:
         self._unschedulable_listeners.append(callback)
