@@ -5,14 +5,17 @@ batch/job integration; `edl controller --kueue` runs as a ServiceAccount holding
 deploy/rbac.yaml and deploy/kueue-rbac.yaml. kwok's trainer pods run no code: a job
 finishes when the test, as a kubelet would, marks its trainer pods Succeeded.
 
-Checked: two jobs in one LocalQueue whose ClusterQueue holds one — the second waits, its
-status says why in Kueue's words, no trainer of it exists, and it starts when the first
-finishes, with the controller SIGKILLed mid-way; a higher-priority Workload preempts a job
-— suspended, its trainers deleted within seconds (the Job watch), readmitted and
-completed; a ResourceFlavor's node labels and toleration reach every trainer; an elastic
-job grows to exactly what its ClusterQueue admits with cohort borrowing, never runs more
-trainers than Kueue admitted, and its shrink admits a queued job. In every test Kueue
-stopped or evicted a job only for a preemption, never because of a change edl made.
+Checked: two jobs in one LocalQueue whose ClusterQueue holds one — the whole job counts
+(the ClusterQueue's usage includes the master's and pservers' requests, through edl's
+servers' Workload), the second waits with nothing of it running, not even its master and
+pservers, its status says why in Kueue's words, and it starts when the first finishes,
+with the controller SIGKILLed mid-way; a higher-priority Workload preempts a job — its
+master's and pservers' Workload evicted, every pod of it deleted within seconds, its
+quota given back, readmitted and completed; a ResourceFlavor's node labels and
+toleration reach every trainer, master and pserver; an elastic job grows to exactly what
+its ClusterQueue admits with cohort borrowing (less its master and pservers), never runs
+more trainers than Kueue admitted, and its shrink admits a queued job. In every test
+Kueue stopped or evicted a job only for a preemption, never because of a change edl made.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from e2e.control_plane import ControlPlane
 from e2e.helpers import parallelism, trainer_pods, trainingjob, wait_tj, wait_trainers
 from e2e.kueue import Kueue
 from e2e.rest import Rest
+from edl.api.quantity import cpu_milli
 from polling import wait_until
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -91,6 +95,13 @@ def evictions(rest: Rest, namespace: str) -> list[str]:
     return found
 
 
+def queue_usage(kueue: Kueue, cq: str) -> int:
+    """The milli-CPU a ClusterQueue has reserved for its admitted Workloads."""
+    status = kueue.get("ClusterQueue", cq).get("status") or {}
+    return sum(cpu_milli(r["total"]) for f in status.get("flavorsReservation") or ()
+               for r in f.get("resources") or () if r["name"] == "cpu")
+
+
 def admitted_counts(kueue: Kueue, namespace: str) -> dict[str, int]:
     """Per trainer Job, the pod count its admitted (unfinished) Workload holds quota for."""
     counts = {}
@@ -108,8 +119,9 @@ def admitted_counts(kueue: Kueue, namespace: str) -> dict[str, int]:
 def test_a_second_job_waits_in_kueues_words_and_starts_when_the_first_finishes(
         rest: Rest, kueue: Kueue, namespace: str, queue: dict[str, str],
         start_kueue_controller) -> None:
-    # two trainers of 250m each: the ClusterQueue holds one job, not two
-    cluster_queue(kueue, queue, namespace, cpu="750m")
+    # a job asks 900m: master 200m (with its etcd sidecar), 2 pservers of 100m, 2 trainers
+    # of 250m; the ClusterQueue holds one job, and not even the second's master and pservers
+    cluster_queue(kueue, queue, namespace, cpu="1200m")
     controller = start_kueue_controller("replica-a")
     rest.create(queued_job("first", min_instance=2, max_instance=2, trainer_cpu="250m"),
                 namespace)
@@ -120,10 +132,12 @@ def test_a_second_job_waits_in_kueues_words_and_starts_when_the_first_finishes(
                      lambda t: t["status"]["message"] if "Kueue: " in t["status"]["message"]
                      and "quota" in t["status"]["message"] else None,
                      label="second waiting in Kueue's words")
-    assert status.startswith("trainer Job suspended (waiting for admission): Kueue: "), status
+    assert status.startswith("master and pservers waiting for admission: Kueue: "), status
     assert "insufficient unused quota for cpu" in status, status
-    assert not rest.list("Pod", namespace, "edl.dev/job=second,edl.dev/role=trainer")
-    assert admitted_counts(kueue, namespace) == {"first-trainer": 2}
+    # the whole job counts against the ClusterQueue: the first's master and pservers too
+    assert admitted_counts(kueue, namespace) == {"first-trainer": 2, "first": 3}
+    assert queue_usage(kueue, queue["cq"]) == 900
+    assert not rest.list("Pod", namespace, "edl.dev/job=second")  # nothing of it runs
 
     # the controller is SIGKILLed; the first job finishes meanwhile; another replica
     # takes over (after the Lease expires) and the outcome is the same
@@ -132,7 +146,8 @@ def test_a_second_job_waits_in_kueues_words_and_starts_when_the_first_finishes(
     start_kueue_controller("replica-b")
     wait_tj(rest, namespace, "first", lambda t: t["status"]["state"] == "Succeeded")
     wait_trainers(rest, namespace, "second", 2)
-    assert admitted_counts(kueue, namespace) == {"second-trainer": 2}
+    wait_until(lambda: admitted_counts(kueue, namespace) == {"second-trainer": 2, "second": 3},
+               30, "only the second job holds quota")
     assert len(trainer_pods(rest, namespace, "second")) == 2
     assert not evictions(rest, namespace)  # nothing edl did made Kueue evict a job
 
@@ -155,7 +170,16 @@ def test_a_resource_flavors_node_labels_and_toleration_reach_every_trainer(
         wait_trainers(rest, namespace, "placed", 3)
         pods = rest.list("Pod", namespace, "edl.dev/job=placed,edl.dev/role=trainer")
         assert {p["spec"]["nodeName"] for p in pods} <= set(pool), pods
-        for pod in pods:
+        # and so do the master's and the pservers' (their Workload's admission)
+        def servers() -> list[dict[str, Any]]:
+            found = [p for p in rest.list("Pod", namespace, "edl.dev/job=placed")
+                     if p["metadata"]["labels"].get("edl.dev/role") in ("master", "pserver")
+                     and p["spec"].get("nodeName")]
+            return found if len(found) == 3 else []
+
+        bound = wait_until(servers, 60, "master and pservers bound")
+        for pod in pods + bound:
+            assert pod["spec"]["nodeName"] in pool, pod["metadata"]["name"]
             assert pod["spec"]["nodeSelector"]["pool"] == "tainted-gpu"
             assert any(t.get("key") == GPU_TAINT["key"] for t in pod["spec"]["tolerations"])
     finally:
@@ -170,6 +194,13 @@ def live_trainers(rest: Rest, namespace: str, job: str) -> list[dict[str, Any]]:
     """The job's trainer pods not being deleted, whatever their phase."""
     return [p for p in rest.list("Pod", namespace, f"edl.dev/job={job},edl.dev/role=trainer")
             if not p["metadata"].get("deletionTimestamp")]
+
+
+def evicted(kueue: Kueue, namespace: str, workload: str) -> bool:
+    found = [w for w in kueue.list("Workload", namespace)
+             if w["metadata"]["name"] == workload]
+    return any(c["type"] == "Evicted" and c["status"] == "True"
+               for w in found for c in (w.get("status") or {}).get("conditions") or ())
 
 
 def high_priority_job(namespace: str, cpu: str) -> dict[str, Any]:
@@ -199,20 +230,21 @@ def test_a_higher_priority_workload_preempts_the_job_which_resumes_and_completes
     rest.create(job, namespace)
     wait_trainers(rest, namespace, "modest", 2)
 
+    # modest asks 900m (master and pservers 400m, trainers 500m) of 1 CPU: urgent's 800m
+    # needs both of its Workloads preempted
     rest.create(high_priority_job(namespace, cpu="800m"), namespace)
-    wait_until(lambda: rest.get("Job", "modest-trainer", namespace)["spec"].get("suspend"),
-               60, "Kueue suspends modest's trainer Job", interval=0.05)
-    suspended = time.monotonic()
+    wait_until(lambda: evicted(kueue, namespace, "modest-servers"), 60,
+               "Kueue evicts modest's master and pservers", interval=0.05)
+    preempted = time.monotonic()
     wait_until(lambda: not live_trainers(rest, namespace, "modest"), 60,
                "modest's trainers deleted", interval=0.05)
-    # at once (the Job watch; measured 0.2 s), not at the trainer controller's 30 s resync
-    assert time.monotonic() - suspended < 10
+    # at once (the Job watch, the 0.5 s status refresh), not at the 30 s resync
+    assert time.monotonic() - preempted < 10
     wait_tj(rest, namespace, "modest",
-            lambda t: "Kueue evicted" in t["status"]["message"]
-            or "suspended" in t["status"]["message"], label="modest suspended by Kueue")
-    wait_until(lambda: not rest.list("Pod", namespace,
-                                     "edl.dev/job=modest,edl.dev/role=trainer"),
-               60, "modest's trainers gone")
+            lambda t: t["status"]["message"].startswith("Kueue evicted workload modest-servers"),
+            label="modest evicted by Kueue")
+    wait_until(lambda: not rest.list("Pod", namespace, "edl.dev/job=modest"),
+               60, "modest's trainers, master and pservers gone")
     urgent = wait_until(lambda: [p for p in rest.list("Pod", namespace, "job-name=urgent")
                                  if p["status"].get("phase") == "Running"], 60, "urgent runs")
     # the urgent work ends (as its kubelet reports it): modest is readmitted and resumes
@@ -261,18 +293,20 @@ def test_an_elastic_job_grows_to_its_queues_quota_with_borrowing_and_its_shrink_
             assert running <= max(admitted, 0), f"{running} trainers run, {admitted} admitted"
             return running == want and parallelism(rest, namespace, job) == want
 
-        # 250m each: 1 CPU own + 1 borrowed = 8 trainers, though the cluster holds 12
+        # 1 CPU own + 1 borrowed, less 400m for the master and pservers: 6 trainers of
+        # 250m, though the cluster holds 12
         rest.create(queued_job("wide", min_instance=1, max_instance=12, trainer_cpu="250m"),
                     namespace)
-        wait_until(lambda: within_admission("wide", 8), 120, "wide grown to 8 trainers")
+        wait_until(lambda: within_admission("wide", 6), 120, "wide grown to 6 trainers")
         rest.create(queued_job("next", min_instance=2, max_instance=2, trainer_cpu="250m"),
                     namespace)
         wait_tj(rest, namespace, "next", lambda t: "insufficient" in t["status"]["message"])
-        # the owner narrows the elastic job: its shrink gives 500m back, and next fits
-        rest.merge("TrainingJob", "wide", {"spec": {"trainer": {"max-instance": 6}}}, namespace)
+        # the owner narrows the elastic job: its shrink gives 1 CPU back, and next (900m)
+        # fits
+        rest.merge("TrainingJob", "wide", {"spec": {"trainer": {"max-instance": 2}}}, namespace)
         wait_trainers(rest, namespace, "next", 2)
-        wait_until(lambda: within_admission("wide", 6), 60, "wide shrunk to 6 trainers")
-        assert max(r for r, _ in seen) == 8
+        wait_until(lambda: within_admission("wide", 2), 60, "wide shrunk to 2 trainers")
+        assert max(r for r, _ in seen) == 6
         assert not evictions(rest, namespace)  # every resize went through Kueue
     finally:
         rest.delete("TrainingJob", "wide", namespace)

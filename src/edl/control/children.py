@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Mapping
 
+from edl.accounting.kueue_servers import Placement, place
 from edl.api.names import job_key, trainer_job_name
 from edl.api.trainingjob import TrainingJob
 from edl.cluster.port import (
@@ -28,14 +30,19 @@ from edl.jobparser import JobParser
 log = logging.getLogger(__name__)
 
 
-async def create_children(cluster: Cluster, parser: JobParser, job: TrainingJob) -> None:
-    """Create the job's master Service, master and pserver ReplicaSets and trainer Job."""
+async def create_children(cluster: Cluster, parser: JobParser, job: TrainingJob,
+                          placement: Mapping[str, Placement] | None = None) -> None:
+    """Create the job's master Service, master and pserver ReplicaSets and trainer Job
+    (the master's and pservers' pods placed by `placement`: Kueue's admission)."""
+    placement = placement or {}
     creations = [
         (cluster.create_service, parser.parse_to_service(job)),
-        (cluster.create_replica_set, parser.parse_to_master(job)),
+        (cluster.create_replica_set, place(parser.parse_to_master(job),
+                                           placement.get("master"))),
     ]
     if not job.collective():  # a collective job has no pservers
-        creations.append((cluster.create_replica_set, parser.parse_to_pserver(job)))
+        creations.append((cluster.create_replica_set, place(parser.parse_to_pserver(job),
+                                                            placement.get("pserver"))))
     creations.append((cluster.create_job, parser.parse_to_trainer(job)))
     for create, manifest in creations:
         # idempotent: a child that exists from an earlier event or run is kept
@@ -54,6 +61,9 @@ async def stop_servers(cluster: Cluster, job: TrainingJob) -> bool:
         for role in roles:
             with contextlib.suppress(NotFoundError):
                 await cluster.scale_replica_set(namespace, f"{name}-{role}", 0)
+        finish = getattr(cluster, "finish_servers", None)  # Kueue: its quota goes back
+        if finish is not None:
+            await finish(namespace, name)
     except ClusterError as error:
         log.warning("master and pservers of finished %s/%s not stopped: %s", namespace,
                     name, error)

@@ -66,6 +66,7 @@ from edl.control.job_status import (
     trainer_job_outcome,
     waiting_reason,
 )
+from edl.control.queue_gate import kueue_queued, queue_words, servers_gate
 from edl.control.trainer_controller import TrainerController
 from edl.jobparser import JobParser
 
@@ -109,6 +110,7 @@ class _Known:
     unapplied: str = ""  # an edit the running pods do not have (`drift.unapplied`)
     children_warned: str = ""  # the master/pserver refusal last posted as an Event
     stopped: bool = False  # finished, and its master and pservers scaled to 0
+    held: bool = False  # Kueue has not admitted its master and pservers: no children
 
 
 class Controller:
@@ -203,6 +205,7 @@ class Controller:
             await self.trainers.resync()
         for key in list(self._known):
             try:
+                await self._follow_queue(key)
                 await self._refresh_status(key)
             except ClusterError as error:
                 log.warning("status of %s/%s not refreshed: %s", *key, error)
@@ -262,7 +265,12 @@ class Controller:
         assert job is not None
         key = job_key(job)
         try:
-            await create_children(self.cluster, self.parser, job)
+            gate = await servers_gate(self.cluster, self.parser, job, running=not known.held)
+            if not gate.open:
+                await self._hold(known, gate.message)
+                return False
+            known.held = False
+            await create_children(self.cluster, self.parser, job, gate.placement)
         except (ClusterError, ValueError) as error:
             attempt = self._child_retries.get(key, 0) + 1
             self._child_retries[key] = attempt
@@ -281,18 +289,45 @@ class Controller:
         self._child_retries.pop(key, None)
         return True
 
+    async def _hold(self, known: _Known, message: str) -> None:
+        """Kueue holds the job's master and pservers: no child runs, nothing is planned."""
+        assert known.job is not None
+        known.held = True
+        if self.autoscaler is not None:
+            self.autoscaler.on_del(known.job)
+        await self._write_status(*job_key(known.job), known,
+                                 {"state": CREATED, "message": message})
+
+    async def _follow_queue(self, key: tuple[str, str]) -> None:
+        """Under Kueue, at each refresh: a held job whose master and pservers are now
+        admitted gets its children; a running one whose were evicted loses them."""
+        known = self._known.get(key)
+        if (known is None or known.job is None or key in self._child_retries
+                or finished_state(known.status) is not None
+                or not kueue_queued(self.cluster, known.job)):
+            return
+        if known.held:
+            await self._resume(key, known)
+            return
+        gate = await servers_gate(self.cluster, self.parser, known.job, running=True)
+        if not gate.open:
+            await self._hold(known, gate.message)
+
+    async def _resume(self, key: tuple[str, str], known: _Known) -> None:
+        if await self._ensure_children(known):
+            assert known.job is not None
+            if self.trainers is not None:
+                self.trainers.track(key)
+            if self.autoscaler is not None:
+                self.autoscaler.on_add(known.job)
+            await self._refresh_status(key)
+
     def _retry_children(self, key: tuple[str, str], known: _Known, delay: float) -> None:
         async def retry() -> None:
             await asyncio.sleep(delay)
             if self._known.get(key) is not known:
                 return  # edited or deleted meanwhile: that event reconciled it
-            if await self._ensure_children(known):
-                assert known.job is not None
-                if self.trainers is not None:
-                    self.trainers.track(key)
-                if self.autoscaler is not None:
-                    self.autoscaler.on_add(known.job)
-                await self._refresh_status(key)
+            await self._resume(key, known)
 
         task = asyncio.get_running_loop().create_task(retry())
         self._retry_tasks.add(task)
@@ -304,17 +339,6 @@ class Controller:
         if not known.stopped and known.job is not None:
             known.stopped = await stop_servers(self.cluster, known.job)
 
-    async def _queue_words(self, trainer: Manifest) -> str:
-        """Why the queue holds this trainer Job, in its words (Kueue's Workload on a
-        cluster that offers it: `edl.kube.kueue`); "" if unknown."""
-        read = getattr(self.cluster, "queue_words", None)
-        if read is None:
-            return ""
-        try:
-            return str(await read(trainer))
-        except ClusterError:
-            return ""
-
     async def _refresh_status(self, key: tuple[str, str]) -> None:
         known = self._known.get(key)
         if known is None or known.job is None:
@@ -323,6 +347,8 @@ class Controller:
         if finished_state(known.status) is not None:
             await self._stop_servers(known)  # a finished status is final
             return
+        if known.held:
+            return  # its status says why Kueue holds it
         try:
             trainer = await self.cluster.get_trainer_job(job)
         except NotFoundError:
@@ -334,7 +360,7 @@ class Controller:
             state, message = outcome
         elif trainer["spec"].get("suspend"):
             state, message = CREATED, f"{SUSPENDED_MESSAGE} (waiting for admission)"
-            words = await self._queue_words(trainer)
+            words = await queue_words(self.cluster, trainer)
             if words:
                 message = f"{message}: {words}"
         elif pods.running > 0:

@@ -13,23 +13,34 @@ on Kueue's Workloads): deploy/kueue-rbac.yaml, applied only on a cluster that ru
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
+from lightkube.types import PatchType
 
 from edl.accounting import pod_request
 from edl.accounting.kueue import (
     JOB_UID_LABEL,
+    PRIORITY_LABEL,
     admissible_trainers,
     cluster_queue_room,
     elastic,
     queued,
     workload_words,
 )
+from edl.accounting.kueue_servers import (
+    ServersAdmission,
+    admission_of,
+    admitted_flavors,
+    released_status,
+    servers_workload,
+    servers_workload_name,
+)
 from edl.api.names import LABEL_JOB
-from edl.cluster.port import ClusterError, Manifest
+from edl.cluster.port import ClusterError, Manifest, NotFoundError
 
 if TYPE_CHECKING:
     from lightkube import AsyncClient
@@ -39,6 +50,11 @@ log = logging.getLogger(__name__)
 Workload = create_namespaced_resource("kueue.x-k8s.io", "v1beta2", "Workload", "workloads")
 ClusterQueue = create_global_resource("kueue.x-k8s.io", "v1beta2", "ClusterQueue",
                                       "clusterqueues")
+ResourceFlavor = create_global_resource("kueue.x-k8s.io", "v1beta2", "ResourceFlavor",
+                                        "resourceflavors")
+WorkloadPriorityClass = create_global_resource("kueue.x-k8s.io", "v1beta2",
+                                               "WorkloadPriorityClass",
+                                               "workloadpriorityclasses")
 TRAINER_JOB_SELECTOR = "edl.dev/role=trainer"
 
 
@@ -85,6 +101,75 @@ class KubeKueue:
 
     client: AsyncClient
     kueue: bool
+
+    async def _call(self, what: str, call: Callable[[], Any], kind: str, namespace: str,
+                    name: str, *, write: bool = True) -> Any:
+        raise NotImplementedError
+
+    async def servers_admission(self, job: Manifest, master: Manifest,
+                                pserver: Manifest | None) -> ServersAdmission | None:
+        """Where Kueue stands on this queued TrainingJob's master and pservers (its
+        servers' Workload, `edl.accounting.kueue_servers`, created here when missing);
+        None when Kueue does not queue the job (``--kueue`` off, no LocalQueue label)."""
+        meta = job.get("metadata") or {}
+        if not (self.kueue and queued(job)):
+            return None
+        namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name"))
+        wanted = servers_workload_name(name)
+        try:
+            workload = _dict(await self._call(
+                f"get Workload {namespace}/{wanted}",
+                lambda: self.client.get(Workload, wanted, namespace=namespace),
+                "Workload", namespace, wanted, write=False))
+        except NotFoundError:
+            priority = await self._priority(str(_labels(job).get(PRIORITY_LABEL) or ""))
+            manifest = servers_workload(job, master, pserver, priority)
+            workload = _dict(await self._call(
+                f"create Workload {namespace}/{wanted}",
+                lambda: self.client.create(Workload.from_dict(manifest)),
+                "Workload", namespace, wanted))
+        flavors = {flavor: await self._flavor(flavor) for flavor in admitted_flavors(workload)}
+        return admission_of(workload, flavors)
+
+    async def _flavor(self, name: str) -> dict[str, Any]:
+        return _dict(await self._call(f"get ResourceFlavor {name}",
+                                      lambda: self.client.get(ResourceFlavor, name),
+                                      "ResourceFlavor", "", name, write=False))
+
+    async def _priority(self, name: str) -> int | None:
+        if not name:
+            return None
+        found = _dict(await self._call(
+            f"get WorkloadPriorityClass {name}",
+            lambda: self.client.get(WorkloadPriorityClass, name),
+            "WorkloadPriorityClass", "", name, write=False))
+        return int(found.get("value") or 0)
+
+    async def release_servers(self, namespace: str, name: str) -> None:
+        """Give an evicted servers' Workload's quota back, once the job's children are
+        gone, so that it queues again (the job side of Kueue's eviction)."""
+        wanted = servers_workload_name(name)
+        workload = _dict(await self._call(
+            f"get Workload {namespace}/{wanted}",
+            lambda: self.client.get(Workload, wanted, namespace=namespace),
+            "Workload", namespace, wanted, write=False))
+        patch = {"metadata": {"resourceVersion": workload["metadata"]["resourceVersion"]},
+                 "status": released_status(workload)}
+        await self._call(f"release Workload {namespace}/{wanted}",
+                         lambda: self.client.patch(Workload.Status, wanted, patch,
+                                                   namespace=namespace,
+                                                   patch_type=PatchType.MERGE),
+                         "Workload", namespace, wanted)
+
+    async def finish_servers(self, namespace: str, name: str) -> None:
+        """Delete a finished job's servers' Workload: its quota goes back at once."""
+        if not self.kueue:
+            return
+        wanted = servers_workload_name(name)
+        with contextlib.suppress(NotFoundError):
+            await self._call(f"delete Workload {namespace}/{wanted}",
+                             lambda: self.client.delete(Workload, wanted, namespace=namespace),
+                             "Workload", namespace, wanted)
 
     async def _workloads(self, trainer: Manifest) -> list[dict[str, Any]]:
         meta = trainer.get("metadata") or {}
@@ -137,6 +222,14 @@ class KubeKueue:
             raise ClusterError("Workload", namespace, str(meta.get("name")),
                                str(error)) from error
         return workload_words(found)
+
+
+def _dict(obj: Any) -> dict[str, Any]:
+    return obj.to_dict() if hasattr(obj, "to_dict") else dict(obj)
+
+
+def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return (obj.get("metadata") or {}).get("labels") or {}
 
 
 def _admitted(workload: Mapping[str, Any]) -> bool:
