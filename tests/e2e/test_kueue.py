@@ -11,11 +11,13 @@ servers' Workload), the second waits with nothing of it running, not even its ma
 pservers, its status says why in Kueue's words, and it starts when the first finishes,
 with the controller SIGKILLed mid-way; a higher-priority Workload preempts a job — its
 master's and pservers' Workload evicted, every pod of it deleted within seconds, its
-quota given back, readmitted and completed; a ResourceFlavor's node labels and
-toleration reach every trainer, master and pserver; an elastic job grows to exactly what
-its ClusterQueue admits with cohort borrowing (less its master and pservers), never runs
-more trainers than Kueue admitted, and its shrink admits a queued job. In every test
-Kueue stopped or evicted a job only for a preemption, never because of a change edl made.
+quota given back, readmitted while the controller is SIGKILLed, resumed by the restarted
+controller and completed; a ResourceFlavor's node labels and toleration reach every
+trainer, master and pserver; an elastic job grows to exactly what its ClusterQueue
+admits with cohort borrowing (less its master and pservers), the controller SIGKILLed
+and restarted mid-growth, never runs more trainers than Kueue admitted, and its shrink
+admits a queued job. In every test Kueue stopped or evicted a job only for a preemption,
+never because of a change edl made.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from __future__ import annotations
 import signal
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -66,6 +68,12 @@ def queued_job(name: str, **kwargs: Any) -> dict[str, Any]:
     job = trainingjob(name, **kwargs)
     job["metadata"]["labels"] = {QUEUE_LABEL: "team"}
     return job
+
+
+def restart(start: Callable[..., Any], killed: Any) -> Any:
+    """The SIGKILLed controller's container restarted (same identity: it takes its Lease
+    back at once, without waiting for it to expire)."""
+    return start(f"{killed.identity}-restarted", f"--identity={killed.identity}")
 
 
 def finish(rest: Rest, namespace: str, job: str) -> None:
@@ -224,7 +232,7 @@ def test_a_higher_priority_workload_preempts_the_job_which_resumes_and_completes
     cq = kueue.get("ClusterQueue", queue["cq"])
     cq["spec"]["preemption"] = {"withinClusterQueue": "LowerPriority"}
     kueue.apply({"kind": "ClusterQueue", "metadata": {"name": queue["cq"]}, "spec": cq["spec"]})
-    start_kueue_controller()
+    controller = start_kueue_controller()
     job = queued_job("modest", min_instance=2, max_instance=2, trainer_cpu="250m")
     job["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = "e2e-low"
     rest.create(job, namespace)
@@ -247,7 +255,9 @@ def test_a_higher_priority_workload_preempts_the_job_which_resumes_and_completes
                60, "modest's trainers, master and pservers gone")
     urgent = wait_until(lambda: [p for p in rest.list("Pod", namespace, "job-name=urgent")
                                  if p["status"].get("phase") == "Running"], 60, "urgent runs")
-    # the urgent work ends (as its kubelet reports it): modest is readmitted and resumes
+    # the controller is SIGKILLed while modest waits; the urgent work ends meanwhile (as its
+    # kubelet reports it): modest is readmitted, and the restarted controller resumes it
+    controller.stop(signal.SIGKILL)
     pod = urgent[0]
     rest.merge("Pod", pod["metadata"]["name"], {"status": {"phase": "Succeeded",
                "containerStatuses": [{"name": "work", "image": "registry.k8s.io/pause:3.9",
@@ -255,6 +265,9 @@ def test_a_higher_priority_workload_preempts_the_job_which_resumes_and_completes
                                       "state": {"terminated": {"exitCode": 0,
                                                                "reason": "Completed"}}}]}},
                namespace, sub="status")
+    wait_until(lambda: not evicted(kueue, namespace, "modest-servers"), 60,
+               "modest's master and pservers readmitted")
+    restart(start_kueue_controller, controller)
     wait_trainers(rest, namespace, "modest", 2)
     finish(rest, namespace, "modest")
     wait_tj(rest, namespace, "modest", lambda t: t["status"]["state"] == "Succeeded")
@@ -283,7 +296,7 @@ def test_an_elastic_job_grows_to_its_queues_quota_with_borrowing_and_its_shrink_
         kueue.apply(member(queue["cq"], limit=True))
         kueue.apply({"kind": "LocalQueue", "metadata": {"name": queue["lq"]},
                      "spec": {"clusterQueue": queue["cq"]}}, namespace)
-        start_kueue_controller()
+        controller = start_kueue_controller()
         seen: list[tuple[int, int]] = []
 
         def within_admission(job: str, want: int) -> bool:
@@ -297,6 +310,12 @@ def test_an_elastic_job_grows_to_its_queues_quota_with_borrowing_and_its_shrink_
         # 250m, though the cluster holds 12
         rest.create(queued_job("wide", min_instance=1, max_instance=12, trainer_cpu="250m"),
                     namespace)
+        # the controller is SIGKILLed mid-growth and restarted: the growth goes on, through
+        # Kueue, never beyond what it admitted
+        wait_until(lambda: len(trainer_pods(rest, namespace, "wide")) >= 2, 120,
+                   "wide growing")
+        controller.stop(signal.SIGKILL)
+        restart(start_kueue_controller, controller)
         wait_until(lambda: within_admission("wide", 6), 120, "wide grown to 6 trainers")
         rest.create(queued_job("next", min_instance=2, max_instance=2, trainer_cpu="250m"),
                     namespace)
