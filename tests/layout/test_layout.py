@@ -21,7 +21,7 @@ KUBE_LAYERS = (
     ("reflector", "state", "managed", "training_jobs", "admission"),
     ("kueue",),
     ("cluster",),
-    ("operator", "autoscaling", "throughput", "leader", "metrics", "runner"),
+    ("operator", "autoscaling", "throughput", "health", "leader", "metrics", "runner"),
 )
 
 

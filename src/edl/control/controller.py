@@ -57,12 +57,14 @@ from edl.control.children import (
     stop_servers,
     unapplied_roles,
 )
+from edl.control.job_health import HealthSource, fold_health
 from edl.control.job_status import (
     CREATED,
     FAILED,
     RUNNING,
     SUSPENDED_MESSAGE,
     finished_state,
+    plan_status,
     trainer_job_outcome,
     waiting_reason,
 )
@@ -121,6 +123,7 @@ class Controller:
         autoscaler: told about valid jobs; optional (None: no autoscaling).
         parser: the JobParser (defaults to `edl.jobparser.JobParser()`).
         status_interval: seconds between status refreshes in `run()`.
+        health: what the jobs' processes say of their health (`job_health`); optional.
     """
 
     def __init__(
@@ -129,8 +132,10 @@ class Controller:
         autoscaler: JobListener | None = None,
         parser: JobParser | None = None,
         status_interval: float = 5.0,
+        health: HealthSource | None = None,
     ) -> None:
         self.cluster = cluster
+        self.health = health
         self.autoscaler = autoscaler
         self.parser = parser or JobParser()
         self.status_interval = status_interval
@@ -164,6 +169,8 @@ class Controller:
         if key is None:
             return  # never had children: they are named after the job
         known = self._known.pop(key, None)
+        if self.health is not None:
+            self.health.forget(*key)
         if known is not None and known.job is not None and self.autoscaler is not None:
             self.autoscaler.on_del(known.job)
         if self.trainers is not None:
@@ -386,26 +393,19 @@ class Controller:
             "message": message,
             "trainers": {"desired": desired, "running": pods.running, "pending": pods.pending},
         }
-        plan = self._plan(key)
+        plan = plan_status(self.autoscaler, key)
         if plan is not None and outcome is None:
             status["plan"] = plan
         waiting = waiting_reason(desired, pods) if outcome is None else ""
         if waiting:
             status["waiting"] = waiting
+        ended = self.health is not None and await fold_health(
+            self.health, self.cluster, job, trainer, status, outcome is None, pods.running)
+        if ended and self.autoscaler is not None:  # by its stall limit: no more rescales
+            self.autoscaler.on_del(job)
         await self._write_status(*key, known, status)
         if outcome is not None and known.status == status:
             await self._stop_servers(known)
-
-    def _plan(self, key: tuple[str, str]) -> dict[str, Any] | None:
-        """The Autoscaler's last decision for the job, for `status.plan`: its target and
-        why (what bounds the job: a quota, the nodes it may use, its fair share). Only the
-        reason's first part (before " | "), which changes when the decision does, so
-        status is not rewritten for a changing figure."""
-        decision_for = getattr(self.autoscaler, "decision_for", None)
-        decision = decision_for(key) if callable(decision_for) else None
-        if decision is None:
-            return None
-        return {"target": decision.target, "reason": decision.reason.split(" | ")[0]}
 
     async def _last_trainer_failure(self, trainer: Manifest, known: _Known) -> str:
         """The last failed trainer pod and its error, from clusters that keep it

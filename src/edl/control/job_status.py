@@ -15,6 +15,7 @@ SUCCEEDED = "Succeeded"
 # the message while Kueue (or anyone) holds the trainer Job suspended: condition Suspended
 SUSPENDED_MESSAGE = "trainer Job suspended"
 TRAINER_JOB_FAILED = "the trainer Job failed"  # how a finished job's Failed message starts
+STALLED = "stalled"  # how the message of a job its stall limit ended starts (`job_health`)
 
 
 def _trainers(count: int) -> str:
@@ -86,10 +87,24 @@ def trainer_job_outcome(
 def finished_state(status: Mapping[str, Any]) -> str | None:
     """``Succeeded`` or ``Failed`` once the job's trainers have ended, from its stored
     status; None otherwise. A job Failed for its spec or its children is not finished
-    (an edit or the cause's repair starts it); one whose trainer Job failed is."""
+    (an edit or the cause's repair starts it); one whose trainer Job failed, or that
+    its stall limit ended, is."""
     state = status.get("state")
     if state == SUCCEEDED:
         return SUCCEEDED
-    if state == FAILED and str(status.get("message") or "").startswith(TRAINER_JOB_FAILED):
+    if state == FAILED and str(status.get("message") or "").startswith(
+            (TRAINER_JOB_FAILED, STALLED)):
         return FAILED
     return None
+
+
+def plan_status(autoscaler: object, key: tuple[str, str]) -> dict[str, Any] | None:
+    """The Autoscaler's last decision for the job, for `status.plan`: its target and
+    why (what bounds the job: a quota, the nodes it may use, its fair share). Only the
+    reason's first part (before " | "), which changes when the decision does, so
+    status is not rewritten for a changing figure."""
+    decision_for = getattr(autoscaler, "decision_for", None)
+    decision = decision_for(key) if callable(decision_for) else None
+    if decision is None:
+        return None
+    return {"target": decision.target, "reason": decision.reason.split(" | ")[0]}

@@ -64,7 +64,7 @@ from edl.kube.managed import KubeManagedTrainers, scale_metadata, with_victims
 from edl.kube.reflector import Reflector
 from edl.kube.retry import http_status, is_conflict, is_not_found, retry_call
 from edl.kube.state import ClusterState, NodeStore, PodStore, QuotaStore
-from edl.kube.status import failure_reason, kube_status, status_patch
+from edl.kube.status import failure_reason, health_changes, kube_status, status_patch
 from edl.kube.training_jobs import KubeTrainingJobs
 
 if TYPE_CHECKING:
@@ -428,6 +428,10 @@ class KubeCluster(KubeTrainingJobs, KubeManagedTrainers, KubeKueue):
             KIND, namespace, name)
         if body:
             body["status"] = full
+        for reason, text, warning in health_changes(previous, full):
+            await self.events.post(make_event(
+                namespace, name, _meta(body).get("uid"), reason=reason, message=text,
+                type_="Warning" if warning else "Normal"))
         if full["state"] == "Failed" and previous.get("state") != "Failed":
             uid = _meta(body).get("uid")
             await self.events.post(make_event(

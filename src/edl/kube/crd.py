@@ -178,15 +178,18 @@ def _int_field(description: str, fmt: str = "int32") -> dict[str, Any]:
 CONDITION_SCHEMA: dict[str, Any] = {
     "type": "object",
     "description": "One aspect of the job's state (Ready, Scaling, Complete, Failed, "
-                   "Suspended), with why.",
+                   "Suspended, CheckpointFailing, Stalled), with why.",
     "required": ["type", "status"],
     "properties": {
         "type": {"type": "string",
-                 "enum": ["Ready", "Scaling", "Complete", "Failed", "Suspended"],
+                 "enum": ["Ready", "Scaling", "Complete", "Failed", "Suspended",
+                          "CheckpointFailing", "Stalled"],
                  "description": "Ready (running or succeeded), Scaling (trainers running "
                                 "differ from desired), Complete (the trainers finished the "
-                                "work), Failed, or Suspended (its trainer Job is held, e.g. "
-                                "by Kueue)."},
+                                "work), Failed, Suspended (its trainer Job is held, e.g. "
+                                "by Kueue), CheckpointFailing (a pserver cannot save its "
+                                "checkpoint: its state is at risk) or Stalled (trainers run "
+                                "but progress does not move)."},
         "status": {"type": "string", "enum": ["True", "False", "Unknown"],
                    "description": "True, False or Unknown."},
         "reason": {"type": "string",
@@ -249,8 +252,9 @@ def status_schema() -> dict[str, Any]:
             },
             "conditions": {
                 "type": "array",
-                "description": "Ready, Scaling, Complete, Failed and Suspended, each with "
-                               "a reason and message (`kubectl wait "
+                "description": "Ready, Scaling, Complete, Failed and Suspended, and on "
+                               "Kubernetes CheckpointFailing and Stalled, each with a "
+                               "reason and message (`kubectl wait "
                                "--for=condition=Complete`).",
                 "items": copy.deepcopy(CONDITION_SCHEMA),
                 "x-kubernetes-list-type": "map",

@@ -22,11 +22,12 @@ from edl.control.controller import Controller
 from edl.control.loops import ControlLoops
 from edl.control.trainers import CRASH_BACKOFF_BASE_S, CRASH_BACKOFF_MAX_S
 from edl.jobparser import DEFAULT_IMAGE, JobParser, PodDefaults
-from edl.jobparser.manifests import ETCD_IMAGE
+from edl.jobparser.manifests import ETCD_IMAGE, etcd_endpoints
 from edl.kube.autoscaling import KubeAutoscaler
 from edl.kube.client import kube_config, make_client
 from edl.kube.cluster import KubeCluster
 from edl.kube.events import EventRecorder
+from edl.kube.health import EtcdJobHealth
 from edl.kube.leader import LeaderElector
 from edl.kube.metrics import ControllerMetrics, HealthState, bound_port, make_app, serve
 from edl.kube.operator import OperatorThread
@@ -189,8 +190,10 @@ class ControllerProcess:
         parser = JobParser(defaults=PodDefaults(
             image=options.image, etcd_image=options.etcd_image,
             trainer_priority_class=options.trainer_priority_class or None))
+        health = EtcdJobHealth(etcd_endpoints, lambda namespace, name: [
+            pod.name for pod in cluster.state.trainer_pods(namespace, name)])
         self.controller = Controller(cluster, self.autoscaler, parser=parser,
-                                     status_interval=options.status_interval)
+                                     status_interval=options.status_interval, health=health)
         kopf = OperatorThread(cluster, server=options.server, namespace=options.namespace)
         loops = ControlLoops(self.controller, self.autoscaler)
         loops.start()

@@ -15,7 +15,7 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
-from edl.control.job_status import SUSPENDED_MESSAGE
+from edl.control.job_status import STALLED, SUSPENDED_MESSAGE
 
 STATUS_KEYS = ("state", "message", "waiting", "trainers", "replicas", "observedGeneration",
                "conditions")
@@ -31,6 +31,8 @@ def failure_reason(message: str) -> str:
         return "ChildrenNotCreated"
     if message.startswith("the trainer Job failed"):
         return "TrainerJobFailed"
+    if message.startswith(STALLED):
+        return "Stalled"
     return "InvalidSpec"
 
 
@@ -107,7 +109,56 @@ def kube_status(
         _condition("Suspended", suspended, "TrainerJobSuspended" if suspended else "NotSuspended",
                    message if suspended else "", generation, old_conditions, now),
     ]
+    health = status.get("health")
+    if isinstance(health, Mapping):  # what the job's processes say (edl.control.job_health)
+        failing, stall = str(health.get("checkpoint") or ""), str(health.get("stall") or "")
+        out["conditions"] += [
+            _condition("CheckpointFailing", bool(failing),
+                       "CheckpointFailing" if failing else "CheckpointsSaved", failing,
+                       generation, old_conditions, now),
+            _condition("Stalled", bool(stall), "NoProgress" if stall else "Progressing", stall,
+                       generation, old_conditions, now),
+        ]
     return out
+
+
+# A health condition's change -> the Event that says it: (type, reason, Warning?).
+HEALTH_EVENTS = {
+    ("CheckpointFailing", "True"): ("CheckpointFailing", True),
+    ("CheckpointFailing", "False"): ("CheckpointRecovered", False),
+    ("Stalled", "True"): ("Stalled", True),
+    ("Stalled", "False"): ("ProgressResumed", False),
+}
+
+
+def health_changes(
+    previous: Mapping[str, Any], new: Mapping[str, Any],
+) -> list[tuple[str, str, bool]]:
+    """(Event reason, message, is a Warning) for each health condition that changed (pure).
+
+    A condition first seen False says nothing; one that turns True (or True with a new
+    message) is a Warning; one that turns False again is a Normal Event."""
+    def conditions(status: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+        listed = status.get("conditions")
+        return {str(c.get("type")): c for c in (listed if isinstance(listed, list) else ())
+                if isinstance(c, Mapping)}
+
+    before, after = conditions(previous), conditions(new)
+    changes = []
+    for kind in ("CheckpointFailing", "Stalled"):
+        now, then = after.get(kind), before.get(kind) or {}
+        if now is None:
+            continue
+        status, message = now.get("status"), str(now.get("message") or "")
+        if status == "True" and (then.get("status") != "True" or then.get("message") != message):
+            reason, warning = HEALTH_EVENTS[(kind, "True")]
+            changes.append((reason, message, warning))
+        elif status == "False" and then.get("status") == "True":
+            reason, warning = HEALTH_EVENTS[(kind, "False")]
+            what = "checkpoints are saved again" if kind == "CheckpointFailing" else (
+                "progress moves again")
+            changes.append((reason, f"{what} (was: {then.get('message')})", warning))
+    return changes
 
 
 def status_patch(new: Mapping[str, Any]) -> dict[str, Any]:

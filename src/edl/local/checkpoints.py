@@ -37,25 +37,47 @@ def _failing(record: Mapping[str, Any]) -> bool:
     return record.get("ok") is False
 
 
+def fault_line(index: str, record: Mapping[str, Any]) -> str:
+    """What one failing pserver cannot do and what it would lose (pure)."""
+    version = record.get("saved_version")
+    saved = (f"its state since version {version} (its last checkpoint)"
+             if isinstance(version, int) and version >= 0 else "its whole state")
+    return (f"pserver {index} cannot checkpoint: {record.get('error')}; {saved} is lost "
+            "if it dies — fix the checkpoint directory (EDL_CHECKPOINT_DIR)")
+
+
+def failing_now(records: Mapping[str, Mapping[str, Any]]) -> str:
+    """Every pserver failing to checkpoint now, one fault line each ("" when none)."""
+    return "; ".join(fault_line(i, r) for i, r in sorted(records.items()) if _failing(r))
+
+
 def health_events(
     before: Mapping[str, Mapping[str, Any]], after: Mapping[str, Mapping[str, Any]],
 ) -> list[str]:
     """A fault line per pserver that started failing (or failed differently), a clearing
     line per one that recovered (pure; keys are pserver indexes)."""
-    lines = []
+    lines: list[str] = []
     for index, record in sorted(after.items()):
         old = before.get(index) or {}
         if _failing(record) and (not _failing(old) or old.get("error") != record.get("error")):
-            version = record.get("saved_version")
-            saved = (f"its state since version {version} (its last checkpoint)"
-                     if isinstance(version, int) and version >= 0 else "its whole state")
-            lines.append(f"pserver {index} cannot checkpoint: {record.get('error')}; "
-                         f"{saved} is lost if it dies — fix the checkpoint directory "
-                         "(EDL_CHECKPOINT_DIR)")
+            lines.append(fault_line(index, record))
         elif _failing(old) and record.get("ok") is True:
             lines.append(f"pserver {index} checkpoints again (version "
                          f"{record.get('saved_version')} saved)")
     return lines
+
+
+def parse_records(raw: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """Health records by pserver index from the keys read (unreadable ones skipped)."""
+    records: dict[str, dict[str, Any]] = {}
+    for key, value in raw.items():
+        try:
+            record = json.loads(value)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            records[_index(key)] = record
+    return records
 
 
 def final_word(records: Mapping[str, Mapping[str, Any]]) -> str:
@@ -86,14 +108,7 @@ class HealthReader:
         except OSError as error:
             log.debug("checkpoint health not read: %s", error)
             return self.records, []
-        records: dict[str, dict[str, Any]] = {}
-        for key, value in raw.items():
-            try:
-                record = json.loads(value)
-            except ValueError:
-                continue
-            if isinstance(record, dict):
-                records[_index(key)] = record
+        records = parse_records(raw)
         lines = health_events(self.records, records)
         self.records = records
         return records, lines

@@ -25,10 +25,16 @@ class StallWatch:
     warn_after_s: float | None = None  # None: from the measured gaps
     limit_s: float | None = None  # None: never ends the run
     floor_s: float = DEFAULT_FLOOR_S
+    limit_name: str = "--stall-limit"  # what sets the limit, as the lines name it
     _mark: Hashable | None = None
     _moved_at: float | None = None
     _longest_gap: float = 0.0
     _warned: bool = False
+
+    @property
+    def stalled(self) -> bool:
+        """Whether the job is stalled now (warned, and no move since)."""
+        return self._warned
 
     def threshold(self) -> float:
         """Seconds without a move that make a stall."""
@@ -55,11 +61,11 @@ class StallWatch:
         names = ", ".join(running)
         if not self._warned and still >= self.threshold():
             self._warned = True
-            limit = (f"; ends the run after {self.limit_s:.0f} s (--stall-limit)"
+            limit = (f"; ends the run after {self.limit_s:.0f} s ({self.limit_name})"
                      if self.limit_s is not None else "")
             lines.append(f"no progress for {still:.0f} s: {names} running but not advancing "
                          f"(stuck in a loop? waiting on something?){limit}")
         if self.limit_s is not None and still >= self.limit_s:
-            return lines, (f"stalled: no progress for {still:.0f} s (--stall-limit "
+            return lines, (f"stalled: no progress for {still:.0f} s ({self.limit_name} "
                            f"{self.limit_s:g}): {names}")
         return lines, ""
