@@ -20,13 +20,24 @@ variant. ``--varied N``: also ``goodput`` against ``default`` on N generated sce
 (`bench/goodput.py`'s generator, seeds 3000.., neither its tuning nor its reporting
 seeds) whose every job is given a batch range and a rising noise scale
 (`noisy_varied_scenario`), so a change is not judged on `mixed-scaling` alone.
-Usage: ``python bench/goodput_batch.py [--seeds 10] [--parts 3] [--varied 3] [--out docs/img]``.
+
+Resize pauses (issue 32): ``--pauses`` runs ``goodput`` and ``default`` again with every
+job's resizes stopping it for a pause drawn per resize (`work.resize_pause_s`): ``live``
+0.12-0.20 s (a live collective job's re-formation as measured), ``restart`` 19-59 s (a
+restart relaunching every worker, as measured at load 9-23). Every scenario's row also
+gives the fluid optimum (`bench/jct_fluid.py`: free resizes, exact curves and φ, the
+best rule at the best batch, over the fluid model's `default` rule with the declared
+batch), so ``goodput``'s ratio to ``default`` is read against what a rule could reach.
+The generated scenarios run with the first mode of ``--pauses``.
+Usage: ``python bench/goodput_batch.py [--seeds 10] [--parts 3] [--varied 3]
+[--pauses none,live,restart] [--out docs/img]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.resources
 import random
 import statistics
 import sys
@@ -36,6 +47,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+import yaml
+
+import jct_fluid
 from edl.accounting.types import ClusterResource
 from edl.policy import Decision, JobView, Policy
 from edl.policy.batching import with_batch
@@ -97,9 +111,68 @@ VARIANTS: dict[str, tuple[str, type[Policy] | None, GoodputParams | None]] = {
 }
 MAIN = ("goodput", "default")
 VARIED_SEEDS = 3000
+PAUSES: dict[str, tuple[float, float] | None] = {
+    "none": None, "live": (0.12, 0.20), "restart": (19.0, 59.0),
+}
+
+
+def with_pauses(data: dict, mode: str) -> Scenario:
+    """The scenario document with every job's resizes pausing it as ``mode`` says."""
+    data = {**data, "training": {**data["training"], "jobs": [dict(j) for j in
+                                                             data["training"]["jobs"]]}}
+    pause = PAUSES[mode]
+    for job in data["training"]["jobs"]:
+        job["work"] = dict(job["work"])
+        if pause is not None:
+            job["work"]["resize_pause_s"] = {"min": pause[0], "max": pause[1]}
+    name = data["name"] if pause is None else f"{data['name']} ({mode} pauses)"
+    return parse_scenario({**data, "name": name}, name)
+
+
+def shipped_data(name: str) -> dict:
+    text = (importlib.resources.files("edl.scenarios") / f"{name}.yaml").read_text()
+    return yaml.safe_load(text)
+
+
+def fluid_optimum(scenario: Scenario) -> tuple[float, str]:
+    """The fluid model's best mean JCT at the best batch over its `default` rule's with
+    the declared batch (`bench/jct_fluid.py`), and the rule reaching it."""
+    base, _ = jct_fluid.run(scenario, jct_fluid.RULES["fair-fulfillment"], False)
+    best = min((jct_fluid.run(scenario, rule, True)[0], name)
+               for name, rule in jct_fluid.RULES.items())
+    return best[0] / base, best[1]
+
+
+def fluid_table(rows: list[tuple[str, list[Metrics], list[Metrics], float, str]]) -> str:
+    """Per scenario: goodput against default (the simulator, mean of per-seed ratios) and
+    against the fluid optimum (the fluid model's best rule over its default rule)."""
+    lines = [
+        "| scenario | seeds | goodput / default JCT | fluid optimum / default | gap (points) "
+        "| makespan / default | resizes / default | unfinished (goodput, default) |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for name, ours, base, optimum, rule in rows:
+        def mean(key: str, ours: list[Metrics] = ours, base: list[Metrics] = base) -> float:
+            return statistics.fmean(getattr(g, key) / getattr(d, key)
+                                    for g, d in zip(ours, base, strict=True))
+        jct = mean("jct_mean_s")
+        lines.append(
+            f"| {name} | {len(ours)} | {jct:.3f} | {optimum:.3f} ({rule}) "
+            f"| {100 * (jct - optimum):+.1f} | {mean('makespan_s'):.3f} "
+            f"| {mean('resizes_per_job_hour'):.3f} "
+            f"| {sum(len(g.unfinished_names) + g.jobs_never_started for g in ours)}, "
+            f"{sum(len(d.unfinished_names) + d.jobs_never_started for d in base)} |"
+        )
+    return "\n".join(lines)
 
 
 def noisy_varied_scenario(seed: int) -> Scenario:
+    """`varied_data_noisy` parsed."""
+    data = varied_data_noisy(seed)
+    return parse_scenario(data, data["name"])
+
+
+def varied_data_noisy(seed: int) -> dict:
     """`bench/goodput.py`'s generated scenario ``seed`` with every job adapting its batch:
     a per-trainer batch of 32-128 at its start count, a largest batch 16-64 times the
     initial one, and a noise scale rising 5-15-fold from 2-6 times the initial batch
@@ -116,28 +189,7 @@ def noisy_varied_scenario(seed: int) -> Scenario:
             noise_scale={"start": start, "end": round(start * rng.uniform(5.0, 15.0))},
         )
     data["name"] = f"varied-noisy-{seed}"
-    return parse_scenario(data, data["name"])
-
-
-def varied_table(runs: dict[str, dict[str, Metrics]]) -> str:
-    """One row per generated scenario: goodput and default, and their ratios."""
-    lines = [
-        "| scenario | goodput JCT (s) | default JCT (s) | JCT / default "
-        "| makespan / default | resizes / default | unfinished (goodput, default) |",
-        "|---|---:|---:|---:|---:|---:|---|",
-    ]
-    def ratio(ours: float | None, base: float | None) -> str:
-        return "-" if ours is None or not base else f"{ours / base:.2f}"
-
-    for name, pair in runs.items():
-        g, d = pair["goodput"], pair["default"]
-        lines.append(
-            f"| {name} | {g.jct_mean_s or 0:.0f} | {d.jct_mean_s or 0:.0f} "
-            f"| {ratio(g.jct_mean_s, d.jct_mean_s)} | {ratio(g.makespan_s, d.makespan_s)} "
-            f"| {ratio(g.resizes_per_job_hour, d.resizes_per_job_hour)} "
-            f"| {len(g.unfinished_names)}, {len(d.unfinished_names)} |"
-        )
-    return "\n".join(lines)
+    return data
 
 
 def _planner(name: str) -> Policy | None:
@@ -223,44 +275,59 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--parts", type=int, default=3, help="seeds for the other variants")
     parser.add_argument("--varied", type=int, default=0,
                         help="generated scenarios with noise scales (goodput vs default)")
+    parser.add_argument("--pauses", default="none,live,restart",
+                        help="resize pause modes to run goodput and default in")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
+    modes = [m.strip() for m in args.pauses.split(",") if m.strip()]
+    unknown = [m for m in modes if m not in PAUSES]
+    if unknown or not modes:
+        parser.error(f"--pauses: unknown mode(s) {unknown}; choose from {', '.join(PAUSES)}")
     started = time.perf_counter()
+    data = shipped_data("mixed-scaling")
     scenario = load_scenario("mixed-scaling")
     adapted = mean_jct_lower_bound(scenario)
     fixed = mean_jct_lower_bound(scenario, adapt_batch=False)
     assert adapted is not None and fixed is not None
     print(f"JCT bound (each job alone at its best goodput): batch adapted {adapted:.0f} s, "
           f"per-trainer batch kept {fixed:.0f} s", flush=True)
+    optimum, rule = fluid_optimum(scenario)
+    print(f"fluid optimum / default rule: {optimum:.3f} ({rule})", flush=True)
+    rows = []
     runs: dict[str, list[Metrics]] = {name: [] for name in VARIANTS}
-    for seed in range(args.seeds):
-        for name in VARIANTS:
-            if name not in MAIN and seed >= args.parts:
-                continue
-            policy = VARIANTS[name][0]
-            metrics = run_policy(scenario, policy, seed, planner=_planner(name)).metrics
-            runs[name].append(metrics)
-            print(f"seed {seed} {name}: JCT {metrics.jct_mean_s:.0f} s, makespan "
-                  f"{metrics.makespan_s:.0f} s, resizes/job-h "
-                  f"{metrics.resizes_per_job_hour:.1f}", flush=True)
+    for mode in modes:
+        paused = with_pauses(data, mode)
+        pair: dict[str, list[Metrics]] = {name: [] for name in MAIN}
+        for seed in range(args.seeds):
+            for name in VARIANTS:
+                if name not in MAIN and (seed >= args.parts or mode != modes[0]):
+                    continue
+                policy = VARIANTS[name][0]
+                metrics = run_policy(paused, policy, seed, planner=_planner(name)).metrics
+                (pair[name] if name in MAIN else runs[name]).append(metrics)
+                print(f"{mode} pauses, seed {seed} {name}: JCT {metrics.jct_mean_s:.0f} s, "
+                      f"makespan {metrics.makespan_s:.0f} s, resizes/job-h "
+                      f"{metrics.resizes_per_job_hour:.1f}", flush=True)
+        rows.append((paused.name, pair["goodput"], pair["default"], optimum, rule))
+        if mode == modes[0]:
+            runs.update(pair)
     print()
     print(table(runs))
     default_jct = statistics.fmean(m.jct_mean_s for m in runs["default"])
     print(f"\nbound / default mean JCT: batch adapted {adapted / default_jct:.2f}, "
           f"per-trainer batch kept {fixed / default_jct:.2f}")
-    varied: dict[str, dict[str, Metrics]] = {}
     for seed in range(VARIED_SEEDS, VARIED_SEEDS + args.varied):
         generated = noisy_varied_scenario(seed)
-        varied[generated.name] = {
-            policy: run_policy(generated, policy, 0).metrics for policy in MAIN
-        }
-        print(f"{generated.name}: " + ", ".join(
-            f"{policy} JCT {m.jct_mean_s or 0:.0f} s, "
-            f"resizes/job-h {m.resizes_per_job_hour or 0:.1f}"
-            for policy, m in varied[generated.name].items()), flush=True)
-    if varied:
-        print()
-        print(varied_table(varied))
+        paused = with_pauses(varied_data_noisy(seed), modes[0])
+        optimum, rule = fluid_optimum(generated)
+        pair = {policy: [run_policy(paused, policy, 0).metrics] for policy in MAIN}
+        rows.append((paused.name, pair["goodput"], pair["default"], optimum, rule))
+        print(f"{paused.name}: " + ", ".join(
+            f"{policy} JCT {m[0].jct_mean_s or 0:.0f} s, "
+            f"resizes/job-h {m[0].resizes_per_job_hour or 0:.1f}"
+            for policy, m in pair.items()) + f"; fluid optimum {optimum:.3f}", flush=True)
+    print()
+    print(fluid_table(rows))
     if args.out is not None:
         print(f"wrote {plot(runs, (adapted, fixed), args.out)}")
     print(f"bench wall time {time.perf_counter() - started:.0f} s")

@@ -60,3 +60,30 @@ def test_collective_job_resizes_in_allowed_steps_once_per_cooldown(
     assert shrunk_at - grown_at < 66, "and came once the cooldown was over"
     assert cluster.replica_counts("Deployment", "default", "tenant").running == 3
     assert not [p for p in cluster.list_pods() if "pserver" in p["metadata"]["name"]]
+
+
+def test_a_collective_job_is_priced_by_its_measured_pause_else_its_mode_default(
+    cluster_factory,
+) -> None:
+    """Before a resize is measured the payback rule prices it at the mode's default
+    (18 s restart, 1 s live); once measured, at the job's own smoothed pause."""
+    from dataclasses import replace
+
+    from edl.jobparser.collective import LIVE_RESIZE_PAUSE_S, RESTART_RESIZE_PAUSE_S
+    from edl.policy.base import Scaling
+    from edl.policy.collective import ResizeRule
+    from edl.throughput.curve import UslCurve
+
+    autoscaler = Autoscaler(cluster_factory(nodes=1, cpu="8"), interval=2.0)
+    key = ("default", "ddp")
+    autoscaler.collective.rules[key] = ResizeRule((1, 2), 60.0, RESTART_RESIZE_PAUSE_S)
+    scaling = Scaling(UslCurve(10.0))
+    priced = autoscaler._priced(key, scaling)
+    assert priced is not None and priced.resize_pause_s == RESTART_RESIZE_PAUSE_S
+    assert priced.pause_source.startswith("restart")
+    autoscaler.collective.rules[key] = ResizeRule((1, 2), 5.0, LIVE_RESIZE_PAUSE_S, live=True)
+    priced = autoscaler._priced(key, scaling)
+    assert priced is not None and priced.resize_pause_s == LIVE_RESIZE_PAUSE_S
+    measured = replace(scaling, resize_pause_s=0.15, pause_source="measured over 3 resizes")
+    assert autoscaler._priced(key, measured) == measured
+    assert autoscaler._priced(("default", "ps-job"), scaling) == scaling  # no pause known

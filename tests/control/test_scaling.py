@@ -93,3 +93,23 @@ async def test_with_no_batch_chosen_the_batch_is_the_one_the_job_reports() -> No
     scaling = await tracker.scaling(KEY, 2.0)
     assert scaling is not None and scaling.batch == 32.0
     assert (await tracker.scaling(KEY, 3.0, batch=104.0)).batch == 104.0  # type: ignore[union-attr]
+
+
+async def test_the_measured_pause_is_smoothed_once_per_resize() -> None:
+    """The runtime's pause rides on its throughput records with a resize count; the
+    tracker folds each resize once (records re-read carry the same count) and the
+    Scaling says it was measured."""
+    board = ThroughputBoard()
+    tracker = ScalingTracker(board)
+    tracker.remember(KEY, PRIOR)
+    first = await tracker.scaling(KEY, 0.0)
+    assert first is not None and first.pause_source == "" and first.resize_pause_s == 0.0
+    for at in (1.0, 2.0, 3.0):  # one resize, read three times
+        board.publish(*KEY, Observation(at, 2, 200.0, resize_pause_s=40.0, resizes=1))
+    once = await tracker.scaling(KEY, 4.0)
+    assert once is not None and once.resize_pause_s == 40.0
+    assert once.pause_source == "measured over 1 resizes"
+    board.publish(*KEY, Observation(5.0, 4, 380.0, resize_pause_s=20.0, resizes=2))
+    twice = await tracker.scaling(KEY, 6.0)
+    assert twice is not None and 20.0 < twice.resize_pause_s < 40.0
+    assert twice.pause_source == "measured over 2 resizes"

@@ -105,3 +105,16 @@ def test_goodput_finishes_mixed_scaling_sooner_than_default() -> None:
     assert goodput.makespan_s <= 1.02 * default.makespan_s
     assert goodput.jobs_never_started == 0 and not goodput.unfinished_names
     assert goodput.service_max_lag_s <= default.service_max_lag_s
+
+
+def test_a_resize_pause_stops_the_whole_job_once_per_change_of_its_world() -> None:
+    """Two trainers join together at 12 s: the first starts the world (no pause), the
+    second changes it (a drawn pause of exactly 5 s); 100 s of work then end at 117 s."""
+    work = {"samples": 2000, "throughput": {"per_trainer": 10}, "join_cost_s": 10, "noise": 0,
+            "resize_pause_s": {"min": 5, "max": 5}}
+    result = run_policy(parse_scenario(_scenario(work)), "static")
+    assert result.metrics.jct_by_job == {"train": pytest.approx(117.0)}
+    with pytest.raises(ScenarioError, match="resize_pause_s: max is below min"):
+        parse_scenario(_scenario({**work, "resize_pause_s": {"min": 5, "max": 1}}))
+    with pytest.raises(ScenarioError, match=r"resize_pause_s\.max: required"):
+        parse_scenario(_scenario({**work, "resize_pause_s": {"min": 5}}))

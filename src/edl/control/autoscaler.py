@@ -371,11 +371,14 @@ class Autoscaler:
         return caps
 
     def _priced(self, key: tuple[str, str], scaling: Scaling | None) -> Scaling | None:
-        """A collective job's Scaling carries the pause one resize costs its world."""
+        """A collective job's Scaling carries the pause one resize costs its world: as
+        measured (the tracker's), else its mode's default until a resize is measured."""
         rule = self.collective.rules.get(key)
-        if scaling is None or rule is None:
+        if scaling is None or rule is None or scaling.pause_source:
             return scaling
-        return replace(scaling, resize_pause_s=rule.pause_s)
+        mode = "live" if rule.live else "restart"
+        return replace(scaling, resize_pause_s=rule.pause_s,
+                       pause_source=f"{mode} resize default (none measured yet)")
 
     async def _scale(self, decision: Decision) -> None:
         """Set the trainer Job's parallelism (naming the leaving pods when the plan and

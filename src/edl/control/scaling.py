@@ -3,9 +3,10 @@
 One `ScalingTracker` per Autoscaler. For every elastic job it keeps the declared
 prior and join cost (TrainingJob annotations, `edl.throughput.annotations`), an
 `OnlineFit` fed from a `ThroughputSource`, and when the Autoscaler last grew and
-shrank the job, and turns them into the `policy.Scaling` a throughput-aware
-policy reads. The history lives in memory: a restarted controller starts with
-fresh cooldowns and refits from the measurements the source still holds.
+shrank the job and its smoothed resize pause (`edl.throughput.pause`), and turns
+them into the `policy.Scaling` a throughput-aware policy reads. The history lives
+in memory: a restarted controller starts with fresh cooldowns and refits from the
+measurements the source still holds.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from edl.throughput.batch import BatchLimits, at_declared_batch
 from edl.throughput.board import ThroughputSource
 from edl.throughput.curve import UslCurve
 from edl.throughput.fit import Observation, OnlineFit
+from edl.throughput.pause import PauseEstimate
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +42,7 @@ class _Entry:
     limits: BatchLimits | None = None  # spec.batch: the job adapts its batch
     noise: deque[float] = field(default_factory=lambda: deque(maxlen=_NOISE_WINDOW))
     compute: deque[float] = field(default_factory=lambda: deque(maxlen=_NOISE_WINDOW))
+    pause: PauseEstimate = field(default_factory=PauseEstimate)
 
 
 class ScalingTracker:
@@ -75,6 +78,11 @@ class ScalingTracker:
         else:
             entry.shrunk_at = now
 
+    def pause(self, key: Key) -> PauseEstimate | None:
+        """The job's smoothed resize pause (None: an unknown job)."""
+        entry = self._jobs.get(key)
+        return entry.pause if entry is not None else None
+
     def fit(self, key: Key) -> OnlineFit | None:
         entry = self._jobs.get(key)
         return entry.fit if entry is not None else None
@@ -90,6 +98,9 @@ class ScalingTracker:
         if self.source is not None:
             fresh = await self.source.job_throughput(*key, entry.seen_until)
             if fresh:
+                for observation in fresh:
+                    if observation.resize_pause_s is not None:
+                        entry.pause.observe(observation.resize_pause_s, observation.resizes)
                 entry.fit.extend(self._declared(entry, fresh))
                 entry.seen_until = max(o.at for o in fresh)
         curve = entry.fit.curve()
@@ -102,10 +113,13 @@ class ScalingTracker:
             # is reported as the linear curve a policy assumes for it anyway.
             curve, source = _LINEAR, "none: linear assumed"
         latest = entry.fit.latest()
+        pause = entry.pause
         return Scaling(
             curve=curve,
             source=source,
             join_cost_s=entry.join_cost_s,
+            resize_pause_s=pause.value or 0.0,
+            pause_source="" if pause.value is None else f"measured over {pause.folded} resizes",
             since_grow_s=None if entry.grown_at is None else now - entry.grown_at,
             since_shrink_s=None if entry.shrunk_at is None else now - entry.shrunk_at,
             remaining_samples=latest.remaining_samples if latest is not None else None,

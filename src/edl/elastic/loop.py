@@ -137,6 +137,8 @@ class ElasticLoop:
         self._beat_at = 0.0
         self._first_step_pending = False
         self._tried_gen = -1
+        self._stepped_at: float | None = None  # monotonic end of this worker's last step
+        self.resizes = 0  # re-formations this worker measured (as rank 0)
 
     # -- the public loop --------------------------------------------------------------
     def run(
@@ -331,9 +333,12 @@ class ElasticLoop:
             # before the step: a worker killed in it has still said so
             self._audit(f"trained gen={self.gen} step={progress.step} epoch={progress.epoch} "
                         f"rank={self.rank} world={self.world} from={mine.start} to={mine.stop}")
+            if self._first_step_pending:
+                self._report_pause()
             train_step(Batch([order[i] for i in range(mine.start, mine.stop)], progress.epoch,
                              progress.step, step_total, self.world))
             self._done_step()
+            self._stepped_at = time.monotonic()
             progress.step += 1
             progress.consumed += step_total
             if progress.consumed >= self.size:
@@ -343,6 +348,16 @@ class ElasticLoop:
                 progress.consumed = 0
             if self._boundary():
                 return
+
+    def _report_pause(self) -> None:
+        """Rank 0 of a re-formed world prints the pause since its last step (a failed
+        step in flight included: it is redone) as a metrics line, which its agent
+        publishes for the Autoscaler (`edl.throughput.pause`)."""
+        if self.rank != 0 or self._stepped_at is None or self.formations < 2:
+            return
+        self.resizes += 1
+        pause = time.monotonic() - self._stepped_at
+        print(f"resizes={self.resizes} resize_pause_s={pause:.3f}", flush=True)
 
     def _done_step(self) -> None:
         if self._first_step_pending and self.rank == 0:

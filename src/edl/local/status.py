@@ -70,6 +70,9 @@ class RunSnapshot:
     measured_samples_per_s: float | None = None
     fitted_samples_per_s: list[float] | None = None
     fitted_curve: str | None = None
+    # the Autoscaler's smoothed resize pause of the job and how many resizes it folds in
+    resize_pause_s: float | None = None
+    resizes_measured: int = 0
     pods: list[PodLine] = field(default_factory=list)
     # [seconds since start, trainer parallelism] at every change the Autoscaler made
     desired_history: list[list[float]] = field(default_factory=list)

@@ -4,12 +4,14 @@ Each new progress document the monitor reads (a collective job: each new metrics
 record of `AdaptiveBatch`, which also carries batch and φ) is one point (contributing trainers,
 samples/s) of the job's scaling curve; it goes to the `ThroughputBoard` the
 Autoscaler fits from, and the latest point with the fit's prediction at ±1 trainer
-goes to the snapshot (`snapshot.apply_fit`).
+goes to the snapshot (`snapshot.apply_fit`), with the job's smoothed resize pause as
+the Autoscaler reads it (`edl.throughput.pause`).
 """
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any
 
 from edl.control.autoscaler import Autoscaler
@@ -51,4 +53,7 @@ class ThroughputFeed:
             self.board.publish(*self.key, point)
         fit = autoscaler.scaling.fit(self.key) if autoscaler is not None else None
         curve = fit.curve() if fit is not None else None
+        pause = autoscaler.scaling.pause(self.key) if autoscaler is not None else None
+        if pause is not None and pause.value is not None:
+            s = replace(s, resize_pause_s=round(pause.value, 3), resizes_measured=pause.folded)
         return snap.apply_fit(s, curve, self.board.history(*self.key))

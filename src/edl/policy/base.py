@@ -38,7 +38,9 @@ class Scaling:
     N counts"). `join_cost_s`: seconds before a new trainer contributes.
     `resize_pause_s`: seconds the whole job stops for one resize (a collective job's
     restart or live re-formation; 0 for parameter-server jobs, whose trainers come and
-    go without stopping the others).
+    go without stopping the others, until one is measured); `pause_source` says where
+    it came from ("": nothing known, "measured over N resizes": the runtime's smoothed
+    measurement, `edl.throughput.pause`; else the collective mode's default).
     `since_grow_s` / `since_shrink_s`: seconds since the autoscaler last grew / shrank
     the job (None: never). `remaining_samples`: work left, when the job reports it.
     """
@@ -47,6 +49,7 @@ class Scaling:
     source: str = "prior"
     join_cost_s: float = 0.0
     resize_pause_s: float = 0.0
+    pause_source: str = ""
     since_grow_s: float | None = None
     since_shrink_s: float | None = None
     remaining_samples: float | None = None

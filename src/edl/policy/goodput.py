@@ -12,7 +12,10 @@ and jobs above their share giving way to jobs stuck below theirs. Only the share
 differ: instead of water-filling by fulfillment, `marginal.allocate` hands out the
 budget by normalised marginal gain per unit of resource, under a fairness floor,
 with a payback rule for growth and a cooldown between opposite resizes
-(`edl.policy.marginal` has the rules). A job's curve comes from `JobView.scaling`
+(`edl.policy.marginal` has the rules). Both price a resize by the job's own pause as
+its runtime measured it (`Scaling.resize_pause_s`, smoothed; a collective job's mode
+default until then): a live job pausing 0.2 s is resized freely, a restarting one
+pausing 40 s rarely. A job's curve comes from `JobView.scaling`
 (fitted online by the Autoscaler, or the job's declared prior); a job without one
 is assumed to scale linearly, which makes `goodput` behave like a fair share that
 favours jobs with a small min-instance.
@@ -37,7 +40,7 @@ import math
 from collections.abc import Sequence
 
 from edl.accounting.types import ClusterResource
-from edl.policy.base import Decision, JobView
+from edl.policy.base import Decision, JobView, Scaling
 from edl.policy.batching import with_batch
 from edl.policy.default import DefaultPolicy
 from edl.policy.marginal import Allocation, GoodputParams, Want, allocate, trainer_value
@@ -45,6 +48,7 @@ from edl.policy.plan_state import Budget, JobPlan
 from edl.policy.room import Room
 from edl.throughput.batch import FixedBatchCurve, GoodputCurve
 from edl.throughput.curve import Curve, UslCurve
+from edl.throughput.pause import cooldown_s
 
 __all__ = ["GoodputPolicy"]
 
@@ -198,7 +202,7 @@ class GoodputPolicy(DefaultPolicy):
     def _want(self, plan: JobPlan) -> Want:
         view: JobView = plan.view
         scaling = view.scaling
-        cooldown = self.params.cooldown_s
+        cooldown = self._cooldown(scaling)
         curve: Curve = scaling.curve if scaling is not None else _LINEAR
         goodput = self._goodput_curve(view)
         if goodput is not None:
@@ -223,6 +227,15 @@ class GoodputPolicy(DefaultPolicy):
             and scaling.since_shrink_s < cooldown,
         )
 
+    def _cooldown(self, scaling: Scaling | None) -> float:
+        """Seconds a job is left alone after a resize: from its resize pause when one is
+        known (a live job's pause of 0.2 s needs no 120 s of calm), else ``cooldown_s``."""
+        params = self.params
+        if scaling is None or not scaling.pause_source:
+            return params.cooldown_s
+        return cooldown_s(scaling.resize_pause_s, params.pause_share, params.min_cooldown_s,
+                          params.cooldown_s)
+
     @staticmethod
     def _explain(plan: JobPlan, want: Want, allocation: Allocation) -> str:
         curve, low = want.curve, want.min_instance
@@ -245,6 +258,8 @@ class GoodputPolicy(DefaultPolicy):
             parts.append("grown within the cooldown: keeps its trainers")
         if allocation.stop and allocation.stop != "max":
             parts.append(_STOPS[allocation.stop])
+        if want.resize_pause_s > 0:
+            parts.append(f"resize pause {want.resize_pause_s:.2g} s")
         parts.append(f"curve: {curve.describe()} ({source})")
         return "; ".join(parts)
 

@@ -20,6 +20,9 @@ What it models, and how faithfully:
   epoch boundary (`Work.epoch_samples`), and its master publishes the batch, a
   noisy φ and a noisy compute rate (one trainer's samples/s without the per-step
   overhead) with each measurement;
+* a job with ``resize_pause_s`` stops whole for a drawn pause at every change of its
+  contributing trainers (a collective job's restart or live re-formation; overlapping
+  pauses merge), and its master publishes the latest pause with the resize count;
 * when the work is done its running trainers exit 0 and pending ones are deleted,
   so the trainer Job completes and the Controller marks the TrainingJob
   Succeeded through the real path; ``cleanup_after_s`` later the job is deleted
@@ -69,6 +72,9 @@ class _JobWork:
     limits: BatchLimits | None = None  # with a noise ramp: the job's batch bounds
     ramp: NoiseRamp | None = None
     chosen: float | None = None  # the batch a policy chose and the job applied
+    paused_until: float = float("-inf")  # a resize's pause: no progress until then
+    pauses: int = 0  # resizes paused for (published with the latest pause)
+    last_pause: float = 0.0
 
     @property
     def batch(self) -> float:
@@ -109,6 +115,8 @@ class SimulatedTraining:
     ) -> None:
         self.cluster, self.runtime, self.clock, self.board = cluster, runtime, clock, board
         self._rng = rng
+        # pauses from a stream of their own: a scenario without them keeps its noise draws
+        self._pause_rng = random.Random(repr(rng.getstate()[1][:4]))
         self._jobs: dict[tuple[str, str], _JobWork] = {}
         self._plans = {(plan.namespace, plan.name): plan for plan in plans if plan.work}
         self.completions: dict[str, float] = {}
@@ -151,6 +159,7 @@ class SimulatedTraining:
             if pod.uid in job.contributing:
                 self._advance(job)
                 job.contributing.discard(pod.uid)
+                self._pause(job)
                 self._restart_batch(job)
                 self._reschedule(job)
 
@@ -159,9 +168,22 @@ class SimulatedTraining:
         if job.finished_at is not None:
             return
         self._advance(job)
+        if job.contributing:  # a world to change (the first trainer starts one)
+            job.contributing.add(uid)
+            self._pause(job)
         job.contributing.add(uid)
         self._restart_batch(job)
         self._reschedule(job)
+
+    def _pause(self, job: _JobWork) -> None:
+        """The world changed: a job with resize pauses stops for one (drawn per resize)."""
+        spec = job.work.resize_pause_s
+        if spec is None or not job.contributing:  # no world left to pause
+            return
+        pause = self._pause_rng.uniform(spec.min, spec.max)
+        job.paused_until = max(job.paused_until, self.clock.now() + pause)
+        job.pauses += 1
+        job.last_pause = pause
 
     def _restart_batch(self, job: _JobWork) -> None:
         """At a restart or epoch boundary: take the batch the policy chose, if any."""
@@ -185,11 +207,12 @@ class SimulatedTraining:
     # -- progress --------------------------------------------------------------------------
     def _advance(self, job: _JobWork) -> None:
         now = self.clock.now()
+        elapsed = now - max(job.updated_at, min(now, job.paused_until))  # a pause does nothing
         if job.ramp is None or job.limits is None:
-            job.done = min(job.total, job.done + job.rate * (now - job.updated_at))
+            job.done = min(job.total, job.done + job.rate * elapsed)
         else:
             progress = progress_after(
-                job.done / job.total, now - job.updated_at, rate=job.rate, batch=job.batch,
+                job.done / job.total, elapsed, rate=job.rate, batch=job.batch,
                 initial=job.limits.initial, ramp=job.ramp, total=job.total,
             )
             job.done = min(job.total, progress * job.total)
@@ -202,14 +225,15 @@ class SimulatedTraining:
         rate = job.rate
         if rate <= 0:
             return
+        paused = max(0.0, job.paused_until - self.clock.now())
         if job.ramp is None:
             left = max(0.0, job.total - job.done)
-            job.finish_timer = self.clock.call_later(left / rate, self._finish, job)
+            job.finish_timer = self.clock.call_later(paused + left / rate, self._finish, job)
             return
         # the next epoch boundary or the end, whichever comes first
         epoch = job.work.epoch_samples
         boundary = (math.floor(job.done / epoch * (1 + 1e-12)) + 1) * epoch
-        delay = max(0.0, job.seconds_to(min(job.total, boundary)))
+        delay = paused + max(0.0, job.seconds_to(min(job.total, boundary)))
         job.finish_timer = self.clock.call_later(delay, self._finish, job)
 
     def _finish(self, job: _JobWork) -> None:
@@ -276,6 +300,10 @@ class SimulatedTraining:
                     single *= max(0.1, 1.0 + self._rng.gauss(0.0, job.work.noise))
                 observation = dataclasses.replace(
                     observation, batch=job.batch, noise_scale=phi, compute_rate=single
+                )
+            if job.pauses:  # the latest resize's pause, as the runtime measures it
+                observation = dataclasses.replace(
+                    observation, resize_pause_s=job.last_pause, resizes=job.pauses
                 )
             self.board.publish(*key, observation)
         job.publish_timer = self.clock.call_later(job.work.publish_every_s, self._publish, key)

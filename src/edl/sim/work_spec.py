@@ -51,6 +51,20 @@ class NoiseScaleSpec(Strict):
     end: PositiveFloat
 
 
+class PauseSpec(Strict):
+    """Seconds one resize stops the whole job (the old world's last step to the new one's
+    first, work redone included): uniform in [min, max], drawn per resize."""
+
+    min: Seconds
+    max: Seconds
+
+    @model_validator(mode="after")
+    def _ordered(self) -> PauseSpec:
+        if self.max < self.min:
+            raise ValueError("max is below min")
+        return self
+
+
 class Work(Strict):
     """``samples`` or ``passes`` x ``dataset_samples``; the true ``throughput``; the ``prior``
     the job declares to the autoscaler (none: it learns from measurements only).
@@ -58,7 +72,11 @@ class Work(Strict):
     With ``noise_scale`` the work is counted in samples at ``initial_batch`` (the job's
     total batch at its start trainer count) and a larger batch is worth less per sample
     (`sim/noisy_work.py`); the job declares ``spec.batch`` (initial, ``max_batch``), so
-    a policy may adapt its batch. Without it the batch plays no part, as before."""
+    a policy may adapt its batch. Without it the batch plays no part, as before.
+
+    With ``resize_pause_s`` every change of the contributing trainers stops the whole job
+    for a drawn pause (a collective job's restart or live re-formation), which its master
+    publishes; without it trainers join and leave without stopping the others."""
 
     samples: PositiveFloat | None = None
     passes: Annotated[int, Field(ge=1)] | None = None
@@ -72,6 +90,7 @@ class Work(Strict):
     initial_batch: Annotated[int, Field(ge=1)] | None = None
     max_batch: Annotated[int, Field(ge=1)] | None = None
     noise_scale: NoiseScaleSpec | None = None
+    resize_pause_s: PauseSpec | None = None
 
     @model_validator(mode="after")
     def _amount(self) -> Work:

@@ -54,7 +54,8 @@ class Observation:
     samples/s in its forward and backward passes alone (no synchronisation), which
     splits a step into the part a batch scales and the part it does not
     (`edl.throughput.batch`); its ``remaining_samples`` are then counted at its
-    initial batch (`edl.throughput.efficiency`)."""
+    initial batch (`edl.throughput.efficiency`). ``resize_pause_s``: the pause its
+    latest resize cost, ``resizes`` how many were measured (`edl.throughput.pause`)."""
 
     at: float
     trainers: int
@@ -63,6 +64,8 @@ class Observation:
     batch: float | None = None
     noise_scale: float | None = None
     compute_rate: float | None = None
+    resize_pause_s: float | None = None  # the latest resize's measured pause
+    resizes: int | None = None  # resizes measured so far (says whether the pause is new)
 
 
 def fit_usl(

@@ -4,7 +4,8 @@ The master writes its progress JSON to etcd about once a second (`TaskQueue.prog
 ``samples_per_s`` (sum over live trainers), ``contributing`` (trainers that finished
 tasks recently — one that just joined counts once it produces) and
 ``remaining_samples``; a job adapting its batch also its ``batch`` and ``noise_scale``
-(summed over its pservers' shards, `edl.throughput.shards`). That is one point
+(summed over its pservers' shards, `edl.throughput.shards`); once a resize was
+measured, its pause and the resize count (`edl.throughput.pause`). That is one point
 (trainers, samples/s) of the job's scaling curve; `edl run` and `edl controller` turn
 it into an `Observation`. Both records come from other processes: every value is
 checked first (`edl.throughput.records`); a point without a usable trainer count and
@@ -17,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from edl.throughput.fit import Observation
+from edl.throughput.pause import PAUSE, RESIZES
 from edl.throughput.records import POSITIVE, POSITIVE_BATCH, RATE, Field, clean
 
 __all__ = ["observation_from_metrics", "observation_from_progress"]
@@ -27,9 +29,11 @@ TRAINERS = Field(0.0, MAX_TRAINERS, integer=True)
 PROGRESS_FIELDS: dict[str, Field] = {
     "contributing": TRAINERS, "samples_per_s": RATE, "remaining_samples": RATE,
     "batch": POSITIVE_BATCH, "noise_scale": POSITIVE,
+    "resize_pause_s": PAUSE, "resizes": RESIZES,
 }
 METRICS_FIELDS: dict[str, Field] = {
     "trainers": TRAINERS, "samples_per_s": RATE, "batch": POSITIVE_BATCH, "noise_scale": POSITIVE,
+    "resize_pause_s": PAUSE, "resizes": RESIZES,
 }
 
 
@@ -42,7 +46,7 @@ def observation_from_progress(progress: Mapping[str, Any] | None, at: float) -> 
     if trainers <= 0 or rate <= 0:
         return None
     return Observation(at, trainers, rate, values.get("remaining_samples"),
-                       values.get("batch"), values.get("noise_scale"))
+                       values.get("batch"), values.get("noise_scale"), **_pause(values))
 
 
 def observation_from_metrics(metrics: Mapping[str, Any] | None, at: float) -> Observation | None:
@@ -57,4 +61,12 @@ def observation_from_metrics(metrics: Mapping[str, Any] | None, at: float) -> Ob
     trainers, rate = int(values.get("trainers", 0)), values.get("samples_per_s", 0.0)
     if trainers <= 0 or rate <= 0:
         return None
-    return Observation(at, trainers, rate, None, values.get("batch"), values.get("noise_scale"))
+    return Observation(at, trainers, rate, None, values.get("batch"), values.get("noise_scale"),
+                       **_pause(values))
+
+
+def _pause(values: Mapping[str, float]) -> dict[str, Any]:
+    """The record's measured resize pause and resize count (`edl.throughput.pause`)."""
+    count = values.get("resizes")
+    return {"resize_pause_s": values.get("resize_pause_s"),
+            "resizes": int(count) if count is not None else None}

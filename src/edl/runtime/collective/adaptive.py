@@ -53,6 +53,7 @@ import torch
 import torch.distributed as dist
 
 from edl.runtime.collective.batch import read_batch
+from edl.runtime.collective.resize_pause import measured_pause
 from edl.runtime.precondition import adam_preconditioner
 from edl.runtime.precondition import sqnorm_tensor as _sqnorm
 from edl.throughput.efficiency import NoiseScaleEstimator, efficiency
@@ -99,6 +100,8 @@ class AdaptiveBatch:
         self._groups = {id(p): g for g in optimizer.param_groups for p in g["params"]}
         self.skipped_steps = 0
         self.gain = 1.0
+        self._env = env
+        self.pause: dict[str, float] = {}  # this world's restart pause, from its first step
         # a lambda: DDP checks a hook's annotations, which this module keeps as strings
         ddp.register_comm_hook(None, lambda state, bucket: self._hook(state, bucket))
 
@@ -121,15 +124,18 @@ class AdaptiveBatch:
         for group, base in zip(self.optimizer.param_groups, self.base_lrs, strict=True):
             group["lr"] = base * self.gain
         self.optimizer.step()
+        if self._steps == 0:  # the first step of this world: the restart's pause ends
+            self.pause = measured_pause(self._env)
         self._steps += 1
 
     def noise_scale(self) -> float | None:
         return self.estimator.noise_scale(self.initial_batch)
 
     def metrics(self) -> dict[str, float]:
-        """batch, φ, the batch's statistical efficiency and the LR gain (what is known)."""
+        """batch, φ, the batch's statistical efficiency and the LR gain (what is known);
+        after a restart, its measured pause (`edl.runtime.collective.resize_pause`)."""
         out = {"batch": float(self.batch), "gain": round(self.gain, 4),
-               "trainers": float(self.trainers)}
+               "trainers": float(self.trainers), **self.pause}
         now, steps = time.monotonic(), self._steps - self._since[1]
         if steps > 0 and now > self._since[0]:
             rate = steps * self.local_batch_size() * self.world / (now - self._since[0])

@@ -30,6 +30,7 @@ from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend as c10d
 from edl.runtime.collective import gateway, keys
 from edl.runtime.collective.batch import BatchWatch
 from edl.runtime.collective.launch import BACKEND
+from edl.runtime.collective.resize_pause import RESIZES_ENV, STARTED_ENV
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,7 @@ class ReportingHandler(RendezvousHandler):
         self._report = report
         self._batch = batch
         self.rendezvous = 0  # rendezvous joined by this agent; each after the first is a restart
+        self._stopping_since: float | None = None  # wall time a change was first seen
 
     def get_backend(self) -> str:
         return BACKEND
@@ -55,8 +57,13 @@ class ReportingHandler(RendezvousHandler):
         return self._inner.use_agent_store
 
     def next_rendezvous(self) -> RendezvousInfo:
+        called = time.time()
         info = self._inner.next_rendezvous()
         self.rendezvous += 1
+        if self.rendezvous > 1:  # a restart: the new workers measure its pause (env)
+            os.environ[STARTED_ENV] = repr(self._stopping_since or called)
+            os.environ[RESIZES_ENV] = str(self.rendezvous - 1)
+        self._stopping_since = None
         if self._batch is not None:
             self._batch.round_started()
         state = getattr(getattr(self._inner, "_state_holder", None), "state", None)
@@ -83,7 +90,9 @@ class ReportingHandler(RendezvousHandler):
         waiting = self._inner.num_nodes_waiting()
         if waiting == 0 and self._batch is not None and self._batch.changed():
             log.info("a new batch was published: restarting the workers")
-            return 1
+            waiting = 1
+        if waiting and self._stopping_since is None:  # torch's agent restarts next
+            self._stopping_since = time.time()
         return waiting
 
     def get_run_id(self) -> str:
