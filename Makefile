@@ -28,7 +28,7 @@ XDIST := -n $(WORKERS) --dist load --maxschedchunk 2
 # processes (markers set by place in tests/conftest.py).
 CHECK_TESTS := -m "not e2e and not processes"
 
-.PHONY: venv test check types run lint bench clean k8s kueue
+.PHONY: venv test check types run lint bench clean k8s kueue node
 
 $(STAMP): pyproject.toml Makefile
 	@echo "setting up $(VENV): first time about 3 GB of downloads (torch and its CUDA libraries are most of it),"
@@ -68,12 +68,25 @@ kueue:
 	@if [ "$${EDL_E2E:-1}" = 0 ]; then echo "EDL_E2E=0: Kueue e2e tests off"; \
 	else bash tools/kueue/build.sh >/dev/null; fi
 
-test: $(STAMP) k8s kueue
+# The node tier (tests/node): a real kubelet, containerd, runc and CNI, built or unpacked by
+# tools/node/build.sh into ~/.cache/edl/node/<version>-<digest>/ once (progress, and a
+# failure in one line naming the missing piece). A machine that cannot run a kubelet (not
+# root, no cgroup v1) fails here in one line; EDL_NODE=0 (or EDL_E2E=0) turns the tier off.
+node:
+	@if [ "$${EDL_E2E:-1}" = 0 ] || [ "$${EDL_NODE:-1}" = 0 ]; then echo "node tier off"; \
+	else bash tools/node/ensure.sh >/dev/null; fi
+
+# The parallel part leaves out the node tier (`node`: one real node for the session, so one
+# pytest process without workers) and the `alone` tests; the node tier runs next, on the
+# machine otherwise idle, then the `alone` tests. Exit status 5 is "none collected"
+# (EDL_E2E=0 or EDL_NODE=0).
+test: $(STAMP) k8s kueue node
 	$(BIN)/ruff check src tests bench
 	@$(BIN)/mypy > $(VENV)/mypy.log 2>&1 & mypy=$$!; \
-	$(BIN)/python -m pytest -q $(XDIST) -m "not alone"; tests=$$?; \
+	$(BIN)/python -m pytest -q $(XDIST) -m "not alone and not node"; tests=$$?; \
 	wait $$mypy; types=$$?; echo "mypy:"; cat $(VENV)/mypy.log; \
 	[ $$tests -eq 0 ] && [ $$types -eq 0 ]
+	$(BIN)/python -m pytest -q -p no:xdist tests/node || [ $$? -eq 5 ]
 	$(BIN)/python -m pytest -q -n 2 -m alone || [ $$? -eq 5 ]
 
 # The inner loop, under 3 minutes: lint, types and every test that needs neither the

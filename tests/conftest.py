@@ -67,7 +67,8 @@ TESTS = Path(__file__).resolve().parent
 # Top-level test directories whose tests start real edl/torch processes (`processes`).
 PROCESS_DIRS = frozenset({"local", "runtime"})
 E2E_DIR = "e2e"
-# tests/node needs the Kubernetes binaries too (and a kubelet): marked `e2e` as well.
+# tests/node needs the Kubernetes binaries too (and a kubelet): marked `e2e` as well, and
+# `node` (make test runs them in a step of their own: one node for the session).
 NODE_DIR = "node"
 
 
@@ -100,6 +101,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         directory = _directory(item)
         if directory in (E2E_DIR, NODE_DIR):
             item.add_marker(pytest.mark.e2e)
+        if directory == NODE_DIR:
+            item.add_marker(pytest.mark.node)
         elif directory in PROCESS_DIRS:
             item.add_marker(pytest.mark.processes)
     default_timeout = float(config.getini("timeout") or 0)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
+import threading
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +26,7 @@ class NodeCluster:
     image: str
     etcd_image: str
     mounts: list[Path]
+    deleting: list[str] = field(default_factory=list)  # namespaces the session waits for
 
 
 def runtime_volumes(cluster: NodeCluster) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -35,10 +39,69 @@ def runtime_volumes(cluster: NodeCluster) -> tuple[list[dict[str, Any]], list[di
     return volumes, mounts
 
 
-def pod_log(cluster: NodeCluster, namespace: str, pod: str) -> str:
-    """`kubectl logs`: the API server's pods/log, which it fetches from the kubelet."""
+def pod_log(cluster: NodeCluster, namespace: str, pod: str, container: str = "") -> str:
+    """`kubectl logs [-c container]`: the API server's pods/log, which it fetches from the
+    kubelet."""
+    query = f"?container={container}" if container else ""
     request = urllib.request.Request(
-        f"{cluster.plane.url}/api/v1/namespaces/{namespace}/pods/{pod}/log")
+        f"{cluster.plane.url}/api/v1/namespaces/{namespace}/pods/{pod}/log{query}")
     with urllib.request.urlopen(request, context=cluster.plane.ssl_context(),
                                 timeout=30) as answer:
         return str(answer.read().decode(errors="replace"))
+
+
+class PodWatch:
+    """Every state a namespace's pods pass through, from a watch on the API server (a
+    poll can miss a pod's last status: a preempted pod is gone a second after it ends).
+    Use as a context manager; `seen` holds each pod's versions in order."""
+
+    def __init__(self, cluster: NodeCluster, namespace: str, selector: str = "") -> None:
+        query = "?watch=1" + (f"&labelSelector={selector}" if selector else "")
+        self._url = f"{cluster.plane.url}/api/v1/namespaces/{namespace}/pods{query}"
+        self._context = cluster.plane.ssl_context()
+        self._answer: Any = None
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._seen: dict[str, list[dict[str, Any]]] = {}
+        self._stop = threading.Event()
+
+    def __enter__(self) -> PodWatch:
+        self._answer = urllib.request.urlopen(self._url, context=self._context, timeout=600)
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+        return self
+
+    def _read(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            for line in self._answer:
+                if self._stop.is_set():
+                    return
+                event = json.loads(line)
+                pod = event.get("object") or {}
+                name = pod.get("metadata", {}).get("name")
+                if name:
+                    with self._lock:
+                        self._seen.setdefault(name, []).append(pod)
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        with contextlib.suppress(OSError):
+            self._answer.close()
+
+    def seen(self) -> dict[str, list[dict[str, Any]]]:
+        with self._lock:
+            return {name: list(versions) for name, versions in self._seen.items()}
+
+
+def condition(pod: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    """The pod's condition of type `kind`, if it has one."""
+    return next((c for c in pod.get("status", {}).get("conditions") or []
+                 if c.get("type") == kind), None)
+
+
+def exit_code(pod: dict[str, Any], container: str) -> int | None:
+    """The exit code of `container` if the pod's status shows it terminated."""
+    for status in pod.get("status", {}).get("containerStatuses") or []:
+        if status.get("name") == container and "terminated" in (status.get("state") or {}):
+            return int(status["state"]["terminated"]["exitCode"])
+    return None

@@ -6,10 +6,10 @@ install it runs is mounted read-only from this machine through PersistentVolumes
 Security `restricted` admits the pods): `runtime_volumes` gives a TrainingJob's volumes and
 mounts. `namespace` is a fresh namespace with those volumes' claims, deleted afterwards.
 
-The tier is opt-in for now: EDL_NODE=1 turns it on (docs/testing.md, "The node tier", says
-what keeps it out of `make test`); EDL_E2E=0 turns it off with the e2e suite. When on, a
+The tier is on by default and `make test` runs it in a step of its own (one node, one
+pytest process); EDL_NODE=0 turns it off, and so does EDL_E2E=0 with the e2e suite. A
 machine that cannot run a kubelet (not root, no cgroup v1 hierarchy) fails every test here
-with one line naming the cause.
+with one line naming the cause and the switch.
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ from node.node import Node, egress_config, images, node_binaries
 from polling import wait_until
 
 TRACKING_FINALIZER = "edl.dev/job-tracking"  # on every trainer pod edl creates
-OFF = "unset EDL_NODE to turn the node tier off"
-if os.environ.get("EDL_NODE", "0") != "1" or os.environ.get("EDL_E2E", "1") == "0":
+OFF = "EDL_NODE=0 turns the node tier off"
+if os.environ.get("EDL_NODE", "1") == "0" or os.environ.get("EDL_E2E", "1") == "0":
     collect_ignore_glob = ["test_*.py"]
 
 
@@ -90,9 +90,11 @@ def node_cluster(request: pytest.FixtureRequest) -> Iterator[NodeCluster]:
         for tar in tars:
             node.import_image(tar)
         mounts = images.runtime_mounts()
-        yield NodeCluster(plane, node, rest, plane.admin_kubeconfig,
-                          f"localhost/edl-runtime:{images.version()}-node",
-                          f"localhost/edl-etcd:{images.version()}-node", mounts)
+        cluster = NodeCluster(plane, node, rest, plane.admin_kubeconfig,
+                              f"localhost/edl-runtime:{images.version()}-node",
+                              f"localhost/edl-etcd:{images.version()}-node", mounts)
+        yield cluster
+        _wait_deleted(rest, cluster.deleting)
     finally:
         node.stop()
         plane.stop()
@@ -136,17 +138,39 @@ def namespace(node_cluster: NodeCluster) -> Iterator[str]:
                               "storageClassName": "edl-runtime",
                               "resources": {"requests": {"storage": "1Gi"}}}}, name)
     yield name
-    rest.delete("Namespace", name)
-    # The controller is stopped by now: edl's tracking finalizer on trainer pods goes as an
-    # admin removes it once edl no longer runs (docs/kubernetes.md), as tests/e2e does.
-    wait_until(lambda: _released(rest, name) and rest.find("Namespace", name) is None, 120,
-               f"namespace {name} deleted")
+    _empty(rest, name)
+    node_cluster.deleting.append(name)
     for volume in volumes:
         rest.delete("PersistentVolume", volume)
 
 
-def _released(rest: Rest, namespace: str) -> bool:
-    """Remove edl's tracking finalizer from the namespace's pods (True: none holds it)."""
+def _empty(rest: Rest, namespace: str) -> None:
+    """Delete the namespace and its pods at once: the test is over, so no grace period is
+    waited out and the next test finds the node's room free. The namespace itself goes in
+    the background; the session waits for all of them at its end (`_wait_deleted`).
+
+    The controller is stopped by now: edl's tracking finalizer on trainer pods goes as an
+    admin removes it once edl no longer runs (docs/kubernetes.md), as tests/e2e does. A
+    terminating namespace admits no new pod, so nothing replaces the ones deleted here.
+    """
+    rest.delete("Namespace", namespace)
+    now = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0}
+
+    def no_pods() -> bool:
+        _released(rest, namespace)
+        with contextlib.suppress(ApiError):
+            rest.call("DELETE", rest.path("Pod", namespace), now)
+        return not rest.list("Pod", namespace)
+    wait_until(no_pods, 60, f"the pods of namespace {namespace} deleted", interval=0.5)
+
+
+def _wait_deleted(rest: Rest, namespaces: list[str]) -> None:
+    wait_until(lambda: all(rest.find("Namespace", n) is None for n in namespaces), 120,
+               f"namespaces {namespaces} deleted", interval=0.5)
+
+
+def _released(rest: Rest, namespace: str) -> None:
+    """Remove edl's tracking finalizer from the namespace's pods."""
     for pod in rest.list("Pod", namespace):
         finalizers = pod["metadata"].get("finalizers") or []
         if TRACKING_FINALIZER in finalizers:
@@ -154,7 +178,6 @@ def _released(rest: Rest, namespace: str) -> bool:
                 rest.merge("Pod", pod["metadata"]["name"], {"metadata": {
                     "finalizers": [f for f in finalizers if f != TRACKING_FINALIZER]}},
                     namespace)
-    return True
 
 
 @pytest.fixture(scope="session")
