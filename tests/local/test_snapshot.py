@@ -27,6 +27,18 @@ def test_a_batch_adapting_job_s_batch_and_noise_scale_are_shown() -> None:
     assert apply_progress(RunSnapshot(job="digits"), PROGRESS).batch is None
 
 
+def test_the_per_trainer_batches_tasks_finished_at_are_kept() -> None:
+    """A PS job's master counts the tasks finished at each per-trainer batch it handed
+    out (issue 32); a malformed record leaves the last good one."""
+    s = apply_progress(RunSnapshot(job="digits"), {**PROGRESS, "trainer_batches": {"32": 4}})
+    assert s.trainer_batches == {"32": 4}
+    s = apply_progress(s, {**PROGRESS, "trainer_batches": {"32": 4, "171": 9}})
+    assert s.trainer_batches == {"32": 4, "171": 9}
+    for bad in ({"x": 1}, {"32": -1}, {"32": 1.5}, [1], "32"):
+        assert apply_progress(s, {**PROGRESS, "trainer_batches": bad}).trainer_batches == {
+            "32": 4, "171": 9}
+
+
 def test_an_unresolved_noise_scale_is_shown_as_such_until_a_figure_arrives() -> None:
     unresolved = {**PROGRESS, "batch": 64.0, "noise_unresolved": True}
     s = apply_progress(RunSnapshot(job="digits"), unresolved)

@@ -95,7 +95,8 @@ def test_the_bound_counts_goodput_with_and_without_batch_adaptation() -> None:
     assert fixed["train"] == pytest.approx(10 + 2000 / (40 * 2 / 3), rel=1e-6)
 
 
-def test_goodput_changes_a_batch_only_at_a_restart_or_an_epoch_boundary() -> None:
+def _goodput_history(**extra: object) -> list:
+    """The board's observations of one adapting job run under goodput to its end."""
     from edl.sim import runner
 
     boards = []
@@ -110,6 +111,7 @@ def test_goodput_changes_a_batch_only_at_a_restart_or_an_epoch_boundary() -> Non
         "samples": 60000, "noise": 0.05, "join_cost_s": 5,
         "throughput": {"per_trainer": 20, "serial": 0.05, "comm": 0.001},
         "initial_batch": 64, "max_batch": 4096, "noise_scale": {"start": 200, "end": 4000},
+        **extra,
     }, 2, 12)
     data["duration_s"] = 3000
     data["measure"] = {"utilization_until_s": 3000, "steady_state": {"start": 0, "end": 3000}}
@@ -132,7 +134,16 @@ def test_goodput_changes_a_batch_only_at_a_restart_or_an_epoch_boundary() -> Non
             ThroughputBoard.forget = original_forget
     assert result.metrics.unfinished_names == ()
     assert history
-    epoch = 60000 / 10
+    return history
+
+
+def _crossed(before, after, epoch: float = 60000 / 10) -> bool:
+    return math.floor((60000 - after.remaining_samples) / epoch) != math.floor(
+        (60000 - before.remaining_samples) / epoch)
+
+
+def test_goodput_changes_a_batch_only_at_a_restart_or_an_epoch_boundary() -> None:
+    history = _goodput_history()
     batches = {o.batch for o in history}
     assert len(batches) > 2  # it adapted (more than the declared batch at 2 trainers)
     for before, after in itertools.pairwise(history):
@@ -140,7 +151,14 @@ def test_goodput_changes_a_batch_only_at_a_restart_or_an_epoch_boundary() -> Non
         assert after.noise_scale > 0
         if after.batch == before.batch:
             continue
-        crossed = math.floor((60000 - after.remaining_samples) / epoch) != math.floor(
-            (60000 - before.remaining_samples) / epoch
-        )
-        assert after.trainers != before.trainers or crossed, (before, after)
+        assert after.trainers != before.trainers or _crossed(before, after), (before, after)
+
+
+def test_a_parameter_server_job_takes_a_chosen_batch_at_its_next_tasks() -> None:
+    """``batch_change: task`` (issue 32): the master hands the per-trainer batch out with
+    its tasks, so the batch changes between two publications with the same trainers
+    and no epoch boundary crossed."""
+    history = _goodput_history(batch_change="task")
+    changes = [(b, a) for b, a in itertools.pairwise(history) if a.batch != b.batch]
+    assert len({o.batch for o in history}) > 2
+    assert any(a.trainers == b.trainers and not _crossed(b, a) for b, a in changes), changes

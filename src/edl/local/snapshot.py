@@ -48,7 +48,21 @@ def apply_progress(s: RunSnapshot, progress: Mapping[str, Any] | None) -> RunSna
         efficiency=_float(progress.get("efficiency"), s.efficiency),
         noise_unresolved=bool(progress.get("noise_unresolved", s.noise_unresolved))
         and progress.get("noise_scale") is None,
+        trainer_batches=_batches(progress.get("trainer_batches"), s.trainer_batches),
     ))
+
+
+def _batches(value: Any, default: dict[str, int]) -> dict[str, int]:
+    """The master's tasks per per-trainer batch ({"64": 12}); anything else: ``default``."""
+    if not isinstance(value, Mapping):
+        return default
+    out = {}
+    for batch, tasks in value.items():
+        if not (isinstance(batch, str) and batch.isdigit() and isinstance(tasks, int)
+                and not isinstance(tasks, bool) and tasks >= 0):
+            return default
+        out[batch] = tasks
+    return out
 
 
 def apply_fit(s: RunSnapshot, curve: Any, points: Sequence[Any]) -> RunSnapshot:

@@ -88,6 +88,9 @@ class RunSnapshot:
     noise_scale: float | None = None
     efficiency: float | None = None
     noise_unresolved: bool = False  # measured, but |G|² not yet above the noise: φ unknown
+    # a PS job adapting its batch: tasks its trainers finished at each per-trainer batch
+    # the master handed out ({"32": 40, "171": 300}: the batch changed without a restart)
+    trainer_batches: dict[str, int] = field(default_factory=dict)
     # [seconds since start, world size, round] at every new rendezvous round
     world_history: list[list[float]] = field(default_factory=list)
     # faults and decisions, one line each: [seconds since start, text]; the last few only,

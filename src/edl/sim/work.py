@@ -17,7 +17,8 @@ What it models, and how faithfully:
   batch is the per-trainer batch it declared times its contributing trainers,
   unless a policy chose one (annotation ``edl.dev/batch-size`` on its trainer Job);
   the job takes the chosen batch only when its trainers change (a restart) or at an
-  epoch boundary (`Work.epoch_samples`), and its master publishes the batch, a
+  epoch boundary (`Work.epoch_samples`) — a parameter-server job (``batch_change:
+  task``) at its master's next publication — and its master publishes the batch, a
   noisy φ and a noisy compute rate (one trainer's samples/s without the per-step
   overhead) with each measurement;
 * a job with ``resize_pause_s`` stops whole for a drawn pause at every change of its
@@ -286,6 +287,9 @@ class SimulatedTraining:
         if job.finished_at is not None:
             return
         self._advance(job)
+        if job.work.batch_change == "task" and job.limits is not None:
+            self._restart_batch(job)  # the master's next tasks carry the chosen batch
+            self._reschedule(job)
         count = len(job.contributing)
         if count:
             noise = max(0.0, 1.0 + self._rng.gauss(0.0, job.work.noise)) if job.work.noise else 1.0

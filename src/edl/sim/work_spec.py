@@ -8,7 +8,7 @@ Universal Scalability Law parameters or by measured points (`edl.throughput.curv
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -91,6 +91,11 @@ class Work(Strict):
     max_batch: Annotated[int, Field(ge=1)] | None = None
     noise_scale: NoiseScaleSpec | None = None
     resize_pause_s: PauseSpec | None = None
+    # when a chosen batch takes effect: "epoch", at a restart or epoch boundary (a
+    # collective job's workers restart into it); "task", at the master's next
+    # publication (a parameter-server job's master hands the per-trainer batch out with
+    # each task, `edl.runtime.master.batch`: no restart, within seconds)
+    batch_change: Literal["epoch", "task"] = "epoch"
 
     @model_validator(mode="after")
     def _amount(self) -> Work:

@@ -4,8 +4,9 @@ The master writes its progress JSON to etcd about once a second (`TaskQueue.prog
 ``samples_per_s`` (sum over live trainers), ``contributing`` (trainers that finished
 tasks recently — one that just joined counts once it produces) and
 ``remaining_samples``; a job adapting its batch also its ``batch`` and ``noise_scale``
-(summed over its pservers' shards, `edl.throughput.shards`); once a resize was
-measured, its pause and the resize count (`edl.throughput.pause`). That is one point
+(summed over its pservers' shards, `edl.throughput.shards`) and its trainers'
+``compute_rate`` (`edl.runtime.master.batch`); once a resize was measured, its pause
+and the resize count (`edl.throughput.pause`). That is one point
 (trainers, samples/s) of the job's scaling curve; `edl run` and `edl controller` turn
 it into an `Observation`. Both records come from other processes: every value is
 checked first (`edl.throughput.records`); a point without a usable trainer count and
@@ -28,7 +29,7 @@ MAX_TRAINERS = 1e6
 TRAINERS = Field(0.0, MAX_TRAINERS, integer=True)
 PROGRESS_FIELDS: dict[str, Field] = {
     "contributing": TRAINERS, "samples_per_s": RATE, "remaining_samples": RATE,
-    "batch": POSITIVE_BATCH, "noise_scale": POSITIVE,
+    "batch": POSITIVE_BATCH, "noise_scale": POSITIVE, "compute_rate": POSITIVE,
     "resize_pause_s": PAUSE, "resizes": RESIZES,
 }
 METRICS_FIELDS: dict[str, Field] = {
@@ -46,7 +47,8 @@ def observation_from_progress(progress: Mapping[str, Any] | None, at: float) -> 
     if trainers <= 0 or rate <= 0:
         return None
     return Observation(at, trainers, rate, values.get("remaining_samples"),
-                       values.get("batch"), values.get("noise_scale"), **_pause(values))
+                       values.get("batch"), values.get("noise_scale"),
+                       compute_rate=values.get("compute_rate"), **_pause(values))
 
 
 def observation_from_metrics(metrics: Mapping[str, Any] | None, at: float) -> Observation | None:

@@ -22,6 +22,7 @@ from edl.coord.errors import CoordError, NotLeaderError
 from edl.runtime.config import RuntimeConfig
 from edl.runtime.coordination import GRADIENTS, PROGRESS_KEY, connect, dumps
 from edl.runtime.gate import SERVER_OPTIONS, make_gate
+from edl.runtime.master.batch import TrainerBatch
 from edl.runtime.master.queue import QueueMeta, TaskQueue, TaskRecord, TimeoutPolicy
 from edl.runtime.master.server import LeadershipLost, MasterService
 from edl.runtime.proto import runtime_pb2_grpc as pb_grpc
@@ -54,13 +55,13 @@ class EtcdMasterStore:
             puts["master/meta"] = dumps(meta)
         await self._commit(puts)
 
-    async def publish_progress(self, progress: dict) -> None:
+    async def publish_progress(self, progress: dict) -> dict | None:
         """The queue's progress, with a batch-adapting job's batch, φ, efficiency and gain
-        summed over its pservers' shards (`edl.throughput.shards`)."""
+        summed over its pservers' shards (`edl.throughput.shards`), which it returns."""
         shards = await self.store.get_prefix(GRADIENTS)
-        if shards:
-            progress = {**progress, **combine_shards(parse_records(shards.values()))}
-        await self._commit({PROGRESS_KEY: dumps(progress)})
+        figures = combine_shards(parse_records(shards.values())) if shards else None
+        await self._commit({PROGRESS_KEY: dumps({**progress, **(figures or {})})})
+        return figures
 
     async def _commit(self, puts: dict[str, bytes]) -> None:
         try:
@@ -119,7 +120,8 @@ async def lead(config: RuntimeConfig, election: Election, gate: Any,
     queue = new_queue(config, meta, records, loop.time())
     lost = asyncio.Event()
     service = MasterService(
-        queue, store, on_lost=lost.set, clock=loop.time, is_leader=election.is_leader
+        queue, store, on_lost=lost.set, clock=loop.time, is_leader=election.is_leader,
+        batch=TrainerBatch(config.batch_initial),
     )
     service.term = {
         "leader": election.address,

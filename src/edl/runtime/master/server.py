@@ -18,6 +18,7 @@ from typing import Protocol
 
 import grpc
 
+from edl.runtime.master.batch import TrainerBatch
 from edl.runtime.master.queue import Kind, QueueMeta, TaskQueue, TaskRecord
 from edl.runtime.proto import runtime_pb2 as pb
 from edl.runtime.proto import runtime_pb2_grpc as pb_grpc
@@ -39,7 +40,9 @@ class MasterStore(Protocol):
         raise LeadershipLost when fenced out."""
         ...
 
-    async def publish_progress(self, progress: dict) -> None: ...
+    async def publish_progress(self, progress: dict) -> dict | None:
+        """Publish ``progress`` with the pservers' figures; return those (None: none)."""
+        ...
 
 
 class GroupCommit:
@@ -100,8 +103,10 @@ class MasterService(pb_grpc.MasterServicer):
         on_lost: Callable[[], None],
         clock: Callable[[], float] = time.monotonic,
         is_leader: Callable[[], bool] = lambda: True,
+        batch: TrainerBatch | None = None,
     ) -> None:
         self.queue = queue
+        self.batch = batch or TrainerBatch(0)
         self.store = store
         self.clock = clock
         self.is_leader = is_leader
@@ -154,10 +159,9 @@ class MasterService(pb_grpc.MasterServicer):
         await self._persist(context)
         if d.kind is Kind.TASK and d.task is not None:
             t = d.task
-            return pb.TaskReply(
-                status=pb.TaskReply.TASK,
-                task=_task(t.id, t.epoch, d.current_pass, t.begin, t.end),
-            )
+            task = _task(t.id, t.epoch, d.current_pass, t.begin, t.end)
+            task.batch_size = self.batch.per_trainer(self._alive(), t.end - t.begin)
+            return pb.TaskReply(status=pb.TaskReply.TASK, task=task)
         status = {
             Kind.WAIT: pb.TaskReply.WAIT,
             Kind.DONE: pb.TaskReply.DONE,
@@ -170,6 +174,8 @@ class MasterService(pb_grpc.MasterServicer):
         ok = self.queue.finish(
             request.id, request.epoch, request.trainer, self.clock(), request.samples, loss
         )
+        if ok:
+            self.batch.finished_at(request.batch_size, request.samples, request.compute_seconds)
         await self._persist(context)
         return pb.Ack(accepted=ok)
 
@@ -202,7 +208,14 @@ class MasterService(pb_grpc.MasterServicer):
     async def GetProgress(
         self, request: pb.ProgressRequest, context: grpc.aio.ServicerContext
     ) -> pb.ProgressReply:
-        return pb.ProgressReply(json=json.dumps(self.queue.progress(self.clock())))
+        return pb.ProgressReply(json=json.dumps(self.progress(self.clock())))
+
+    def progress(self, now: float) -> dict:
+        """The queue's progress with the per-trainer batches (a batch-adapting job)."""
+        return {**self.queue.progress(now), **self.batch.progress()}
+
+    def _alive(self) -> int:
+        return sum(not s.gone for s in self.queue.trainers.values())
 
     async def housekeeping(self, interval: float = 0.5, publish_every: float = 1.0) -> None:
         """Reap dead trainers and timed-out tasks; publish progress to etcd."""
@@ -220,7 +233,9 @@ class MasterService(pb_grpc.MasterServicer):
             if now - last_publish >= publish_every:
                 last_publish = now
                 try:
-                    await self.store.publish_progress({**self.queue.progress(now), **self.term})
+                    figures = await self.store.publish_progress({**self.progress(now),
+                                                                 **self.term})
+                    self.batch.follow(figures or {})
                 except LeadershipLost:
                     raise
                 except Exception as error:  # etcd hiccup: keep serving, publish next time

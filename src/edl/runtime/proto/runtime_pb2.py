@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1f\x65\x64l/runtime/proto/runtime.proto\x12\x0b\x65\x64l.runtime\"@\n\x06Tensor\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05\x64type\x18\x02 \x01(\t\x12\r\n\x05shape\x18\x03 \x03(\x03\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\"K\n\x07\x44\x61taset\x12\x13\n\x0bnum_samples\x18\x01 \x01(\x03\x12\x12\n\nchunk_size\x18\x02 \x01(\x03\x12\x17\n\x0f\x63hunks_per_task\x18\x03 \x01(\x03\"1\n\x0c\x44\x61tasetReply\x12\x11\n\tnum_tasks\x18\x01 \x01(\x03\x12\x0e\n\x06passes\x18\x02 \x01(\x03\"\x1e\n\x0bTaskRequest\x12\x0f\n\x07trainer\x18\x01 \x01(\t\"K\n\x04Task\x12\n\n\x02id\x18\x01 \x01(\x03\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\x12\x0c\n\x04pass\x18\x03 \x01(\x03\x12\r\n\x05\x62\x65gin\x18\x04 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x05 \x01(\x03\"\x93\x01\n\tTaskReply\x12-\n\x06status\x18\x01 \x01(\x0e\x32\x1d.edl.runtime.TaskReply.Status\x12\x1f\n\x04task\x18\x02 \x01(\x0b\x32\x11.edl.runtime.Task\"6\n\x06Status\x12\x08\n\x04TASK\x10\x00\x12\x08\n\x04WAIT\x10\x01\x12\x08\n\x04\x44ONE\x10\x02\x12\x0e\n\nNO_DATASET\x10\x03\"f\n\nTaskReport\x12\x0f\n\x07trainer\x18\x01 \x01(\t\x12\n\n\x02id\x18\x02 \x01(\x03\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\x12\x0f\n\x07samples\x18\x04 \x01(\x03\x12\x0c\n\x04loss\x18\x05 \x01(\x01\x12\r\n\x05\x65rror\x18\x06 \x01(\t\"\x17\n\x03\x41\x63k\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\"\x1c\n\tHeartbeat\x12\x0f\n\x07trainer\x18\x01 \x01(\t\"\x11\n\x0fProgressRequest\"\x1d\n\rProgressReply\x12\x0c\n\x04json\x18\x01 \x01(\t\"{\n\x07Metrics\x12\x0f\n\x07trainer\x18\x01 \x01(\t\x12\x30\n\x06values\x18\x02 \x03(\x0b\x32 .edl.runtime.Metrics.ValuesEntry\x1a-\n\x0bValuesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"~\n\x0fOptimizerConfig\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\n\n\x02lr\x18\x02 \x01(\x01\x12\x10\n\x08momentum\x18\x03 \x01(\x01\x12\r\n\x05\x62\x65ta1\x18\x04 \x01(\x01\x12\r\n\x05\x62\x65ta2\x18\x05 \x01(\x01\x12\x0b\n\x03\x65ps\x18\x06 \x01(\x01\x12\x14\n\x0cweight_decay\x18\x07 \x01(\x01\"c\n\x0bInitRequest\x12#\n\x06params\x18\x01 \x03(\x0b\x32\x13.edl.runtime.Tensor\x12/\n\toptimizer\x18\x02 \x01(\x0b\x32\x1c.edl.runtime.OptimizerConfig\"z\n\x0bPushRequest\x12\"\n\x05grads\x18\x01 \x03(\x0b\x32\x13.edl.runtime.Tensor\x12\x0c\n\x04pull\x18\x02 \x01(\x08\x12\x0f\n\x07samples\x18\x03 \x01(\x03\x12\x18\n\x0bgrad_sqnorm\x18\x04 \x01(\x01H\x00\x88\x01\x01\x42\x0e\n\x0c_grad_sqnorm\"\r\n\x0bPullRequest\"X\n\x0bParamsReply\x12\x13\n\x0binitialized\x18\x01 \x01(\x08\x12#\n\x06params\x18\x02 \x03(\x0b\x32\x13.edl.runtime.Tensor\x12\x0f\n\x07version\x18\x03 \x01(\x03\x32\x8d\x04\n\x06Master\x12=\n\nSetDataset\x12\x14.edl.runtime.Dataset\x1a\x19.edl.runtime.DatasetReply\x12;\n\x07GetTask\x12\x18.edl.runtime.TaskRequest\x1a\x16.edl.runtime.TaskReply\x12\x37\n\nFinishTask\x12\x17.edl.runtime.TaskReport\x1a\x10.edl.runtime.Ack\x12\x35\n\x08\x46\x61ilTask\x12\x17.edl.runtime.TaskReport\x1a\x10.edl.runtime.Ack\x12\x37\n\nReturnTask\x12\x17.edl.runtime.TaskReport\x1a\x10.edl.runtime.Ack\x12\x30\n\x04\x42\x65\x61t\x12\x16.edl.runtime.Heartbeat\x1a\x10.edl.runtime.Ack\x12\x31\n\x05Leave\x12\x16.edl.runtime.Heartbeat\x1a\x10.edl.runtime.Ack\x12\x30\n\x06Report\x12\x14.edl.runtime.Metrics\x1a\x10.edl.runtime.Ack\x12G\n\x0bGetProgress\x12\x1c.edl.runtime.ProgressRequest\x1a\x1a.edl.runtime.ProgressReply2\xb5\x01\n\x07PServer\x12\x32\n\x04Init\x12\x18.edl.runtime.InitRequest\x1a\x10.edl.runtime.Ack\x12:\n\x04Push\x12\x18.edl.runtime.PushRequest\x1a\x18.edl.runtime.ParamsReply\x12:\n\x04Pull\x12\x18.edl.runtime.PullRequest\x1a\x18.edl.runtime.ParamsReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1f\x65\x64l/runtime/proto/runtime.proto\x12\x0b\x65\x64l.runtime\"@\n\x06Tensor\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05\x64type\x18\x02 \x01(\t\x12\r\n\x05shape\x18\x03 \x03(\x03\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\"K\n\x07\x44\x61taset\x12\x13\n\x0bnum_samples\x18\x01 \x01(\x03\x12\x12\n\nchunk_size\x18\x02 \x01(\x03\x12\x17\n\x0f\x63hunks_per_task\x18\x03 \x01(\x03\"1\n\x0c\x44\x61tasetReply\x12\x11\n\tnum_tasks\x18\x01 \x01(\x03\x12\x0e\n\x06passes\x18\x02 \x01(\x03\"\x1e\n\x0bTaskRequest\x12\x0f\n\x07trainer\x18\x01 \x01(\t\"_\n\x04Task\x12\n\n\x02id\x18\x01 \x01(\x03\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\x12\x0c\n\x04pass\x18\x03 \x01(\x03\x12\r\n\x05\x62\x65gin\x18\x04 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x05 \x01(\x03\x12\x12\n\nbatch_size\x18\x06 \x01(\x03\"\x93\x01\n\tTaskReply\x12-\n\x06status\x18\x01 \x01(\x0e\x32\x1d.edl.runtime.TaskReply.Status\x12\x1f\n\x04task\x18\x02 \x01(\x0b\x32\x11.edl.runtime.Task\"6\n\x06Status\x12\x08\n\x04TASK\x10\x00\x12\x08\n\x04WAIT\x10\x01\x12\x08\n\x04\x44ONE\x10\x02\x12\x0e\n\nNO_DATASET\x10\x03\"\x93\x01\n\nTaskReport\x12\x0f\n\x07trainer\x18\x01 \x01(\t\x12\n\n\x02id\x18\x02 \x01(\x03\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\x12\x0f\n\x07samples\x18\x04 \x01(\x03\x12\x0c\n\x04loss\x18\x05 \x01(\x01\x12\r\n\x05\x65rror\x18\x06 \x01(\t\x12\x12\n\nbatch_size\x18\x07 \x01(\x03\x12\x17\n\x0f\x63ompute_seconds\x18\x08 \x01(\x01\"\x17\n\x03\x41\x63k\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\"\x1c\n\tHeartbeat\x12\x0f\n\x07trainer\x18\x01 \x01(\t\"\x11\n\x0fProgressRequest\"\x1d\n\rProgressReply\x12\x0c\n\x04json\x18\x01 \x01(\t\"{\n\x07Metrics\x12\x0f\n\x07trainer\x18\x01 \x01(\t\x12\x30\n\x06values\x18\x02 \x03(\x0b\x32 .edl.runtime.Metrics.ValuesEntry\x1a-\n\x0bValuesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"~\n\x0fOptimizerConfig\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\n\n\x02lr\x18\x02 \x01(\x01\x12\x10\n\x08momentum\x18\x03 \x01(\x01\x12\r\n\x05\x62\x65ta1\x18\x04 \x01(\x01\x12\r\n\x05\x62\x65ta2\x18\x05 \x01(\x01\x12\x0b\n\x03\x65ps\x18\x06 \x01(\x01\x12\x14\n\x0cweight_decay\x18\x07 \x01(\x01\"c\n\x0bInitRequest\x12#\n\x06params\x18\x01 \x03(\x0b\x32\x13.edl.runtime.Tensor\x12/\n\toptimizer\x18\x02 \x01(\x0b\x32\x1c.edl.runtime.OptimizerConfig\"z\n\x0bPushRequest\x12\"\n\x05grads\x18\x01 \x03(\x0b\x32\x13.edl.runtime.Tensor\x12\x0c\n\x04pull\x18\x02 \x01(\x08\x12\x0f\n\x07samples\x18\x03 \x01(\x03\x12\x18\n\x0bgrad_sqnorm\x18\x04 \x01(\x01H\x00\x88\x01\x01\x42\x0e\n\x0c_grad_sqnorm\"\r\n\x0bPullRequest\"X\n\x0bParamsReply\x12\x13\n\x0binitialized\x18\x01 \x01(\x08\x12#\n\x06params\x18\x02 \x03(\x0b\x32\x13.edl.runtime.Tensor\x12\x0f\n\x07version\x18\x03 \x01(\x03\x32\x8d\x04\n\x06Master\x12=\n\nSetDataset\x12\x14.edl.runtime.Dataset\x1a\x19.edl.runtime.DatasetReply\x12;\n\x07GetTask\x12\x18.edl.runtime.TaskRequest\x1a\x16.edl.runtime.TaskReply\x12\x37\n\nFinishTask\x12\x17.edl.runtime.TaskReport\x1a\x10.edl.runtime.Ack\x12\x35\n\x08\x46\x61ilTask\x12\x17.edl.runtime.TaskReport\x1a\x10.edl.runtime.Ack\x12\x37\n\nReturnTask\x12\x17.edl.runtime.TaskReport\x1a\x10.edl.runtime.Ack\x12\x30\n\x04\x42\x65\x61t\x12\x16.edl.runtime.Heartbeat\x1a\x10.edl.runtime.Ack\x12\x31\n\x05Leave\x12\x16.edl.runtime.Heartbeat\x1a\x10.edl.runtime.Ack\x12\x30\n\x06Report\x12\x14.edl.runtime.Metrics\x1a\x10.edl.runtime.Ack\x12G\n\x0bGetProgress\x12\x1c.edl.runtime.ProgressRequest\x1a\x1a.edl.runtime.ProgressReply2\xb5\x01\n\x07PServer\x12\x32\n\x04Init\x12\x18.edl.runtime.InitRequest\x1a\x10.edl.runtime.Ack\x12:\n\x04Push\x12\x18.edl.runtime.PushRequest\x1a\x18.edl.runtime.ParamsReply\x12:\n\x04Pull\x12\x18.edl.runtime.PullRequest\x1a\x18.edl.runtime.ParamsReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -42,37 +42,37 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TASKREQUEST']._serialized_start=242
   _globals['_TASKREQUEST']._serialized_end=272
   _globals['_TASK']._serialized_start=274
-  _globals['_TASK']._serialized_end=349
-  _globals['_TASKREPLY']._serialized_start=352
-  _globals['_TASKREPLY']._serialized_end=499
-  _globals['_TASKREPLY_STATUS']._serialized_start=445
-  _globals['_TASKREPLY_STATUS']._serialized_end=499
-  _globals['_TASKREPORT']._serialized_start=501
-  _globals['_TASKREPORT']._serialized_end=603
-  _globals['_ACK']._serialized_start=605
-  _globals['_ACK']._serialized_end=628
-  _globals['_HEARTBEAT']._serialized_start=630
-  _globals['_HEARTBEAT']._serialized_end=658
-  _globals['_PROGRESSREQUEST']._serialized_start=660
-  _globals['_PROGRESSREQUEST']._serialized_end=677
-  _globals['_PROGRESSREPLY']._serialized_start=679
-  _globals['_PROGRESSREPLY']._serialized_end=708
-  _globals['_METRICS']._serialized_start=710
-  _globals['_METRICS']._serialized_end=833
-  _globals['_METRICS_VALUESENTRY']._serialized_start=788
-  _globals['_METRICS_VALUESENTRY']._serialized_end=833
-  _globals['_OPTIMIZERCONFIG']._serialized_start=835
-  _globals['_OPTIMIZERCONFIG']._serialized_end=961
-  _globals['_INITREQUEST']._serialized_start=963
-  _globals['_INITREQUEST']._serialized_end=1062
-  _globals['_PUSHREQUEST']._serialized_start=1064
-  _globals['_PUSHREQUEST']._serialized_end=1186
-  _globals['_PULLREQUEST']._serialized_start=1188
-  _globals['_PULLREQUEST']._serialized_end=1201
-  _globals['_PARAMSREPLY']._serialized_start=1203
-  _globals['_PARAMSREPLY']._serialized_end=1291
-  _globals['_MASTER']._serialized_start=1294
-  _globals['_MASTER']._serialized_end=1819
-  _globals['_PSERVER']._serialized_start=1822
-  _globals['_PSERVER']._serialized_end=2003
+  _globals['_TASK']._serialized_end=369
+  _globals['_TASKREPLY']._serialized_start=372
+  _globals['_TASKREPLY']._serialized_end=519
+  _globals['_TASKREPLY_STATUS']._serialized_start=465
+  _globals['_TASKREPLY_STATUS']._serialized_end=519
+  _globals['_TASKREPORT']._serialized_start=522
+  _globals['_TASKREPORT']._serialized_end=669
+  _globals['_ACK']._serialized_start=671
+  _globals['_ACK']._serialized_end=694
+  _globals['_HEARTBEAT']._serialized_start=696
+  _globals['_HEARTBEAT']._serialized_end=724
+  _globals['_PROGRESSREQUEST']._serialized_start=726
+  _globals['_PROGRESSREQUEST']._serialized_end=743
+  _globals['_PROGRESSREPLY']._serialized_start=745
+  _globals['_PROGRESSREPLY']._serialized_end=774
+  _globals['_METRICS']._serialized_start=776
+  _globals['_METRICS']._serialized_end=899
+  _globals['_METRICS_VALUESENTRY']._serialized_start=854
+  _globals['_METRICS_VALUESENTRY']._serialized_end=899
+  _globals['_OPTIMIZERCONFIG']._serialized_start=901
+  _globals['_OPTIMIZERCONFIG']._serialized_end=1027
+  _globals['_INITREQUEST']._serialized_start=1029
+  _globals['_INITREQUEST']._serialized_end=1128
+  _globals['_PUSHREQUEST']._serialized_start=1130
+  _globals['_PUSHREQUEST']._serialized_end=1252
+  _globals['_PULLREQUEST']._serialized_start=1254
+  _globals['_PULLREQUEST']._serialized_end=1267
+  _globals['_PARAMSREPLY']._serialized_start=1269
+  _globals['_PARAMSREPLY']._serialized_end=1357
+  _globals['_MASTER']._serialized_start=1360
+  _globals['_MASTER']._serialized_end=1885
+  _globals['_PSERVER']._serialized_start=1888
+  _globals['_PSERVER']._serialized_end=2069
 # @@protoc_insertion_point(module_scope)

@@ -44,17 +44,19 @@ class TaskRequest(_message.Message):
     def __init__(self, trainer: _Optional[str] = ...) -> None: ...
 
 class Task(_message.Message):
-    __slots__ = ("id", "epoch", "begin", "end")
+    __slots__ = ("id", "epoch", "begin", "end", "batch_size")
     ID_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     PASS_FIELD_NUMBER: _ClassVar[int]
     BEGIN_FIELD_NUMBER: _ClassVar[int]
     END_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     id: int
     epoch: int
     begin: int
     end: int
-    def __init__(self, id: _Optional[int] = ..., epoch: _Optional[int] = ..., begin: _Optional[int] = ..., end: _Optional[int] = ..., **kwargs) -> None: ...
+    batch_size: int
+    def __init__(self, id: _Optional[int] = ..., epoch: _Optional[int] = ..., begin: _Optional[int] = ..., end: _Optional[int] = ..., batch_size: _Optional[int] = ..., **kwargs) -> None: ...
 
 class TaskReply(_message.Message):
     __slots__ = ("status", "task")
@@ -75,20 +77,24 @@ class TaskReply(_message.Message):
     def __init__(self, status: _Optional[_Union[TaskReply.Status, str]] = ..., task: _Optional[_Union[Task, _Mapping]] = ...) -> None: ...
 
 class TaskReport(_message.Message):
-    __slots__ = ("trainer", "id", "epoch", "samples", "loss", "error")
+    __slots__ = ("trainer", "id", "epoch", "samples", "loss", "error", "batch_size", "compute_seconds")
     TRAINER_FIELD_NUMBER: _ClassVar[int]
     ID_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     SAMPLES_FIELD_NUMBER: _ClassVar[int]
     LOSS_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    COMPUTE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     trainer: str
     id: int
     epoch: int
     samples: int
     loss: float
     error: str
-    def __init__(self, trainer: _Optional[str] = ..., id: _Optional[int] = ..., epoch: _Optional[int] = ..., samples: _Optional[int] = ..., loss: _Optional[float] = ..., error: _Optional[str] = ...) -> None: ...
+    batch_size: int
+    compute_seconds: float
+    def __init__(self, trainer: _Optional[str] = ..., id: _Optional[int] = ..., epoch: _Optional[int] = ..., samples: _Optional[int] = ..., loss: _Optional[float] = ..., error: _Optional[str] = ..., batch_size: _Optional[int] = ..., compute_seconds: _Optional[float] = ...) -> None: ...
 
 class Ack(_message.Message):
     __slots__ = ("accepted",)

@@ -22,6 +22,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -136,8 +137,11 @@ class Job:
         self.steps = 0
         self.skipped_steps = 0  # non-finite gradients not pushed (a job adapting its batch)
         self._batch_samples = 0  # the size of the last batch `batches` yielded
+        self.batch_size = 0  # the current task's per-trainer batch (0: before the first)
         self.last_loss: float = math.nan
         self._task_loss: list[float] = []
+        self._task_compute = 0.0  # seconds of this task's steps spent computing
+        self._computing_since: float | None = None  # when the current batch was handed out
         if handle_sigterm and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._on_sigterm)
         self._beater = threading.Thread(target=self._beat, name="edl-beat", daemon=True)
@@ -154,7 +158,10 @@ class Job:
         chunks_per_task: int = 4,
         shuffle: bool = True,
     ) -> Iterator[Any]:
-        """Yield batches from the master's tasks until every pass is done."""
+        """Yield batches from the master's tasks until every pass is done: of
+        ``batch_size`` samples, or in a job adapting its batch (``spec.batch``) of the
+        per-trainer batch the master gives each task (`job.batch_size`), which follows
+        the job's batch at task boundaries (`edl.runtime.master.batch`)."""
         n = len(dataset)
         chunk_size = chunk_size or max(batch_size, 1)
         request = pb.Dataset(num_samples=n, chunk_size=chunk_size, chunks_per_task=chunks_per_task)
@@ -170,15 +177,18 @@ class Job:
                 self._stop.wait(0.2)
                 continue
             task = reply.task
-            self._task, self._task_loss = task, []
+            self._task, self._task_loss, self._task_compute = task, [], 0.0
             order = np.arange(task.begin, task.end)
             if shuffle:
                 rng = np.random.default_rng(task.id * 1_000_003 + getattr(task, "pass"))
                 rng.shuffle(order)
+            # a job adapting its batch: the master's per-trainer batch for this task
+            self.batch_size = size = int(task.batch_size) or batch_size
             try:
-                for start in range(0, len(order), batch_size):
-                    indices = order[start : start + batch_size]
+                for start in range(0, len(order), size):
+                    indices = order[start : start + size]
                     self._batch_samples = len(indices)
+                    self._computing_since = time.perf_counter()
                     yield _collate(dataset, indices)
             except GeneratorExit:
                 self._give_back()
@@ -189,7 +199,8 @@ class Job:
                 raise
             self.flush()  # every update of this task is applied before it counts as done
             loss = float(np.mean(self._task_loss)) if self._task_loss else math.nan
-            self._report("FinishTask", task, samples=task.end - task.begin, loss=loss)
+            self._report("FinishTask", task, samples=task.end - task.begin, loss=loss,
+                         batch_size=int(task.batch_size), compute_seconds=self._task_compute)
             self._task = None
 
     def step(self, loss: torch.Tensor, samples: int | None = None) -> None:
@@ -206,6 +217,9 @@ class Job:
         """
         self.model.zero_grad(set_to_none=True)
         loss.backward()
+        if self._computing_since is not None:  # batch, forward, backward: the compute
+            self._task_compute += time.perf_counter() - self._computing_since
+            self._computing_since = None
         self.last_loss = float(loss.detach())
         self._task_loss.append(self.last_loss)
         size = self._batch_samples if samples is None else int(samples)
