@@ -8,10 +8,10 @@ nodes wait for room. Each case is timed a few times; the median is reported.
 Target: 5,000 nodes x 1,000 jobs planned by `default` in < 0.5 s. Every view says
 where its trainers run (`JobView.trainers`). Then: what knowing placement costs
 (per-node preemption and fair-share pools): the largest case with `trainers=None`;
-and what constraints cost (issue 21): the largest case with 20 labelled node pools,
-the GPU pools tainted, every node's `pods` allocatable counted, GPU jobs tolerating
-the taint and selecting a GPU pool, 40 % of CPU jobs selecting one CPU pool, against
-the same cluster and jobs without constraints, in the same run.
+and what constraints cost: the largest case with 20 labelled node pools, the GPU
+pools tainted, every node's `pods` allocatable counted, GPU jobs tolerating the taint
+and selecting a GPU pool, 40 % of CPU jobs selecting one CPU pool, against the same
+cluster and jobs without constraints, in the same run (target: <= 100 ms idle).
 
 Run: .venv/bin/python bench/plan.py [--quick]
 """
@@ -19,6 +19,7 @@ Run: .venv/bin/python bench/plan.py [--quick]
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import statistics
 import time
@@ -39,6 +40,7 @@ from edl.accounting.eligibility import (
 from edl.policy import JobView, Trainer, get_policy
 
 MAX_LOAD = 0.97
+CONSTRAINED_TARGET_S = 0.1  # the constrained 5,000 x 1,000 case, on an idle machine
 # trainer shapes: (cpu milli, memory mega, gpus)
 SHAPES = [(1000, 2000, 0), (2000, 4000, 0), (4000, 8000, 0), (5000, 8590, 0), (2000, 8000, 1)]
 SERVICE = PodResources(3000, 3000, 3222, 3222, 0, 0)
@@ -208,28 +210,33 @@ def main() -> None:
 
 def constraint_cost(console: Console, repeats: int) -> None:
     """What constraints cost: the largest case with pools, taints, selectors and the
-    `pods` allocatable, against the same jobs and nodes without them."""
+    `pods` allocatable, against the same jobs and nodes without them (target: 100 ms
+    with constraints, on an idle machine). Wall and CPU time are both shown: on a
+    loaded machine the wall time counts the waits for a core, the CPU time does not."""
     views, resources = synthetic(5000, 1000, constrained=True)
     # the very same jobs and nodes, every constraint (and the pods count) left out
     plain_views = [replace(view, constraints=NO_CONSTRAINTS) for view in views]
     plain = replace(resources, nodes=replace(resources.nodes, facts={}, extended_free={}))
     # interleaved, so both see the same load on a shared machine
     policy = get_policy("default")
-    with_times, without_times = [], []
+    walls: tuple[list[float], list[float]] = ([], [])
+    cpus: tuple[list[float], list[float]] = ([], [])
     for _ in range(repeats):
-        for inputs, times in (((views, resources), with_times),
-                              ((plain_views, plain), without_times)):
-            start = time.perf_counter()
+        for k, inputs in enumerate(((views, resources), (plain_views, plain))):
+            start, cpu = time.perf_counter(), time.process_time()
             policy.plan(*inputs, MAX_LOAD)
-            times.append(time.perf_counter() - start)
-    constrained = statistics.median(with_times)
-    unconstrained = statistics.median(without_times)
-    verdict = "meets" if constrained < 0.5 else "MISSES"
+            walls[k].append(time.perf_counter() - start)
+            cpus[k].append(time.process_time() - cpu)
+    constrained, unconstrained = (statistics.median(w) for w in walls)
+    constrained_cpu, unconstrained_cpu = (statistics.median(c) for c in cpus)
+    verdict = "meets" if constrained <= CONSTRAINED_TARGET_S else "MISSES"
     console.print(
         f"constraints on 5,000 nodes x 1,000 jobs ({POOLS} pools, GPU pools tainted, "
-        f"selectors, pods allocatable): {constrained * 1000:.1f} ms with, "
-        f"{unconstrained * 1000:.1f} ms without (ratio {constrained / unconstrained:.2f}; "
-        f"{verdict} the 500 ms target)"
+        f"selectors, pods allocatable): {constrained * 1000:.1f} ms with "
+        f"({constrained_cpu * 1000:.1f} ms CPU), {unconstrained * 1000:.1f} ms without "
+        f"({unconstrained_cpu * 1000:.1f} ms CPU); ratio {constrained / unconstrained:.2f}; "
+        f"{verdict} the {CONSTRAINED_TARGET_S * 1000:.0f} ms target "
+        f"(load average {os.getloadavg()[0]:.1f})"
     )
 
 

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from edl.accounting.eligibility import NO_CONSTRAINTS
 from edl.policy.plan_state import Budget, JobPlan
 from edl.policy.preempt import Preemptor
@@ -41,7 +43,7 @@ def _bits(allowed: Eligible | None, count: int) -> int:
     """A node set as an int bitset (bit i: node i)."""
     if allowed is None:
         return (1 << count) - 1
-    return int("".join("1" if f else "0" for f in reversed(allowed.flags)) or "0", 2)
+    return int.from_bytes(np.packbits(allowed.array, bitorder="little").tobytes(), "little")
 
 
 class _Masks:
@@ -62,7 +64,9 @@ class _Masks:
     def eligible(self, bits: int) -> Eligible:
         made = self._made.get(bits)
         if made is None:
-            flags = [bool(bits >> i & 1) for i in range(self.count)]
+            raw = np.frombuffer(bits.to_bytes((self.count + 7) // 8 or 1, "little"),
+                                dtype=np.uint8)
+            flags = np.unpackbits(raw, bitorder="little")[: self.count].astype(bool).tolist()
             made = self._made[bits] = Eligible(self._next, NO_CONSTRAINTS, flags)
             self._next -= 1
         return made
@@ -79,17 +83,20 @@ def prefer_uncontested(plans: Sequence[JobPlan], room: Room) -> _Masks | None:
         return None
     masks = _Masks(plans, room)
     wanting = {masks.bits[i] for i, plan in enumerate(plans) if _wants_more(plan)}
+    preferred: dict[int, Eligible | None] = {}  # per node set (plans share a few)
     for i, plan in enumerate(plans):
         if plan.topology is not None:
             continue  # its mask follows its own rules (policy/topology.py)
         mine = masks.bits[i]
-        contested = 0
-        for other in wanting:
-            if other != mine and other & ~mine == 0:
-                contested |= other
-        free = mine & ~contested
-        if contested and free:
-            plan.prefer = masks.eligible(free)
+        if mine not in preferred:
+            contested = 0
+            for other in wanting:
+                if other != mine and other & ~mine == 0:
+                    contested |= other
+            free = mine & ~contested
+            preferred[mine] = masks.eligible(free) if contested and free else None
+        if preferred[mine] is not None:
+            plan.prefer = preferred[mine]
     return masks
 
 

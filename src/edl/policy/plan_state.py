@@ -42,6 +42,17 @@ class Budget:
             and (memory == 0 or self.memory + memory <= self.memory_cap)
         )
 
+    def units(self, cpu: int, memory: int, gpu: int) -> int:
+        """How many pods of these requests `fits` admits one after another."""
+        if cpu == 0 and self.cpu > self.cpu_cap:
+            return 0
+        n = 1 << 62
+        for used, cap, each in ((self.cpu, self.cpu_cap, cpu), (self.gpu, self.gpu_cap, gpu),
+                                (self.memory, self.memory_cap, memory)):
+            if each > 0:
+                n = min(n, (cap - used) // each)
+        return max(0, n)
+
     def add(self, cpu: int, memory: int, gpu: int, count: int) -> None:
         self.cpu += cpu * count
         self.memory += memory * count
@@ -198,15 +209,12 @@ def _bound(view: JobView, room: Room, shape: Shape) -> list[tuple[str, int]]:
     """The view's live trainers on nodes, sorted by name; leaving ones release room."""
     if view.trainers is None:
         return [("", UNKNOWN_NODE)] * (view.total - view.unbound)
-    bound = []
-    for trainer in view.trainers:
-        if not trainer.node:
-            continue
-        node = room.index.get(trainer.node, UNKNOWN_NODE)
-        if trainer.leaving:
-            if node >= 0:
+    index = room.index.get
+    bound = [(name, index(node, UNKNOWN_NODE))
+             for name, node, leaving in view.trainers if node and not leaving]
+    if len(bound) < len(view.trainers):  # some unbound or leaving: the second look
+        for _, node_name, leaving in view.trainers:
+            if leaving and node_name and (node := index(node_name, UNKNOWN_NODE)) >= 0:
                 room.release(node, shape)
-        else:
-            bound.append((trainer.name, node))
     bound.sort()
     return bound

@@ -45,10 +45,24 @@ class Preemptor:
 
     def __init__(self, room: Room, plans: Sequence[JobPlan]) -> None:
         self.room, self.plans = room, plans
-        self._ready = False  # most plans never search: index the trainers on first use
+        # most plans never search, and most searches end in free or coming room:
+        # copy the room on the first search, index the trainers on the first that
+        # needs victims
+        self._ready = False
+        self._indexed = False
+
+    def _copy_room(self) -> None:
+        self._ready = True
+        room = self.room
+        count, dims = room.count, room.dims
+        # copies of the room, refreshed column by column from `room.dirty`: free room,
+        # free + coming, and (`_index`) that + every trainer that could be shed
+        self.free = np.array(room.free, dtype=np.int64).reshape(dims, count)
+        self.total = self.free + np.array(room.coming, dtype=np.int64).reshape(dims, count)
+        room.dirty.clear()
 
     def _index(self) -> None:
-        self._ready = True
+        self._indexed = True
         room, plans = self.room, self.plans
         count, dims = room.count, room.dims
         # trainers that could ever be shed, per node: (plan index, pod name)
@@ -66,22 +80,23 @@ class Preemptor:
                 counts = np.bincount(np.array(nodes), minlength=count)
                 held += np.outer(np.array(shape, dtype=np.int64), counts)
         self.held = held
-        # copies of the room, refreshed column by column from `room.dirty`: free room,
-        # free + coming, and that + every trainer that could be shed (an upper bound)
-        self.free = np.array(room.free, dtype=np.int64).reshape(dims, count)
-        self.total = self.free + np.array(room.coming, dtype=np.int64).reshape(dims, count)
         self.ceiling = self.total + held
-        room.dirty.clear()
 
     def _sync(self) -> None:
         if not self._ready:
-            self._index()
+            self._copy_room()
         room = self.room
-        for node in room.dirty:
-            for d in range(room.dims):
-                self.free[d, node] = room.free[d][node]
-                self.total[d, node] = room.free[d][node] + room.coming[d][node]
-                self.ceiling[d, node] = self.total[d, node] + self.held[d, node]
+        if not room.dirty:
+            return
+        nodes = np.fromiter(room.dirty, dtype=np.int64, count=len(room.dirty))
+        free = np.array([[column[n] for n in nodes.tolist()] for column in room.free],
+                        dtype=np.int64).reshape(room.dims, nodes.size)
+        coming = np.array([[column[n] for n in nodes.tolist()] for column in room.coming],
+                          dtype=np.int64).reshape(room.dims, nodes.size)
+        self.free[:, nodes] = free
+        self.total[:, nodes] = free + coming
+        if self._indexed:
+            self.ceiling[:, nodes] = self.total[:, nodes] + self.held[:, nodes]
         room.dirty.clear()
 
     def find(self, shape: Shape, cost: CostFn, allowed: Eligible | None = None) -> Rescue | None:
@@ -101,6 +116,8 @@ class Preemptor:
             # prefer the first node where it fits now, else the first where room is coming
             now = ready[(self.free[:, ready] >= want).all(axis=0)]
             return Rescue(int(now[0] if now.size else ready[0]), [])
+        if not self._indexed:
+            self._index()
         fits = (self.ceiling >= want).all(axis=0)
         if allowed is not None:
             fits &= allowed.array
@@ -166,7 +183,7 @@ class Preemptor:
 
     def drop(self, index: int, name: str, node: int) -> None:
         """A trainer left the plan: it is no longer a candidate on its node."""
-        if self._ready and node >= 0 and (index, name) in self.on_node[node]:
+        if self._indexed and node >= 0 and (index, name) in self.on_node[node]:
             self.on_node[node].remove((index, name))
             shape = self.plans[index].shape
             for d in range(len(shape)):

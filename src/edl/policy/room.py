@@ -34,11 +34,13 @@ class Eligible:
 
     __slots__ = ("array", "constraints", "count", "flags", "key")
 
-    def __init__(self, key: int, constraints: PodConstraints, flags: list[bool]) -> None:
+    def __init__(
+        self, key: int, constraints: PodConstraints, flags: list[bool] | np.ndarray
+    ) -> None:
         self.key = key
         self.constraints = constraints
-        self.flags = flags
         self.array = np.array(flags, dtype=bool)
+        self.flags: list[bool] = self.array.tolist()
         self.count = int(self.array.sum())
 
 
@@ -97,7 +99,7 @@ class Room:
             t.effect in FILTERED_EFFECTS for f in nodes.facts.values() for t in f.taints
         )
         self._eligible: dict[PodConstraints, Eligible | None] = {}
-        self._groups: dict[object, list[int]] | None = None
+        self._groups: tuple[list[int], np.ndarray] | None = None
 
     # -- shapes and eligibility -------------------------------------------------------
 
@@ -122,25 +124,26 @@ class Room:
         if constraints == NO_CONSTRAINTS and not self._tainted:
             self._eligible[constraints] = None
             return None
-        flags = [False] * self.count
         if constraints.per_node:
-            for i, facts in enumerate(self._facts):
-                flags[i] = not constraints.blocker(facts)
-        else:
-            for indices in self._node_groups().values():
-                ok = not constraints.blocker(self._facts[indices[0]])
-                for i in indices:
-                    flags[i] = ok
-        result = None if all(flags) else Eligible(len(self._eligible), constraints, flags)
+            array = np.array([not constraints.blocker(facts) for facts in self._facts],
+                             dtype=bool)
+        else:  # one answer per group of alike nodes, spread over the nodes by numpy
+            first, of_node = self._node_groups()
+            ok = np.array([not constraints.blocker(self._facts[i]) for i in first], dtype=bool)
+            array = ok[of_node] if self.count else np.zeros(0, dtype=bool)
+        result = None if array.all() else Eligible(len(self._eligible), constraints, array)
         self._eligible[constraints] = result
         return result
 
-    def _node_groups(self) -> dict[object, list[int]]:
+    def _node_groups(self) -> tuple[list[int], np.ndarray]:
+        """A node of each group of alike nodes, and each node's group."""
         if self._groups is None:
-            groups: dict[object, list[int]] = {}
-            for i, facts in enumerate(self._facts):
-                groups.setdefault(facts.group, []).append(i)
-            self._groups = groups
+            groups: dict[object, int] = {}
+            of_node = [groups.setdefault(facts.group, len(groups)) for facts in self._facts]
+            first = [0] * len(groups)
+            for i in reversed(range(len(of_node))):
+                first[of_node[i]] = i
+            self._groups = (first, np.array(of_node, dtype=np.int64))
         return self._groups
 
     # -- room -------------------------------------------------------------------------
@@ -152,41 +155,48 @@ class Room:
 
         `prefer` (nodes among `allowed`) is tried first: room jobs with fewer nodes
         cannot use (`choosy.prefer_uncontested`)."""
-        if prefer is not None:
-            node = self._take(shape, prefer)
-            if node >= 0:
-                return node
-        return self._take(shape, allowed)
+        nodes = self.take_many(shape, 1, allowed, prefer)
+        return nodes[0] if nodes else -1
 
-    def _take(self, shape: Shape, allowed: Eligible | None) -> int:
-        cpu, memory, gpu = shape[0], shape[1], shape[2]
+    def take_many(
+        self, shape: Shape, count: int, allowed: Eligible | None = None,
+        prefer: Eligible | None = None,
+    ) -> list[int]:
+        """Free room for up to `count` pods of one shape, first fit: the same nodes as
+        `count` calls of `take`, one visit per node (a node takes all that fit there)."""
+        nodes: list[int] = []
+        if count <= 0:
+            return nodes
+        if prefer is not None:
+            self._fill(shape, prefer, count, nodes)
+        if len(nodes) < count:
+            self._fill(shape, allowed, count, nodes)
+        return nodes
+
+    def _fill(self, shape: Shape, allowed: Eligible | None, count: int, out: list[int]) -> None:
         key: object = shape if allowed is None else (shape, allowed.key)
         index = self.cursor.get(key, 0)
-        free = self.free
-        node_cpu, node_memory, node_gpu = free[0], free[1], free[2]
-        extras = [(free[d], shape[d]) for d in range(3, self.dims) if shape[d] > 0]
-        # the usual extra (`pods`) compared inline; a generator only for more
-        first, want_first = extras[0] if extras else (node_cpu, 0)
-        rest = extras[1:]
+        free, dims = self.free, self.dims
+        asked = [(free[d], shape[d]) for d in range(dims) if shape[d] > 0]
         flags = allowed.flags if allowed is not None else None
-        count = self.count
-        while index < count:
-            if (
-                node_cpu[index] >= cpu
-                and node_memory[index] >= memory
-                and node_gpu[index] >= gpu
-                and first[index] >= want_first
-                and (flags is None or flags[index])
-                and (not rest or all(column[index] >= want for column, want in rest))
-            ):
-                for d in range(self.dims):
-                    free[d][index] -= shape[d]
-                self.cursor[key] = index
-                self.dirty.add(index)
-                return index
+        total = self.count
+        while index < total:
+            if flags is None or flags[index]:
+                units = count - len(out)
+                for column, want in asked:
+                    units = min(units, column[index] // want)
+                    if units <= 0:
+                        break
+                if units > 0:
+                    for d in range(dims):
+                        free[d][index] -= shape[d] * units
+                    out.extend([index] * units)
+                    self.dirty.add(index)
+                    if len(out) >= count:
+                        self.cursor[key] = index
+                        return
             index += 1
-        self.cursor[key] = count
-        return -1
+        self.cursor[key] = total
 
     def fits(self, node: int, shape: Shape, coming: bool) -> bool:
         """Whether `shape` fits on `node` in its free room (plus its coming room)."""

@@ -80,18 +80,26 @@ def _quota_limits(plans: Sequence[JobPlan]) -> list[tuple[list[int], int]]:
     return out
 
 
-def usable_room(plans: Sequence[JobPlan], room: Room) -> np.ndarray:
-    """Per node (3 x nodes): the room elastic trainers could use if they had it all."""
-    usable = np.array(room.free, dtype=np.int64).reshape(room.dims, room.count) + np.array(
-        room.coming, dtype=np.int64).reshape(room.dims, room.count)
+def _trainer_nodes(plans: Sequence[JobPlan]) -> dict[Shape, np.ndarray]:
+    """Per trainer shape, the node of every trainer that holds room (-1: unknown)."""
     by_shape: dict[Shape, list[int]] = {}
     for plan in plans:
         nodes = by_shape.setdefault(plan.shape, [])
-        nodes.extend(node for _, node in plan.bound if node >= 0)
-        nodes.extend(plan.planned_nodes)
-    for shape, nodes in by_shape.items():  # one count per shape, not per job
-        if nodes:
-            counts = np.bincount(np.array(nodes), minlength=room.count)
+        nodes += [node for _, node in plan.bound]
+        nodes += plan.planned_nodes
+    return {shape: np.array(nodes, dtype=np.int64) for shape, nodes in by_shape.items()}
+
+
+def usable_room(
+    plans: Sequence[JobPlan], room: Room, nodes: dict[Shape, np.ndarray] | None = None
+) -> np.ndarray:
+    """Per node (3 x nodes): the room elastic trainers could use if they had it all."""
+    usable = np.array(room.free, dtype=np.int64).reshape(room.dims, room.count) + np.array(
+        room.coming, dtype=np.int64).reshape(room.dims, room.count)
+    for shape, held in (nodes or _trainer_nodes(plans)).items():  # one count per shape
+        held = held[held >= 0]
+        if held.size:
+            counts = np.bincount(held, minlength=room.count)
             usable += np.outer(np.array(shape, dtype=np.int64), counts)
     return usable
 
@@ -110,34 +118,42 @@ def _per_node(usable: np.ndarray, shape: Shape) -> np.ndarray:
 def _pools(plans: Sequence[JobPlan], room: Room) -> list[Pool]:
     """One pool per distinct set of nodes some kind of trainer (its shape and the nodes
     its constraints allow) fits on."""
-    if room.count == 0 or any(node < 0 for p in plans for _, node in p.bound):
+    if room.count == 0:
+        return []
+    nodes_of = _trainer_nodes(plans)
+    if any(held.size and held.min() < 0 for held in nodes_of.values()):
         return []  # where some trainers run is unknown: the aggregate budget only
-    usable = usable_room(plans, room)
-    masks = {p.kind: p.allowed for p in plans}
+    usable = usable_room(plans, room, nodes_of)
+    plan_kinds = [p.kind for p in plans]
+    masks = dict(zip(plan_kinds, (p.allowed for p in plans), strict=True))
     kinds = sorted(masks)
-    slots = {}
-    for kind in kinds:
+    position = {kind: k for k, kind in enumerate(kinds)}
+    of_plan = np.array([position[kind] for kind in plan_kinds], dtype=np.int64)
+    slots = np.zeros((len(kinds), room.count), dtype=np.int64)
+    for k, kind in enumerate(kinds):
         per_node = _per_node(usable, kind[0])
         allowed = masks[kind]
-        slots[kind] = per_node if allowed is None else np.where(allowed.array, per_node, 0)
-    eligible = {kind: slots[kind] > 0 for kind in kinds}
+        slots[k] = per_node if allowed is None else np.where(allowed.array, per_node, 0)
+    eligible = slots > 0  # kinds x nodes
+    some = np.array([any(kind[0]) for kind in kinds], dtype=bool)  # asks for something
+    # per kind and resource: what one trainer asks (the first three dimensions)
+    asks = np.array([kind[0][:3] for kind in kinds], dtype=np.int64).reshape(len(kinds), 3)
     pools: list[Pool] = []
     seen: set[bytes] = set()
-    for kind in kinds:
-        nodes = eligible[kind]
+    for k in range(len(kinds)):
+        nodes = eligible[k]
         key = np.packbits(nodes).tobytes()
-        if key in seen or not any(amount > 0 for amount in kind[0]):
+        if key in seen or not some[k]:
             continue
         seen.add(key)
-        inside = {k for k in kinds if not np.any(eligible[k] & ~nodes) and any(k[0])}
-        members = [p.kind in inside for p in plans]
+        inside = some & ~(eligible & ~nodes).any(axis=1)
         # what those nodes can hold of the pool's kinds: per node, per resource, the
         # most any member kind can use there (whole trainers), summed over the nodes
-        held = np.zeros_like(usable)
-        for member in inside:
-            held = np.maximum(held, np.outer(np.array(member[0], dtype=np.int64), slots[member]))
-        budget = held[:3, nodes].sum(axis=1)
-        pools.append((members, (int(budget[0]), int(budget[1]), int(budget[2]))))
+        held = np.zeros((3, int(nodes.sum())), dtype=np.int64)
+        for member in np.flatnonzero(inside).tolist():
+            np.maximum(held, np.outer(asks[member], slots[member, nodes]), out=held)
+        budget = held.sum(axis=1)
+        pools.append((inside[of_plan].tolist(), (int(budget[0]), int(budget[1]), int(budget[2]))))
     return _merge_alike(pools)
 
 

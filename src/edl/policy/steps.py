@@ -141,13 +141,19 @@ def _settle(plan: JobPlan | None, room: Room, node: int, shape: Shape) -> None:
     room.take_at(node, shape)
     if plan is None:
         return
-    plan.placed(node)
     if now:
-        plan.planned_nodes.append(node)
-        plan.blocked -= 1
-        plan.waiting = min(plan.waiting, plan.blocked)
+        _placed_now(plan, node)
     else:
+        plan.placed(node)
         plan.waiting += 1
+
+
+def _placed_now(plan: JobPlan, node: int) -> None:
+    """A blocked trainer of `plan` was given free room on `node`."""
+    plan.placed(node)
+    plan.planned_nodes.append(node)
+    plan.blocked -= 1
+    plan.waiting = min(plan.waiting, plan.blocked)
 
 
 def make_room(
@@ -207,7 +213,15 @@ def _rescue_all(
     left: list[Waiting] = []
     for shape, allowed, index in waiters:
         kind = (shape, -1 if allowed is None else allowed.key)
-        rescue = None if kind in hopeless else preemptor.find(shape, cost, allowed)
+        if kind in hopeless:
+            left.append((shape, allowed))
+            continue
+        node = room.take(shape, allowed)  # free room now: the search's first choice too
+        if node >= 0:
+            if index >= 0:
+                _placed_now(plans[index], node)
+            continue
+        rescue = preemptor.find(shape, cost, allowed)
         if rescue is None:
             hopeless.add(kind)
             left.append((shape, allowed))
@@ -218,13 +232,21 @@ def _rescue_all(
 
 
 def grow(plans: Sequence[JobPlan], budget: Budget, room: Room) -> None:
-    """Water-fill free node room up to the fair shares, one trainer at a time."""
+    """Water-fill free node room up to the fair shares, least fulfilled job first.
+
+    When room, budget and quotas hold every job's share, the order cannot change
+    any target: each job takes its growth in one batch (`_grow_whole`). Otherwise
+    (or with topology rules, whose masks change per trainer) trainers are given
+    one at a time to the least fulfilled job, checked budget, quota, then room.
+    """
     heap = [
         (plan.fulfillment(), *plan.key, index)
         for index, plan in enumerate(plans)
         if not plan.shrunk and not plan.blocked and plan.target < plan.share
     ]
-    heapq.heapify(heap)
+    heap.sort()
+    if all(plan.topology is None for plan in plans) and _grow_whole(plans, budget, room, heap):
+        return
     while heap:
         _, namespace, name, index = heapq.heappop(heap)
         plan = plans[index]
@@ -261,6 +283,51 @@ def grow(plans: Sequence[JobPlan], budget: Budget, room: Room) -> None:
             if rival is not None and (level, namespace, name) > rival[:3]:
                 heapq.heappush(heap, (level, namespace, name, index))
                 break
+
+
+def _grow_whole(
+    plans: Sequence[JobPlan], budget: Budget, room: Room,
+    order: list[tuple[float, str, str, int]],
+) -> bool:
+    """Every job in `order` takes its whole growth at once (`Room.take_many`); undone,
+    returning False, as soon as one cannot (then the order matters)."""
+    free = [column[:] for column in room.free]
+    cursor = dict(room.cursor)
+    saved = (budget.cpu, budget.memory, budget.gpu)
+    book = next((plan.book for plan in plans if plan.book is not None), None)
+    left = [dict(row) for row in book.left] if book is not None else []
+    done: list[tuple[JobPlan, int, int, bool]] = []
+    for *_, index in order:
+        plan = plans[index]
+        want = plan.share - plan.target
+        cpu, memory, gpu = plan.shape[0], plan.shape[1], plan.view.gpu_limit
+        quota = plan.book.room_for(plan.quota) if plan.book is not None else None
+        if budget.units(cpu, memory, gpu) < want or (quota is not None and quota < want):
+            break
+        done.append((plan, plan.target, len(plan.planned_nodes), plan.grown))
+        nodes = room.take_many(plan.shape, want, plan.allowed, plan.prefer)
+        plan.planned_nodes.extend(nodes)
+        if plan.book is not None:
+            for _ in nodes:
+                plan.book.take(plan.quota)
+        budget.add(cpu, memory, gpu, len(nodes))
+        plan.target += len(nodes)
+        plan.grown = True
+        if len(nodes) < want:
+            break
+    else:
+        return True
+    for plan, target, planned, grown in done:  # undo: the order matters after all
+        plan.target, plan.grown = target, grown
+        del plan.planned_nodes[planned:]
+    for d, column in enumerate(free):
+        room.free[d][:] = column
+    room.cursor.clear()
+    room.cursor.update(cursor)
+    budget.cpu, budget.memory, budget.gpu = saved
+    if book is not None:
+        book.left[:] = left
+    return False
 
 
 def rebalance(
