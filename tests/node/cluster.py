@@ -56,7 +56,7 @@ class PodWatch:
     Use as a context manager; `seen` holds each pod's versions in order."""
 
     def __init__(self, cluster: NodeCluster, namespace: str, selector: str = "") -> None:
-        query = "?watch=1" + (f"&labelSelector={selector}" if selector else "")
+        query = "?watch=1&timeoutSeconds=600" + (f"&labelSelector={selector}" if selector else "")
         self._url = f"{cluster.plane.url}/api/v1/namespaces/{namespace}/pods{query}"
         self._context = cluster.plane.ssl_context()
         self._answer: Any = None
@@ -84,9 +84,10 @@ class PodWatch:
                         self._seen.setdefault(name, []).append(pod)
 
     def __exit__(self, *exc: object) -> None:
+        # not closed here: closing a response another thread is reading waits for that
+        # read (the next event). The reader stops at its next event, or when the API
+        # server ends the watch (timeoutSeconds) or stops.
         self._stop.set()
-        with contextlib.suppress(OSError):
-            self._answer.close()
 
     def seen(self) -> dict[str, list[dict[str, Any]]]:
         with self._lock:

@@ -95,6 +95,7 @@ class Node:
     components: dict[str, Component] = field(default_factory=dict)
     holder: subprocess.Popen[bytes] | None = None
     holder_pid: int = 0
+    pid_namespace: str = ""  # the node's PID namespace ("pid:[inode]"): all its processes
     helpers: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     @property
@@ -159,6 +160,7 @@ class Node:
                                f"{(self.logs / 'holder.log').read_text(errors='replace')}")
         children = Path(f"/proc/{self.holder.pid}/task/{self.holder.pid}/children")
         self.holder_pid = int(children.read_text().split()[0])
+        self.pid_namespace = os.readlink(f"/proc/{self.holder_pid}/ns/pid")
 
     def _start_helpers(self) -> None:
         """forward.py (the API server into the node, the egress proxy out of it) and dns.py
@@ -370,12 +372,14 @@ class Node:
         """What of this node is still on the machine: processes, cgroups, mounts."""
         found = [f"cgroup {d}" for d in self._cgroup_dirs()]
         marker = str(self.work)
+        # this node's processes only (another session's node may run beside it): those
+        # in its PID namespace (every pod and node process) or naming its work directory
         for proc in Path("/proc").iterdir():
             if not proc.name.isdigit():
                 continue
             with contextlib.suppress(OSError):
                 cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-                if marker in cmdline or (self.bins.as_posix() in cmdline):
+                if marker in cmdline or os.readlink(proc / "ns" / "pid") == self.pid_namespace:
                     found.append(f"process {proc.name}: {cmdline[:120]}")
         with contextlib.suppress(OSError):
             found += [f"mount {line.split()[4]}"
