@@ -234,6 +234,11 @@ def test_every_trainer_defines_the_checkpoint_dir_before_its_entrypoint_expands_
     chosen["spec"]["trainer"]["env"] = [{"name": "EDL_CHECKPOINT_DIR", "value": "/nfs/ddp"}]
     values = {e["name"]: e.get("value") for e in _trainer_env(chosen)}
     assert values["EDL_CHECKPOINT_DIR"] == "/nfs/ddp"
+    # once, in edl's place (server-side apply refuses a Job listing a name twice: the
+    # real plane's 500 "duplicate entries for key [name=\"EDL_CHECKPOINT_DIR\"]")
+    names = [e["name"] for e in _trainer_env(chosen)]
+    assert names.count("EDL_CHECKPOINT_DIR") == 1
+    assert names.index("EDL_CHECKPOINT_DIR") < names.index("EDL_ENTRYPOINT")
     assert set(COLLECTIVE_ENV_NAMES) == {e["name"] for e in _trainer_env(plain)}
 
 

@@ -76,11 +76,16 @@ def _dump(value: Any) -> Any:
 
 
 def finish_container(job: TrainingJob, role: str, container: dict[str, Any]) -> dict[str, Any]:
-    """The role's edl container with its image (role over job) and the user's env appended."""
+    """The role's edl container with its image (role over job) and the user's env: a
+    variable edl also sets (one validation lets a user choose, `EDL_CHECKPOINT_DIR`) takes
+    edl's place, so it comes before the variables that refer to it as ``$(NAME)`` and the
+    list has each name once (server-side apply refuses a duplicate); the rest follows."""
     options = role_options(job, role)
     container["image"] = options.image or job.spec.image
     if options.env:
-        container["env"] = [*container.get("env", []), *_dump(options.env)]
+        user = {v["name"]: v for v in _dump(options.env)}
+        env = [user.pop(v.get("name"), v) for v in container.get("env", [])]
+        container["env"] = [*env, *user.values()]
     return container
 
 
