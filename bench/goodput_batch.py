@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.resources
+import math
 import random
 import statistics
 import sys
@@ -291,11 +292,11 @@ def main(argv: list[str]) -> int:
     assert adapted is not None and fixed is not None
     print(f"JCT bound (each job alone at its best goodput): batch adapted {adapted:.0f} s, "
           f"per-trainer batch kept {fixed:.0f} s", flush=True)
-    optimum, rule = fluid_optimum(scenario)
+    optimum, rule = fluid_optimum(scenario) if args.seeds else (math.nan, "")
     print(f"fluid optimum / default rule: {optimum:.3f} ({rule})", flush=True)
     rows = []
     runs: dict[str, list[Metrics]] = {name: [] for name in VARIANTS}
-    for mode in modes:
+    for mode in modes if args.seeds else ():
         paused = with_pauses(data, mode)
         pair: dict[str, list[Metrics]] = {name: [] for name in MAIN}
         for seed in range(args.seeds):
@@ -311,11 +312,12 @@ def main(argv: list[str]) -> int:
         rows.append((paused.name, pair["goodput"], pair["default"], optimum, rule))
         if mode == modes[0]:
             runs.update(pair)
-    print()
-    print(table(runs))
-    default_jct = statistics.fmean(m.jct_mean_s for m in runs["default"])
-    print(f"\nbound / default mean JCT: batch adapted {adapted / default_jct:.2f}, "
-          f"per-trainer batch kept {fixed / default_jct:.2f}")
+    if runs["default"]:
+        print()
+        print(table(runs))
+        default_jct = statistics.fmean(m.jct_mean_s for m in runs["default"])
+        print(f"\nbound / default mean JCT: batch adapted {adapted / default_jct:.2f}, "
+              f"per-trainer batch kept {fixed / default_jct:.2f}")
     for seed in range(VARIED_SEEDS, VARIED_SEEDS + args.varied):
         generated = noisy_varied_scenario(seed)
         paused = with_pauses(varied_data_noisy(seed), modes[0])
@@ -328,7 +330,7 @@ def main(argv: list[str]) -> int:
             for policy, m in pair.items()) + f"; fluid optimum {optimum:.3f}", flush=True)
     print()
     print(fluid_table(rows))
-    if args.out is not None:
+    if args.out is not None and runs["default"]:
         print(f"wrote {plot(runs, (adapted, fixed), args.out)}")
     print(f"bench wall time {time.perf_counter() - started:.0f} s")
     return 0

@@ -2,7 +2,8 @@
 batch-adaptation helper measures a finite, positive gradient noise scale, which the
 Autoscaler reads; the batch it chooses reaches the workers at a restart (the same batch
 on every line of a round), grows at least once, is shown with φ and efficiency, and
-the script still reaches its accuracy (issue 22)."""
+the script still reaches its accuracy (issue 22); each restart's measured pause reaches
+the Autoscaler (issue 32)."""
 
 from __future__ import annotations
 
@@ -37,6 +38,10 @@ def test_the_adaptive_example_measures_its_noise_scale_and_reaches_its_accuracy(
     assert snapshot.noise_scale is not None and math.isfinite(snapshot.noise_scale)
     assert snapshot.noise_scale > 0
     assert snapshot.efficiency is not None and 0 < snapshot.efficiency <= 1
+    # each restart's pause, measured by the new world's rank 0 and published with its
+    # metrics, reached the Autoscaler's board and its smoothed figure (issue 32)
+    assert snapshot.resizes_measured >= 1, snapshot
+    assert snapshot.resize_pause_s is not None and 0 < snapshot.resize_pause_s < 600
     # rank 0 prints a metrics line per epoch and "resumed from epoch" when a round starts
     # from the checkpoint: within a round (a log's lines between two such lines) the
     # batch never changes; the first round runs the initial batch; a later one a larger

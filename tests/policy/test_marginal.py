@@ -146,13 +146,25 @@ def test_payback_stops_growth_near_the_end_of_the_work() -> None:
 def test_a_resize_pause_is_paid_by_the_whole_world() -> None:
     """A collective job stops every trainer for a resize: a restart's 18 s pause makes a
     small gain not worth it where a live re-formation's 1 s does not."""
-    job = Want(("ns", "j"), 1, 20, 8, 8, (1000, 1000, 0), UslCurve(100.0, 0.05), fair=8,
+    job = Want(("ns", "j"), 1, 9, 8, 8, (1000, 1000, 0), UslCurve(100.0, 0.05), fair=8,
                remaining_samples=None)
     live = dataclasses.replace(job, resize_pause_s=1.0)
     restart = dataclasses.replace(job, resize_pause_s=18.0)
     horizon = 60.0
     assert pays_back(job, 8, horizon) and pays_back(live, 8, horizon)
     assert not pays_back(restart, 8, horizon)
+
+
+def test_a_pause_is_paid_once_by_the_whole_step() -> None:
+    """One restart for one more trainer does not pay; the same restart for a step to
+    20 trainers does, so the first trainer of that step is given (issue 32: the pause
+    was charged to every trainer of a step, as if each were a resize of its own)."""
+    one = Want(("ns", "j"), 1, 9, 8, 8, (1000, 1000, 0), UslCurve(100.0, 0.05), fair=8,
+               resize_pause_s=18.0)
+    many = dataclasses.replace(one, max_instance=20)
+    assert not pays_back(one, 8, 60.0)
+    assert pays_back(many, 8, 60.0)
+    assert allocate([many], (20_000, 10**9, 0), GoodputParams(fairness=0.0))[0].target > 9
 
 
 @given(wants(), st.integers(1, 39), st.floats(0, 100), st.floats(0, 100))

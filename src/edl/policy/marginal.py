@@ -19,12 +19,14 @@ Pure arithmetic over `Want`s (one per elastic job) and a resource budget, used b
 * **payback** — a trainer the job does not hold yet must join first (``join_cost_s``
   of its time producing nothing), and a collective job stops its whole world for
   ``resize_pause_s`` (a restart, or a live re-formation). It is given only if the
-  samples it adds within the horizon pay that back:
-  ΔX · (T − c − p) ≥ c · X(n+1)/(n+1) + p · X(n), with T = min(horizon, the job's
-  remaining time at its current rate), the join time valued at the job's own
-  per-trainer rate and the pause at its whole current rate. A nearly flat job
-  (ΔX small), one about to finish (T small) or one whose resizes are dear (p) is not
-  grown;
+  samples it adds within the horizon pay that back: its own join,
+  ΔX · (T − c − p) ≥ c · X(n+1)/(n+1), and, once per resize, the pause: some step
+  from the h trainers the job holds through it to m ≥ n+1 repays every join and the
+  pause, (X(m) − X(h)) · (T − c − p) ≥ c (m − h) X(m)/m + p · X(h), with T =
+  min(horizon, the job's remaining time at its current rate), a join valued at the
+  job's own per-trainer rate and the pause at its whole current rate. A nearly flat
+  job (ΔX small), one about to finish (T small) or one whose resizes are dear (p) is
+  not grown;
 * **deadband** — a resize that would change the job's throughput by less than
   ``deadband`` (10 %) is not made.
 
@@ -115,18 +117,31 @@ class Allocation:
 
 
 def pays_back(want: Want, n: int, horizon_s: float) -> bool:
-    """Does growing from ``n`` to ``n+1`` trainers repay the new trainer's join time?"""
+    """Does growing from ``n`` to ``n+1`` trainers repay the new trainer's join time,
+    and the resize's pause? The pause is paid once per resize, so it is charged to the
+    whole step from what the job holds: the trainer is worth its pause if a step through
+    it (to n+1 or further, up to max) repays the pause and every join on the way."""
     cost, pause = want.join_cost_s, want.resize_pause_s
     if cost <= 0 and pause <= 0:
         return True
-    now, after = want.curve.rate(n), want.curve.rate(n + 1)
-    gain = after - now
-    if gain <= 0:
+    curve = want.curve
+    now, after = curve.rate(n), curve.rate(n + 1)
+    if after - now <= 0:
         return False
     window = horizon_s
     if want.remaining_samples is not None and now > 0:
         window = min(window, want.remaining_samples / now)
-    return gain * (window - cost - pause) >= cost * after / (n + 1) + pause * now
+    if (after - now) * (window - cost - pause) < cost * after / (n + 1):
+        return False  # its own join is not repaid
+    if pause <= 0:
+        return True
+    held = max(want.min_instance, min(n, want.held))
+    base = curve.rate(held)
+    for m in range(n + 1, want.max_instance + 1):
+        rate = curve.rate(m)
+        if (rate - base) * (window - cost - pause) >= cost * (m - held) * rate / m + pause * base:
+            return True
+    return False
 
 
 def urgency(want: Want, params: GoodputParams) -> float:
