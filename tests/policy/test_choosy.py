@@ -120,9 +120,14 @@ NODES = {f"{p}{i}": p for p in POOLS for i in (1, 2)}
 @example((NODES, {"a1": 4000, "a2": 4000, "b1": 0, "b2": 0, "c1": 4000, "c2": 4000},
           [("job0", ["a", "b"], 2000, 2, ["b1", "b2"]),
            ("job1", ["b"], 1000, 5, ["b1", "b1", "b2", "b2"])]))
+@example((NODES, {"a1": 4000, "a2": 4000, "b1": 0, "b2": 0, "c1": 0, "c2": 3000},
+          [("job0", ["b", "c"], 2000, 5, ["b1", "b1", "b2", "c1", "c1"]),
+           ("job1", ["b"], 1000, 1, []), ("job2", ["b"], 2000, 1, ["b2"]),
+           ("job3", ["c"], 1000, 3, ["c2"])]))  # c2's room is job3's (below its min)
 def test_no_starvation_while_movable_trainers_exist(state):
     """A job below its min on full nodes, while another job holds a trainer there that
-    has free room elsewhere: the plan names a victim on that job's nodes."""
+    has free room elsewhere (room no other job below its min may use): the plan names
+    a victim on that job's nodes."""
     nodes, free, jobs = state
     views, pods, specs = [], [], {}
     for name, pools, cpu, lo, placed in jobs:
@@ -141,6 +146,8 @@ def test_no_starvation_while_movable_trainers_exist(state):
         movable = any(  # an elastic job at or above its min, with room outside
             other != name and len(there) > 1 and other_lo <= len(there) and other_lo < 8
             and any(nodes[n] in other_pools and n not in mine and free[n] >= other_cpu
+                    and not any(nodes[n] in pools_k for k, pools_k, _, lo_k, placed_k in jobs
+                                if k != name and len(placed_k) < lo_k)
                     for n in nodes)
             and any(n in mine for n in there) and other_cpu >= cpu
             for other, other_pools, other_cpu, other_lo, there in jobs
