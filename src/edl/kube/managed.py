@@ -21,7 +21,11 @@ from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
 
-from edl.api.names import ANNOTATION_TRAINER_PLACEMENT, ANNOTATION_TRAINER_VICTIMS
+from edl.api.names import (
+    ANNOTATION_BATCH_SIZE,
+    ANNOTATION_TRAINER_PLACEMENT,
+    ANNOTATION_TRAINER_VICTIMS,
+)
 from edl.cluster.port import (
     AlreadyExistsError,
     ClusterError,
@@ -46,13 +50,15 @@ CONDITION_TIMES = ("lastProbeTime", "lastTransitionTime")
 
 def scale_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
     """The metadata a scale patch of a trainer Job carries: the caller's resourceVersion
-    (the patch is then conditional) and the Autoscaler's placement hint, if present."""
+    (the patch is then conditional) and the Autoscaler's placement hint and chosen batch,
+    if present (the batch is the record the Autoscaler reads back as the job's batch)."""
     out: dict[str, Any] = {}
     if metadata.get("resourceVersion"):
         out["resourceVersion"] = metadata["resourceVersion"]
     annotations = metadata.get("annotations") or {}
     kept = {key: annotations[key] for key in (ANNOTATION_TRAINER_PLACEMENT,
-                                              ANNOTATION_TRAINER_VICTIMS) if key in annotations}
+                                              ANNOTATION_TRAINER_VICTIMS,
+                                              ANNOTATION_BATCH_SIZE) if key in annotations}
     if kept:
         out["annotations"] = kept
     return out
