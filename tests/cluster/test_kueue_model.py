@@ -65,14 +65,16 @@ def queued(manifest: dict) -> dict:
 
 def test_edl_under_the_model_queues_the_second_job_and_places_trainers_by_flavor(
         clock, cluster_factory, manifests):
-    cluster = cluster_factory(nodes=1, cpu="16")  # the master and pservers go here
+    cluster = cluster_factory(nodes=1, cpu="16")
     taint = {"key": "pool", "value": "gpu", "effect": "NoSchedule"}
     for index in range(2):
         cluster.add_node(f"gpu-{index}", {"cpu": "16", "memory": "32Gi"},
                          labels={"pool": "gpu"}, taints=[taint])
     cluster.create_resource_flavor(ResourceFlavor("gpu", {"pool": "gpu"},
                                                   ({**taint, "operator": "Equal"},)))
-    cluster.create_cluster_queue(ClusterQueue("cq", "gpu", {"cpu": 5000, "memory": 10**6}))
+    # a job asks 5.6 CPU: master 600m, a pserver 1 CPU (its servers' Workload), 2 trainers
+    # of 2 CPU; 1 CPU is left: not even the second job's master and pservers fit
+    cluster.create_cluster_queue(ClusterQueue("cq", "gpu", {"cpu": 6600, "memory": 10**6}))
     cluster.create_local_queue("default", "team", "cq")
 
     async def scenario():
@@ -88,19 +90,23 @@ def test_edl_under_the_model_queues_the_second_job_and_places_trainers_by_flavor
         counts = (cluster.trainer_counts("default", "first").running,
                   cluster.trainer_counts("default", "second").running)
         nodes = {p["spec"].get("nodeName") for p in cluster.list_pods("default")
-                 if p["metadata"]["labels"].get("edl.dev/job") == "first"
-                 and p["metadata"]["labels"].get("edl.dev/role") == "trainer"}
+                 if p["metadata"]["labels"].get("edl.dev/job") == "first"}
+        second = [p for p in cluster.list_pods("default")
+                  if p["metadata"]["labels"].get("edl.dev/job") == "second"]
         cluster.delete_training_job("default", "first")
         await asyncio.sleep(15)
         after = cluster.trainer_counts("default", "second").running
         for task in tasks:
             task.cancel()
-        return waiting, counts, nodes, after
+        return waiting, counts, nodes, second, after
 
-    waiting, counts, nodes, after = clock.run(scenario())
+    waiting, counts, nodes, second, after = clock.run(scenario())
     assert counts == (2, 0)
-    assert "waiting for admission" in waiting and "insufficient unused quota for cpu" in waiting
-    assert nodes and nodes <= {"gpu-0", "gpu-1"}, nodes  # the flavor's nodes only
+    assert waiting.startswith("master and pservers waiting for admission: Kueue: ")
+    assert "insufficient unused quota for cpu" in waiting
+    assert not second  # nothing of the second job runs, not even its master
+    # every pod of the first job, master and pserver included, on the flavor's nodes only
+    assert nodes and nodes <= {"gpu-0", "gpu-1"}, nodes
     assert after == 2  # admitted once the first job's quota came back
 
 
@@ -108,7 +114,7 @@ def test_an_elastic_job_under_the_model_grows_to_what_its_cluster_queue_admits(
         clock, cluster_factory, manifests):
     cluster = cluster_factory(nodes=2, cpu="16")
     cluster.create_resource_flavor(ResourceFlavor("default"))
-    cluster.create_cluster_queue(ClusterQueue("cq", "default", {"cpu": 5000, "memory": 10**6}))
+    cluster.create_cluster_queue(ClusterQueue("cq", "default", {"cpu": 6600, "memory": 10**6}))
     cluster.create_local_queue("default", "team", "cq")
 
     async def scenario():
@@ -124,4 +130,6 @@ def test_an_elastic_job_under_the_model_grows_to_what_its_cluster_queue_admits(
             task.cancel()
         return trainer["spec"]["parallelism"], running
 
-    assert clock.run(scenario()) == (5, 5)  # 5 CPU of quota, though the nodes hold 30
+    # 6.6 CPU of quota, less 1.6 for the master and pserver: 5 trainers, though the nodes
+    # hold 30
+    assert clock.run(scenario()) == (5, 5)

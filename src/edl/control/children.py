@@ -102,6 +102,15 @@ async def delete_children(cluster: Cluster, namespace: str, name: str) -> None:
             await delete(namespace, child)
 
 
+async def delete_job(cluster: Cluster, namespace: str, name: str) -> None:
+    """A deleted TrainingJob: its children, and its servers' Workload under Kueue (which
+    the API server's garbage collector would also delete, by its ownerReference)."""
+    await delete_children(cluster, namespace, name)
+    finish = getattr(cluster, "finish_servers", None)
+    if finish is not None:
+        await finish(namespace, name)
+
+
 async def children_refused(cluster: Cluster, job: TrainingJob, warned: str) -> str:
     """Why the master's or pservers' pods cannot be created, in the API server's words
     (their ReplicaSet's ``ReplicaFailure``); posted as a Warning Event unless it is

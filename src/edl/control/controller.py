@@ -53,7 +53,7 @@ from edl.cluster.port import (
 from edl.control.children import (
     children_refused,
     create_children,
-    delete_children,
+    delete_job,
     stop_servers,
     unapplied_roles,
 )
@@ -175,7 +175,7 @@ class Controller:
             self.autoscaler.on_del(known.job)
         if self.trainers is not None:
             self.trainers.forget(key)
-        await delete_children(self.cluster, *key)
+        await delete_job(self.cluster, *key)
 
     # -- the loop ------------------------------------------------------------------------------
     def watch_training_jobs(self) -> Unsubscribe:

@@ -10,6 +10,7 @@ import copy
 import json
 from typing import Any
 
+from edl.accounting.kueue import PRIORITY_LABEL, QUEUE_LABEL
 from edl.api.names import ANNOTATION_JOIN_COST, ANNOTATION_THROUGHPUT_PRIOR
 from edl.sim.scenario import JobPlan
 from edl.throughput.annotations import curve_to_dict
@@ -75,6 +76,11 @@ def training_job_manifest(plan: JobPlan, image: str, *, elastic: bool) -> dict[s
         annotations[ANNOTATION_JOIN_COST] = f"{work.join_cost_s:g}"
     if work is not None and work.initial_batch is not None:  # the job adapts its batch
         manifest["spec"]["batch"] = batch_spec(plan, manifest)
+    labels = {key: value for key, value in (
+        (QUEUE_LABEL, plan.group.queue), (PRIORITY_LABEL, plan.group.queue_priority_class))
+        if value}
+    if labels:  # queued by Kueue (the scenario's kueue section)
+        manifest["metadata"].setdefault("labels", {}).update(labels)
     if not elastic:
         trainer = manifest["spec"]["trainer"]
         trainer["min-instance"] = trainer["max-instance"] = plan.static_trainers

@@ -206,6 +206,8 @@ class _Run:
                 priority_class.name, priority_class.value, priority_class.global_default)
         for quota in scenario.quotas:
             self.cluster.create_resource_quota(quota.manifest())
+        if scenario.kueue is not None:
+            scenario.kueue.apply(self.cluster)
         self.plans = expand_jobs(scenario)
         keys = {
             plan.name if plan.namespace == "default" else f"{plan.namespace}/{plan.name}": plan.name

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from edl.sim.kueue_spec import KueueSpec
 from edl.sim.scheduling_spec import PriorityClassSpec, QuotaSpec
 from edl.sim.sections import (
     Autoscaling,
@@ -77,6 +78,7 @@ class Scenario(Strict):
     training: Training = Training()
     priority_classes: list[PriorityClassSpec] = Field(default_factory=list)
     quotas: list[QuotaSpec] = Field(default_factory=list)
+    kueue: KueueSpec | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> Scenario:
@@ -103,9 +105,26 @@ class Scenario(Strict):
         workload_names = [(w.namespace, w.name) for w in self.workloads]
         if len(workload_names) != len(set(workload_names)):
             problems.append("workloads: names are not unique")
+        problems += _kueue_problems(self)
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+
+def _kueue_problems(scenario: Scenario) -> list[str]:
+    """Job groups naming a LocalQueue or WorkloadPriorityClass the scenario lacks."""
+    kueue = scenario.kueue
+    locals_ = {(q.namespace, q.name) for q in kueue.local_queues} if kueue else set()
+    classes = {c.name for c in kueue.priority_classes} if kueue else set()
+    problems = []
+    for group in scenario.training.jobs:
+        if group.queue and (group.namespace, group.queue) not in locals_:
+            problems.append(f"training.jobs {group.name}: LocalQueue {group.queue!r} is not "
+                            f"in kueue.local_queues (namespace {group.namespace})")
+        if group.queue_priority_class and group.queue_priority_class not in classes:
+            problems.append(f"training.jobs {group.name}: WorkloadPriorityClass "
+                            f"{group.queue_priority_class!r} is not in kueue.priority_classes")
+    return problems
 
 
 class JobPlan(BaseModel):

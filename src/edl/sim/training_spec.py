@@ -61,6 +61,9 @@ class JobGroup(Strict):
     work: Work | None = None
     # where its trainers may run and their priority (the trainer pods' scheduling fields)
     scheduling: Scheduling | None = None
+    # a Kueue LocalQueue in its namespace (the scenario's ``kueue`` section) and priority
+    queue: str | None = None
+    queue_priority_class: str | None = None
 
     @model_validator(mode="after")
     def _one_form(self) -> JobGroup:

@@ -10,6 +10,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from edl.accounting.kueue import admissible_trainers, elastic
+from edl.accounting.kueue_servers import Placement, ServersAdmission, servers_workload_name
 from edl.api.names import object_key
 from edl.cluster.inproc.kueue import (
     PRIORITY_LABEL,
@@ -80,6 +81,52 @@ class KueueIntegration:
         if self.kueue is None or not _queue(trainer):
             return ""
         return self.kueue.words(object_key(trainer))
+
+    async def servers_admission(self, job: Manifest, master: Manifest,
+                                pserver: Manifest | None) -> ServersAdmission | None:
+        """The servers' Workload (`edl.accounting.kueue_servers`) as Kueue would hold it:
+        one Workload asking for the master and every pserver together."""
+        model = self.kueue
+        if model is None or not _queue(job):
+            return None
+        namespace, name = object_key(job)
+        key = (namespace, servers_workload_name(name))
+        if key not in model.workloads:
+            labels = (job.get("metadata") or {}).get("labels") or {}
+            cluster_queue = model.local_queues.get((namespace, _queue(job)), "")
+            asks = dict.fromkeys(("cpu", "memory"), 0)
+            for replica_set in (master, pserver):
+                count = int(((replica_set or {}).get("spec") or {}).get("replicas") or 0)
+                for resource, amount in per_pod_request(replica_set or {}).items():
+                    asks[resource] += amount * count
+            model.workloads[key] = Workload(
+                namespace, key[1], cluster_queue,
+                model.priorities.get(str(labels.get(PRIORITY_LABEL) or ""), 0),
+                self.clock.now(), asks, 1,  # type: ignore[attr-defined]
+                message="" if cluster_queue else f"LocalQueue {_queue(job)} doesn't exist")
+            self._kueue_schedule()
+        workload = model.workloads[key]
+        if workload.admitted_count:
+            queue = model.cluster_queues.get(workload.cluster_queue)
+            flavor = model.flavors.get(queue.flavor) if queue is not None else None
+            placed = Placement(dict(flavor.node_labels), [dict(t) for t in flavor.tolerations]
+                               ) if flavor is not None else Placement()
+            return ServersAdmission(True, words=model.words(key),
+                                    placement={"master": placed, "pserver": placed})
+        return ServersAdmission(False, workload.message.startswith("Preempted"),
+                                model.words(key))
+
+    async def release_servers(self, namespace: str, name: str) -> None:
+        """The model requeued the evicted Workload already: only its words change."""
+        workload = self.kueue.workloads.get((namespace, servers_workload_name(name))) \
+            if self.kueue is not None else None
+        if workload is not None and not workload.admitted_count:
+            workload.message = ""
+
+    async def finish_servers(self, namespace: str, name: str) -> None:
+        if self.kueue is not None and self.kueue.workloads.pop(
+                (namespace, servers_workload_name(name)), None) is not None:
+            self._kueue_schedule()
 
     async def queue_room(self, trainer: Manifest) -> int | None:
         """The most trainers Kueue can admit for this elastic, admitted Job now."""
