@@ -42,9 +42,12 @@ def plan(policy_name: str, max_load: float, output: str, state: str) -> None:
 
     STATE is a JSON or YAML Kubernetes List of Node, Pod, TrainingJob, Job,
     ResourceQuota and PriorityClass objects, as `kubectl get
-    nodes,pods,trainingjobs,jobs,resourcequotas,priorityclasses -A -o json` prints.
-    Prints a table, or with `-o json` {"policy", "jobs": [{"namespace", "name",
-    "parallelism", "target", "reason"}]}; a job that cannot be planned has null
+    nodes,pods,trainingjobs,jobs,resourcequotas,priorityclasses -A -o json` prints; on a
+    cluster that runs Kueue add clusterqueues,localqueues,workloads: a job Kueue holds
+    is then not planned (its reason quotes Kueue) and an admitted elastic one is planned
+    within what its ClusterQueue can still admit. Prints a table, or with `-o json`
+    {"policy", "jobs": [{"namespace", "name", "parallelism", "target", "reason"}]}; a
+    job that cannot be planned has null
     parallelism/target (`-` in the table).
     """
     try:

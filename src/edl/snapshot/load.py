@@ -2,15 +2,16 @@
 
 The snapshot is what `kubectl get
 nodes,pods,trainingjobs,jobs,resourcequotas,priorityclasses -A -o json` prints: Node,
-Pod, TrainingJob, `batch/v1` Job, ResourceQuota and PriorityClass objects. Nodes keep
-their labels and taints and each trainer Job's pod template gives its trainers'
-constraints (tolerations, nodeSelector, affinity), so a job is planned only onto
-nodes its pods can use; quotas bound what a namespace's jobs may grow to; a pod
-without `spec.priority` takes its PriorityClass's value (the API server's admission
-sets it, a hand-written snapshot may not). A trainer Job belongs
-to the TrainingJob whose name it carries with the `-trainer` suffix, in the same
-namespace; a pod belongs to the Job whose `spec.selector` matches its labels or
-that its ownerReferences name. Pure: text in, plain data out.
+Pod, TrainingJob, `batch/v1` Job, ResourceQuota and PriorityClass objects, and on a
+cluster that runs Kueue its ClusterQueues, LocalQueues and Workloads
+(`edl.snapshot.kueue`). Nodes keep their labels and taints and each trainer Job's pod
+template gives its trainers' constraints (tolerations, nodeSelector, affinity), so a job
+is planned only onto nodes its pods can use; quotas bound what a namespace's jobs may
+grow to; a pod without `spec.priority` takes its PriorityClass's value (the API server's
+admission sets it, a hand-written snapshot may not). A trainer Job belongs to the
+TrainingJob whose name it carries with the `-trainer` suffix, in the same namespace; a
+pod belongs to the Job whose `spec.selector` matches its labels or that its
+ownerReferences name. Pure: text in, plain data out.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from edl.api.quantity import QuantityError
 from edl.api.trainingjob import TrainingJob
 from edl.api.yamlload import DuplicateKeyError, load_json_or_yaml
 from edl.policy import JobView, Trainer
+from edl.snapshot.kueue import KueueState, kueue_state, trainer_cap, waiting_reason
 
 __all__ = [
     "PlanInputs",
@@ -211,10 +213,11 @@ def plan_inputs(items: list[dict[str, Any]]) -> PlanInputs:
     views: list[JobView] = []
     unplannable: list[Unplannable] = []
     trainer_pod_ids: set[int] = set()
+    kueue = kueue_state(items)
     for item in items:
         if item["kind"] != "TrainingJob":
             continue
-        planned, trainer_pods = _plan_job(item, trainer_jobs, pods)
+        planned, trainer_pods = _plan_job(item, trainer_jobs, pods, kueue)
         trainer_pod_ids.update(id(p) for p in trainer_pods)
         if isinstance(planned, JobView):
             views.append(planned)
@@ -257,6 +260,7 @@ def _plan_job(
     item: dict[str, Any],
     trainer_jobs: Mapping[tuple[str, str], dict[str, Any]],
     pods: list[dict[str, Any]],
+    kueue: KueueState,
 ) -> tuple[JobView | Unplannable | None, list[Mapping[str, Any]]]:
     """One TrainingJob -> (its view, or why it cannot be planned, or None if not
     elastic; its non-terminal trainer pods, which are not "pending services")."""
@@ -272,6 +276,9 @@ def _plan_job(
     if not job.elastic():
         return None, []
     trainer = trainer_jobs.get((namespace, trainer_job_name(name)))
+    waiting = waiting_reason(kueue, item, trainer)
+    if waiting:  # Kueue has not admitted it: starting it is Kueue's call
+        return Unplannable(namespace, name, waiting), []
     if trainer is None:
         return Unplannable(namespace, name, f"no trainer Job {trainer_job_name(name)} yet"), []
     mine = [
@@ -289,13 +296,19 @@ def _plan_job(
         pod_spec = {}
     if pod_spec:  # every resource the trainer pods ask for, extended ones included
         per_pod = replace(per_pod, extended=extended_request(pod_spec))
+    cap = trainer_cap(kueue, trainer, {"cpu": per_pod.cpu_request_milli,
+                                       "memory": per_pod.memory_request_mega})
+    min_instance = int(job.spec.trainer.min_instance or 0)
+    max_instance = int(job.spec.trainer.max_instance or 0)
+    if cap is not None:  # what its ClusterQueue can still admit (never below its min)
+        max_instance = max(min(max_instance, cap), min_instance)
     phases = [(p.get("status") or {}).get("phase") for p in mine]
     pending = [p for p, phase in zip(mine, phases, strict=True) if phase == "Pending"]
     view = JobView.from_pod_resources(
         namespace,
         name,
-        min_instance=int(job.spec.trainer.min_instance or 0),
-        max_instance=int(job.spec.trainer.max_instance or 0),
+        min_instance=min_instance,
+        max_instance=max_instance,
         parallelism=parallelism,
         per_pod=per_pod,
         total=len(mine),
