@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from dataclasses import replace
 
 import pytest
 
@@ -68,6 +69,25 @@ def test_a_long_run_starts_a_new_streak_and_a_scale_down_forgives_owed_replaceme
     assert record.streak == 1
     plan = plan_for({"parallelism": 1}, [pod("b")], record, now=701.0)
     assert plan.create == 0 and record.owed == 0
+
+
+def test_a_peer_s_rendezvous_closed_error_never_replaces_the_script_s_line():
+    """Rank 0's script raises; rank 1's agent then fails with torch's
+    RendezvousClosedError: the job names rank 0's line (the real node's case)."""
+    record = CrashRecord()
+    cause = replace(pod("r0", "Failed", code=1, finished=5.0),
+                    message="failed (status 1): ValueError: bad learning rate: -1")
+    peer = replace(pod("r1", "Failed", code=1, finished=9.0),
+                   message="failed under torchrun (status 1): RendezvousClosedError")
+    plan_for({"parallelism": 2}, [cause, peer], record, now=10.0)
+    assert record.last_failure.endswith("ValueError: bad learning rate: -1")
+    again = replace(pod("r2", "Failed", code=1, finished=20.0),
+                    message="failed (status 1): ValueError: bad learning rate: -2")
+    plan_for({"parallelism": 2}, [cause, peer, again], record, now=21.0)
+    assert record.last_failure.endswith("bad learning rate: -2")  # a newer cause wins
+    alone = CrashRecord()
+    plan_for({"parallelism": 2}, [peer], alone, now=10.0)
+    assert alone.last_failure.endswith("RendezvousClosedError")  # all there is
 
 
 def test_crashes_past_the_backoff_limit_fail_the_job_and_delete_the_rest():

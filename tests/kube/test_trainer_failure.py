@@ -67,6 +67,17 @@ def test_the_last_real_failure_is_picked_with_the_last_line_of_its_message() -> 
     assert last_trainer_failure([pods[2], pods[3]]) == ""
 
 
+def test_a_peer_s_side_of_a_collective_failure_never_hides_its_cause() -> None:
+    """Rank 0 raises; torch closes the rendezvous, so rank 1's pod fails later with
+    RendezvousClosedError: the status names rank 0's line (the real node's case)."""
+    cause = trainer_pod("r-0", "Failed", 1, "2026-01-01T10:00:00Z",
+                        "edl agent: ... failed (status 1): ValueError: bad learning rate: -1")
+    peer = trainer_pod("r-1", "Failed", 1, "2026-01-01T10:00:09Z",
+                       "edl agent: ... failed under torchrun (status 1): RendezvousClosedError")
+    assert last_trainer_failure([cause, peer]).startswith("r-0 (exit 1): ")
+    assert last_trainer_failure([peer]).startswith("r-1 (exit 1): ")  # all there is
+
+
 
 def stored(emulator: Any, resource: Any, name: str) -> dict[str, Any]:
     obj = emulator.objects[(resource, "default", name)]

@@ -14,6 +14,11 @@ FAILED = "Failed"
 SUCCEEDED = "Succeeded"
 # the message while Kueue (or anyone) holds the trainer Job suspended: condition Suspended
 SUSPENDED_MESSAGE = "trainer Job suspended"
+# A trainer's error that only tells of another's failure (its peer went away, torch closed
+# the rendezvous): the job's status names the failure that caused it, not this one.
+SECONDARY_FAILURES = ("RendezvousClosedError", "Connection closed by peer",
+                      "Connection reset by peer", "DistNetworkError", "DistBackendError",
+                      "Broken pipe")
 TRAINER_JOB_FAILED = "the trainer Job failed"  # how a finished job's Failed message starts
 STALLED = "stalled"  # how the message of a job its stall limit ended starts (`job_health`)
 
@@ -108,3 +113,14 @@ def plan_status(autoscaler: object, key: tuple[str, str]) -> dict[str, Any] | No
     if decision is None:
         return None
     return {"target": decision.target, "reason": decision.reason.split(" | ")[0]}
+
+
+def is_secondary_failure(line: str) -> bool:
+    """Whether a failed trainer's last line only reports another trainer's failure."""
+    return any(sign in line for sign in SECONDARY_FAILURES)
+
+
+def keeps_cause(previous: str, line: str) -> bool:
+    """Whether the failure already named (``previous``) stays the one to show when
+    ``line`` comes after it: a peer's side of a failure never hides its cause."""
+    return bool(previous) and is_secondary_failure(line) and not is_secondary_failure(previous)

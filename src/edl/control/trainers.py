@@ -47,6 +47,7 @@ from typing import Any
 
 from edl.api.installation import managed_by
 from edl.api.names import ANNOTATION_TRAINER_VICTIMS
+from edl.control.job_status import keeps_cause
 from edl.control.trainer_pods import TrainerPodState, failure_action
 from edl.jobparser.manifests import TRAINER_MANAGED_BY
 
@@ -207,7 +208,9 @@ def observe(spec: Mapping[str, Any], record: CrashRecord,
         record.streak = 1 if ran >= CRASH_STREAK_RESET_S else record.streak + 1
         record.owed += 1
         record.last_crash_at = pod.finished_at
-        record.last_failure = _failure_line(pod)
+        line = _failure_line(pod)
+        if not keeps_cause(record.last_failure, line):
+            record.last_failure = line
     return fatal
 
 
