@@ -1,6 +1,7 @@
-"""The planner's batched steps give what one pod at a time gives: `Room.take_many`
-against repeated `Room.take`, and growth in whole batches against growth one trainer
-at a time (the batch is only kept when nothing stops a job)."""
+"""The planner's shortcuts give what the long way gives: `Room.take_many` against
+repeated `Room.take`, growth in whole batches against growth one trainer at a time
+(the batch is only kept when nothing stops a job), and a waiting pod's node found
+without the preemption search against the search's."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 from edl.accounting.eligibility import NO_CONSTRAINTS, NodeFacts, PodConstraints
 from edl.accounting.types import Nodes
 from edl.policy import get_policy, steps
+from edl.policy.preempt import Preemptor
 from edl.policy.room import Eligible, Room
 from policy.test_properties import clusters
 
@@ -84,3 +86,26 @@ def test_growth_in_batches_gives_the_targets_of_one_at_a_time(c, load):
         single = get_policy("default").plan(views, resources, load)
     assert [d.target for d in batched] == [d.target for d in single]
     assert [d.reason for d in batched] == [d.reason for d in single]
+
+
+@settings(max_examples=200, deadline=None)
+@given(rooms, st.sampled_from([1000, 1500, 3000]), st.booleans(),
+       st.lists(st.tuples(st.integers(0, 11), st.integers(0, 3000)), max_size=8))
+def test_first_fit_then_first_reachable_is_the_searchs_choice(spec, cpu, masked, events):
+    """A waiting pod's node without the preemption search (free room first-fit, else the
+    first node with free + coming room) is the search's, round after round, while room is
+    taken and pods leave."""
+    room, allowed_flags, _ = make_room(spec)
+    allowed = Eligible(0, NO_CONSTRAINTS, allowed_flags) if masked else None
+    shape = (cpu, 2000, 0, 1)
+    for node, leaving in [(0, 0), *events]:
+        if leaving and node < room.count:  # a pod leaves: its room is coming
+            room.release(node, (leaving, 1000, 0, 1))
+        rescue = Preemptor(room, []).find(shape, lambda index, extra: None, allowed)
+        expected = -1 if rescue is None else rescue.node
+        got = room.take(shape, allowed)
+        if got < 0:
+            got = room.first_reachable(shape, allowed)
+            if got >= 0:
+                room.take_at(got, shape)
+        assert got == expected

@@ -70,6 +70,7 @@ class Room:
         "free",
         "index",
         "names",
+        "reach",
     )
 
     def __init__(self, nodes: Nodes, extra: Sequence[str] = ()) -> None:
@@ -92,6 +93,9 @@ class Room:
         # Free room only shrinks between two `give` calls, so a node too small for a
         # shape stays too small and each shape's cursor only moves forward.
         self.cursor: dict[object, int] = {}
+        # the same for free + coming room (`first_reachable`): it grows back when a pod
+        # is released or room given back, which restarts these cursors
+        self.reach: dict[object, int] = {}
         # nodes changed since a reader (the preemption search) last copied the room
         self.dirty: set[int] = set()
         self._facts = [nodes.facts.get(name) or NodeFacts(name) for name in names]
@@ -198,6 +202,23 @@ class Room:
             index += 1
         self.cursor[key] = total
 
+    def first_reachable(self, shape: Shape, allowed: Eligible | None = None) -> int:
+        """The first node where `shape` fits in free + coming room (nothing taken), or -1:
+        the preemption search's choice when no node has the free room."""
+        key: object = shape if allowed is None else (shape, allowed.key)
+        index = self.reach.get(key, 0)
+        free, later, dims = self.free, self.coming, range(self.dims)
+        flags = allowed.flags if allowed is not None else None
+        while index < self.count:
+            if (flags is None or flags[index]) and all(
+                free[d][index] + later[d][index] >= shape[d] for d in dims
+            ):
+                self.reach[key] = index
+                return index
+            index += 1
+        self.reach[key] = self.count
+        return -1
+
     def fits(self, node: int, shape: Shape, coming: bool) -> bool:
         """Whether `shape` fits on `node` in its free room (plus its coming room)."""
         free, later = self.free, self.coming
@@ -222,12 +243,14 @@ class Room:
         for d in range(self.dims):
             self.free[d][node] += shape[d]
         self.cursor.clear()
+        self.reach.clear()
         self.dirty.add(node)
 
     def release(self, node: int, shape: Shape) -> None:
         """A pod on `node` is leaving: its room is coming, not free yet."""
         for d in range(self.dims):
             self.coming[d][node] += shape[d]
+        self.reach.clear()
         self.dirty.add(node)
 
     def column(self, node: int, coming: bool) -> Shape:

@@ -216,10 +216,16 @@ def _rescue_all(
         if kind in hopeless:
             left.append((shape, allowed))
             continue
-        node = room.take(shape, allowed)  # free room now: the search's first choice too
+        # the search's own first choices, without its numpy pass over every node: the
+        # first node with free room, else the first with free + coming room
+        node = room.take(shape, allowed)
         if node >= 0:
             if index >= 0:
                 _placed_now(plans[index], node)
+            continue
+        node = room.first_reachable(shape, allowed)
+        if node >= 0:
+            _settle(plans[index] if index >= 0 else None, room, node, shape)
             continue
         rescue = preemptor.find(shape, cost, allowed)
         if rescue is None:
@@ -324,6 +330,7 @@ def _grow_whole(
         room.free[d][:] = column
     room.cursor.clear()
     room.cursor.update(cursor)
+    room.reach.clear()
     budget.cpu, budget.memory, budget.gpu = saved
     if book is not None:
         book.left[:] = left

@@ -94,6 +94,7 @@ class TopologyState:
         for key in [k for k in self.room.cursor if isinstance(k, tuple) and len(k) == 2
                     and k[1] == mask.key]:
             del self.room.cursor[key]
+        self.room.reach.clear()
 
     def placed(self, node: int, delta: int = 1) -> None:
         for r, domain in enumerate(self.domains):
