@@ -138,7 +138,7 @@ def kueue_controller_kubeconfig(plane: ControlPlane, kueue: Kueue) -> Path:
     """A kubeconfig of ServiceAccount edl-system/edl-controller-kueue: the rules of
     deploy/rbac.yaml plus deploy/kueue-rbac.yaml, as `edl controller --kueue` needs. Its
     own account, so that test_rbac still sees the default grants on a plane shared with
-    Kueue tests."""
+    Kueue tests; deploy/admission-policy.yaml is bound to it as well."""
     rest = Rest(plane)
     name = "edl-controller-kueue"
     rest.apply([{"apiVersion": "v1", "kind": "ServiceAccount",
@@ -158,6 +158,14 @@ def kueue_controller_kubeconfig(plane: ControlPlane, kueue: Kueue) -> Path:
                              "name": "edl-controller-leader"},
                  "subjects": [{"kind": "ServiceAccount", "name": name,
                                "namespace": SYSTEM_NAMESPACE}]}])
+    # deploy/admission-policy.yaml holds this account too: edl's writes under Kueue
+    # (its servers' Workloads included) pass the same admission as everywhere else
+    policy, binding = load_yaml("admission-policy.yaml")
+    policy["metadata"]["name"] = binding["metadata"]["name"] = name
+    binding["spec"]["policyName"] = name
+    policy["spec"]["matchConditions"][0]["expression"] = (
+        f"request.userInfo.username == 'system:serviceaccount:{SYSTEM_NAMESPACE}:{name}'")
+    rest.apply([policy, binding])
     return plane.service_account_kubeconfig(SYSTEM_NAMESPACE, name,
                                             plane.work_dir / f"{name}.kubeconfig")
 

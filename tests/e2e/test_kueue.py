@@ -26,6 +26,7 @@ import signal
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -335,3 +336,43 @@ def test_an_elastic_job_grows_to_its_queues_quota_with_borrowing_and_its_shrink_
         kueue.delete("LocalQueue", queue["lq"], namespace)
         kueue.delete("ClusterQueue", queue["cq"])
         kueue.delete("ClusterQueue", lender)
+
+
+def test_the_admission_policy_holds_edls_workload_writes_under_kueue(
+        plane: ControlPlane, rest: Rest, kueue: Kueue, kueue_controller_kubeconfig: Path,
+        namespace: str) -> None:
+    """deploy/admission-policy.yaml, bound to the account `edl controller --kueue` runs
+    as: a Workload edl does not own is neither created nor deleted with its token, nor
+    one whose pods would run as an unlisted ServiceAccount; its own is written."""
+    path = f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{namespace}/workloads"
+    tj = {"apiVersion": "edl.dev/v1", "kind": "TrainingJob", "name": "t", "uid": "0" * 36,
+          "controller": True}
+
+    def workload(name: str, owned: bool, account: str = "") -> dict[str, Any]:
+        meta: dict[str, Any] = {"name": name}
+        if owned:
+            meta.update(labels={"edl.dev/job": "t"}, ownerReferences=[tj])
+        pod: dict[str, Any] = {"containers": [{"name": "c", "image": "example.com/img"}]}
+        if account:
+            pod["serviceAccountName"] = account
+        return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", "metadata": meta,
+                "spec": {"queueName": "team", "podSets": [
+                    {"name": "master", "count": 1, "template": {"spec": pod}}]}}
+
+    def call(method: str, url: str, body: Any = None) -> tuple[int, str]:
+        return plane.call_as(kueue_controller_kubeconfig, method, url, body,
+                             "application/json")
+
+    wait_until(lambda: call("POST", path, workload("theirs", owned=False))[0] == 403, 30,
+               "a Workload edl does not own refused")
+    status = call("POST", path, workload("theirs", owned=False))
+    assert "is not owned by a TrainingJob" in status[1], status
+    status = call("POST", path, workload("t-servers", owned=True, account="admin"))
+    assert status[0] == 403 and "may run only as" in status[1], status
+    kueue.apply({"kind": "Workload", "metadata": {"name": "foreign"},
+                 **{k: v for k, v in workload("foreign", owned=False).items()
+                    if k == "spec"}}, namespace)
+    status = call("DELETE", f"{path}/foreign")
+    assert status[0] == 403 and "is not owned by a TrainingJob" in status[1], status
+    assert call("POST", path, workload("t-servers", owned=True))[0] == 201
+    assert call("DELETE", f"{path}/t-servers")[0] == 200
