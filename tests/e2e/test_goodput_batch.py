@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from e2e.helpers import parallelism, trainer_pods, trainingjob
+from e2e.helpers import filler, parallelism, trainer_pods, trainingjob, wait_trainers
 from e2e.rest import Rest
 from edl.api.names import ANNOTATION_BATCH_SIZE, trainer_job_name
 from edl.coord.embedded import EmbeddedEtcd
@@ -93,3 +93,35 @@ def test_goodput_resizes_a_ps_job_while_its_batch_changes(
         assert first > INITIAL * 1 and grown > 1  # a batch beyond the declared one
         assert later <= 4096
         assert gateway.get(etcd.endpoints, keys.batch_key(namespace, "adapt")) == str(later)
+
+
+def test_a_shrink_comes_with_the_batch_for_the_new_count(
+        rest: Rest, namespace: str, start_controller) -> None:
+    """Another tenant's pods take the room and the job shrinks from 4 trainers to 1: the
+    best batch at 1 is smaller (√(n·r·s·φ)), so the Autoscaler changes the batch with
+    the trainers, and the job's etcd follows. (Growing back waits out goodput's
+    120 s cooldown: not worth the suite's time.)"""
+    with EmbeddedEtcd() as etcd:
+        job = trainingjob("resize", min_instance=1, max_instance=4, trainer_cpu="250m",
+                          batch={"initial": INITIAL, "max": 4096})
+        job["spec"]["master"]["etcd-endpoint"] = etcd.endpoints
+        master = Master(rest, etcd.endpoints, namespace, "resize")
+        start_controller("replica-a", "--policy=goodput")
+        rest.create(job, namespace)
+        master.thread.start()
+        try:
+            wait_trainers(rest, namespace, "resize", 4)
+            at_four = wait_until(lambda: _chosen(rest, namespace, "resize"), 60,
+                                 "a batch chosen at 4 trainers")
+            filler(rest, namespace, 40)
+            wait_trainers(rest, namespace, "resize", 1, timeout=120)
+            at_one = wait_until(lambda: (b := _chosen(rest, namespace, "resize")) != at_four
+                                and b, 60, "another batch at 1 trainer")
+            wait_until(lambda: master.batches[-1:] == [at_one], 30, "the job's etcd to follow")
+        finally:
+            master.stop.set()
+            master.thread.join(5)
+            filler(rest, namespace, 0)
+        assert at_one < at_four, (at_four, at_one)
+        assert parallelism(rest, namespace, "resize") == 1
+        assert master.batches.index(at_four) < master.batches.index(at_one), master.batches
