@@ -83,6 +83,10 @@ class JobPlan:
     topology: Any = None  # policy.topology.TopologyState when its trainers carry rules
     quota: int = -1  # its entry in `book` (-1: no quota of its namespace counts it)
     book: QuotaBook | None = None  # the namespace quotas, shared by every plan
+    key: tuple[str, str] = ("", "")  # the view's (namespace, name): every step sorts by it
+
+    def __post_init__(self) -> None:
+        self.key = self.view.key
 
     def placed(self, node: int) -> None:
         """A trainer of this plan was given room on `node`: keep its topology rules."""
@@ -102,9 +106,6 @@ class JobPlan:
         """Trainers alike for placement: same requests, same eligible nodes."""
         return self.shape, -1 if self.allowed is None else self.allowed.key
 
-    @property
-    def key(self) -> tuple[str, str]:
-        return self.view.key
 
     def fulfillment(self, target: int | None = None) -> float:
         view = self.view
