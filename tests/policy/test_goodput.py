@@ -207,8 +207,8 @@ def test_rebalancing_never_takes_a_donor_below_its_goodput_share(state, load) ->
 
 
 def test_the_cooldown_after_a_grow_follows_the_job_s_measured_pause() -> None:
-    """`flat` was grown 40 s ago. Unknown pause: the 120 s cooldown holds its trainers.
-    A measured live pause (0.15 s) needs only the 30 s floor, so its useless trainers
+    """`flat` was grown 90 s ago. Unknown pause: the 120 s cooldown holds its trainers.
+    A measured live pause (0.15 s) needs only the 60 s floor, so its useless trainers
     move; a measured restart pause (40 s) keeps the full cooldown."""
     def flat_target(pause: float | None) -> int:
         flat, linear = Job("ns", "flat", 1, 40, 20), Job("ns", "linear", 1, 16, 12)
@@ -216,7 +216,7 @@ def test_the_cooldown_after_a_grow_follows_the_job_s_measured_pause() -> None:
         measured = {} if pause is None else {
             "resize_pause_s": pause, "pause_source": "measured over 2 resizes"}
         views = _with_scaling(c, {
-            "flat": Scaling(CURVES[4], since_grow_s=40.0, **measured),
+            "flat": Scaling(CURVES[4], since_grow_s=90.0, **measured),
             "linear": Scaling(CURVES[0]),
         })
         return {d.name: d.target for d in GoodputPolicy().plan(views, c.resources(), 1.0)}["flat"]

@@ -84,7 +84,7 @@ class GoodputParams:
     adapt_batch: bool = True
     batch_gain: float = 0.05
     pause_share: float = 0.02
-    min_cooldown_s: float = 30.0
+    min_cooldown_s: float = 60.0
 
 
 @dataclass(frozen=True, slots=True)
