@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -215,3 +216,8 @@ async def test_a_live_world_grows_from_one_to_three_in_the_middle_of_an_epoch(
     assert any(r.gen == 0 and r.epoch in epoch_of_growth for r in trained), \
         "the growth landed in the middle of an epoch the old world had started"
     assert run.desired_history[-1][1] == 3 and 2 not in [d for _, d in run.desired_history]
+    # the new world's rank 0 measured the growth's pause and printed it as metrics for its
+    # agent to publish (issue 32): once, one re-formation's worth (0.12-0.20 s measured)
+    logs = "".join(p.read_text(errors="replace") for p in run.run_dir.glob("*trainer*.log"))
+    pauses = [float(v) for v in re.findall(r"^resizes=1 resize_pause_s=([0-9.]+)$", logs, re.M)]
+    assert len(pauses) == 1 and 0 < pauses[0] < 30, pauses
