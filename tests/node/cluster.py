@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import threading
@@ -12,6 +13,7 @@ from typing import Any
 
 from e2e.control_plane import ControlPlane
 from e2e.rest import Rest
+from edl.local.progress import progress_key
 from node.node import Node
 
 
@@ -106,3 +108,31 @@ def exit_code(pod: dict[str, Any], container: str) -> int | None:
         if status.get("name") == container and "terminated" in (status.get("state") or {}):
             return int(status["state"]["terminated"]["exitCode"])
     return None
+
+
+def master_progress(cluster: NodeCluster, namespace: str, job: str) -> dict[str, Any] | None:
+    """The master's progress record, read from the job's etcd (the master pod's sidecar)
+    through the API server's proxy to that pod's `etcd` port (None if not readable now)."""
+    # a master pod being deleted too (its etcd serves until it stops), after a live one
+    pods = [p["metadata"]["name"] for p in sorted(
+        cluster.rest.list("Pod", namespace, f"edl.dev/job={job},edl.dev/role=master"),
+        key=lambda p: bool(p["metadata"].get("deletionTimestamp")))
+        if p["status"].get("phase") == "Running"]
+    if not pods:
+        return None
+    key = base64.b64encode(progress_key(namespace, job).encode()).decode()
+    request = urllib.request.Request(
+        f"{cluster.plane.url}/api/v1/namespaces/{namespace}/pods/http:{pods[0]}:2379/proxy"
+        "/v3/kv/range", data=json.dumps({"key": key}).encode(), method="POST",
+        headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, context=cluster.plane.ssl_context(),
+                                    timeout=5) as answer:
+            reply = json.loads(answer.read())
+        kvs = reply.get("kvs") if isinstance(reply, dict) else None
+        if not kvs:
+            return None
+        value: dict[str, Any] = json.loads(base64.b64decode(kvs[0]["value"]))
+    except (OSError, ValueError):
+        return None
+    return value

@@ -9,19 +9,23 @@ record in the job's etcd, read through the API server) reports.
 
 from __future__ import annotations
 
-import base64
-import json
 import re
 import time
-import urllib.request
 from typing import Any
 
 import pytest
 
 from e2e.helpers import parallelism, trainingjob, wait_tj
 from e2e.rest import Rest
-from edl.local.progress import progress_key
-from node.cluster import NodeCluster, PodWatch, condition, exit_code, pod_log, runtime_volumes
+from node.cluster import (
+    NodeCluster,
+    PodWatch,
+    condition,
+    exit_code,
+    master_progress,
+    pod_log,
+    runtime_volumes,
+)
 from node.node import PAUSE_IMAGE
 from polling import wait_until
 
@@ -30,32 +34,6 @@ PASSES = 60  # long enough to be preempted and to grow back well before the end
 TRAINER_CPU = 500  # millicores
 MAX_TRAINERS = 3
 TRAINER_SIGTERM_EXIT = 143  # edl.runtime.trainer.api.SIGTERM_EXIT
-
-
-def master_progress(cluster: NodeCluster, namespace: str) -> dict[str, Any] | None:
-    """The master's progress record, read from the job's etcd (the master pod's sidecar)
-    through the API server's proxy to that pod's `etcd` port (None if not readable now)."""
-    pods = [p["metadata"]["name"] for p in
-            cluster.rest.list("Pod", namespace, f"edl.dev/job={JOB},edl.dev/role=master")
-            if p["status"].get("phase") == "Running"]  # its etcd serves until it stops
-    if not pods:
-        return None
-    key = base64.b64encode(progress_key(namespace, JOB).encode()).decode()
-    request = urllib.request.Request(
-        f"{cluster.plane.url}/api/v1/namespaces/{namespace}/pods/http:{pods[0]}:2379/proxy"
-        "/v3/kv/range", data=json.dumps({"key": key}).encode(), method="POST",
-        headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, context=cluster.plane.ssl_context(),
-                                    timeout=5) as answer:
-            reply = json.loads(answer.read())
-        kvs = reply.get("kvs") if isinstance(reply, dict) else None
-        if not kvs:
-            return None
-        value: dict[str, Any] = json.loads(base64.b64decode(kvs[0]["value"]))
-    except (OSError, ValueError):
-        return None
-    return value
 
 
 def note(what: str) -> None:
@@ -131,7 +109,7 @@ def test_a_preempted_trainer_hands_its_task_back_and_the_job_grows_back(
     full = wait_until(lambda: settled(rest, namespace) == MAX_TRAINERS and MAX_TRAINERS, 240,
                       f"the job grown to {MAX_TRAINERS} trainers, every one running")
     note(f"settled at {full}")
-    first = wait_until(lambda: (p := master_progress(node_cluster, namespace)) and
+    first = wait_until(lambda: (p := master_progress(node_cluster, namespace, JOB)) and
                        p.get("tasks_done", 0) + p.get("pass", 0) > 0 and p, 240,
                        "the trainers training (the master counting finished tasks)")
     note(f"training: {full} trainers, pass {first['pass']}, {first['tasks_done']} tasks done")
@@ -168,7 +146,7 @@ def test_a_preempted_trainer_hands_its_task_back_and_the_job_grows_back(
         rf"trainer {re.escape(victim)} left; tasks back in the queue: \[[0-9, ]*\]",
         pod_log(node_cluster, namespace, master["metadata"]["name"], "master")), 30,
         f"the master told that {victim} left")
-    gone = wait_until(lambda: (p := master_progress(node_cluster, namespace)) and
+    gone = wait_until(lambda: (p := master_progress(node_cluster, namespace, JOB)) and
                       not p["trainers"].get(victim, {"alive": True})["alive"] and p, 30,
                       f"the master's accounting without {victim}")
     assert not gone["finished"], ("the job ended before the test could see it grow back",
@@ -185,13 +163,13 @@ def test_a_preempted_trainer_hands_its_task_back_and_the_job_grows_back(
     wait_until(lambda: settled(rest, namespace) == full, 120,
                f"the job back at {full} trainers once the filler went")
     note("grown back")
-    back = wait_until(lambda: master_progress(node_cluster, namespace), 30,
+    back = wait_until(lambda: master_progress(node_cluster, namespace, JOB), 30,
                       "the master's progress after the growth")
     assert not back["finished"], back
 
     # read often: the master pod goes a few seconds after its last record (the job done)
-    final = wait_until(lambda: (p := master_progress(node_cluster, namespace)) and p["finished"]
-                       and p, 300, "the master's final accounting", interval=0.1)
+    final = wait_until(lambda: (p := master_progress(node_cluster, namespace, JOB))
+                       and p["finished"] and p, 300, "the master's final accounting", interval=0.1)
     tasks = sum(t["tasks"] for t in final["trainers"].values())
     assert tasks == PASSES * final["tasks_total"], (left.group(0), final)
     assert final["tasks_failed"] == 0, final
