@@ -115,6 +115,7 @@ class MasterService(pb_grpc.MasterServicer):
         # this term's leader and where it resumed, published with the progress so a
         # watcher (`edl run`) can report a failover and the pass it resumed at
         self.term: dict[str, object] = {}
+        self._publishing = asyncio.Lock()
 
     @property
     def serving(self) -> bool:
@@ -202,8 +203,24 @@ class MasterService(pb_grpc.MasterServicer):
         return pb.Ack(accepted=True)
 
     async def Report(self, request: pb.Metrics, context: grpc.aio.ServicerContext) -> pb.Ack:
+        # published before the answer: a trainer reports last and then exits, and a finished
+        # job's master is stopped at once, so the next periodic publish may never come
         self.queue.record_metrics(request.trainer, dict(request.values), self.clock())
+        try:
+            await self.publish()
+        except LeadershipLost as error:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"metrics not published: {error}")
+        except Exception as error:  # etcd hiccup: the periodic publish carries them
+            log.warning("metrics not published now: %s", error)
         return pb.Ack(accepted=True)
+
+    async def publish(self) -> None:
+        """Publish the progress as it is now; one at a time, so an older snapshot never
+        lands after a newer one."""
+        async with self._publishing:
+            figures = await self.store.publish_progress({**self.progress(self.clock()),
+                                                         **self.term})
+            self.batch.follow(figures or {})
 
     async def GetProgress(
         self, request: pb.ProgressRequest, context: grpc.aio.ServicerContext
@@ -233,9 +250,7 @@ class MasterService(pb_grpc.MasterServicer):
             if now - last_publish >= publish_every:
                 last_publish = now
                 try:
-                    figures = await self.store.publish_progress({**self.progress(now),
-                                                                 **self.term})
-                    self.batch.follow(figures or {})
+                    await self.publish()
                 except LeadershipLost:
                     raise
                 except Exception as error:  # etcd hiccup: keep serving, publish next time
