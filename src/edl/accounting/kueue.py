@@ -53,16 +53,17 @@ def size_is_kueues(trainer: Mapping[str, Any]) -> bool:
     return queued(trainer) and not elastic(trainer)
 
 
-def _condition(workload: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
+def condition(workload: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
+    """The Workload's status condition of this type, if any."""
     for condition in (workload.get("status") or {}).get("conditions") or ():
         if condition.get("type") == kind:
             return condition
     return None
 
 
-def _true(workload: Mapping[str, Any], kind: str) -> bool:
-    condition = _condition(workload, kind)
-    return condition is not None and condition.get("status") == "True"
+def condition_true(workload: Mapping[str, Any], kind: str) -> bool:
+    found = condition(workload, kind)
+    return found is not None and found.get("status") == "True"
 
 
 def _created(workload: Mapping[str, Any]) -> str:
@@ -72,18 +73,18 @@ def _created(workload: Mapping[str, Any]) -> str:
 def workload_words(workloads: Iterable[Mapping[str, Any]]) -> str:
     """A queued job's state in Kueue's words, from the Workloads of its trainer Job (the
     newest unfinished one: with slices, the replacement being admitted); "" if none."""
-    live = [w for w in workloads if not _true(w, "Finished")]
+    live = [w for w in workloads if not condition_true(w, "Finished")]
     if not live:
         return ""
     workload = max(live, key=_created)
     name = (workload.get("metadata") or {}).get("name", "")
-    evicted = _condition(workload, "Evicted")
+    evicted = condition(workload, "Evicted")
     if evicted is not None and evicted.get("status") == "True":
         return f"Kueue evicted workload {name}: {evicted.get('message') or evicted.get('reason')}"
-    if _true(workload, "Admitted"):
+    if condition_true(workload, "Admitted"):
         queue = ((workload.get("status") or {}).get("admission") or {}).get("clusterQueue", "")
         return f"Kueue admitted workload {name} to ClusterQueue {queue}"
-    reserved = _condition(workload, "QuotaReserved")
+    reserved = condition(workload, "QuotaReserved")
     if reserved is not None and reserved.get("message"):
         return f"Kueue: {reserved['message']}"
     return f"Kueue: workload {name} pending"

@@ -22,6 +22,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from edl.accounting.kueue import PRIORITY_LABEL, QUEUE_LABEL
+from edl.accounting.kueue import condition as _condition
+from edl.accounting.kueue import condition_true as _true
 
 SERVERS_SUFFIX = "-servers"
 WORKLOAD_API = "kueue.x-k8s.io/v1beta2"
@@ -87,18 +89,6 @@ def _pod_set(name: str, replica_set: Mapping[str, Any]) -> dict[str, Any]:
             "template": {"metadata": {"labels": (template.get("metadata") or {}).get("labels")
                                       or {}},
                          "spec": template.get("spec") or {}}}
-
-
-def _condition(workload: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
-    for condition in (workload.get("status") or {}).get("conditions") or ():
-        if condition.get("type") == kind:
-            return condition
-    return None
-
-
-def _true(workload: Mapping[str, Any], kind: str) -> bool:
-    found = _condition(workload, kind)
-    return found is not None and found.get("status") == "True"
 
 
 def admission_of(workload: Mapping[str, Any],
