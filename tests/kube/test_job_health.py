@@ -17,6 +17,7 @@ from edl.jobparser import JobParser
 from edl.kube.health import ANNOTATION_STALL_LIMIT, ANNOTATION_STALL_WARNING, EtcdJobHealth
 from edl.kube.status import failure_reason, health_changes, kube_status
 from edl.runtime.collective import gateway, keys
+from edl.runtime.collective.ckpt_health import RankZeroWatch
 from polling import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -103,3 +104,32 @@ async def test_a_job_whose_etcd_is_away_is_never_called_stalled_and_never_waited
         await asyncio.sleep(0.05)
     assert loop.time() - started < 3  # each check returned at once
     health.forget(job.metadata.namespace or "default", job.metadata.name or "")
+
+
+async def test_a_collective_rank_0_that_cannot_checkpoint_is_read_until_it_can(
+        tmp_path: Path) -> None:
+    job = _job("examples/digits-ddp/job.yaml")
+    namespace, name = job.metadata.namespace or "default", job.metadata.name or ""
+    directory = tmp_path / "ckpt"
+    directory.write_text("a file where the checkpoint directory should be")
+    etcd = EmbeddedEtcd()
+    await etcd.astart()
+    health = EtcdJobHealth(lambda _job: etcd.endpoints, lambda ns, n: ["t-0"], timeout_s=0.5)
+    try:  # the agent's own watch, as the pod hosting rank 0 runs it
+        gateway.put(etcd.endpoints, keys.agent_key(namespace, name, "t-0"),
+                    json.dumps({"rank": 0, "round": 1}))
+        watch = RankZeroWatch({"EDL_ETCD_ENDPOINTS": etcd.endpoints, "EDL_POD_NAME": "t-0"},
+                              namespace, name, str(directory))
+        assert watch.check() is not None
+        failing = await eventually(lambda: health.check(job, running=True).checkpoint, 10,
+                                   "rank 0's checkpoint failure")
+        assert failing.startswith("rank 0 on t-0 cannot checkpoint: ")
+        assert "Not a directory" in failing and "lost if the workers restart" in failing
+        directory.unlink()
+        directory.mkdir()
+        watch.check()
+        await eventually(lambda: not health.check(job, running=True).checkpoint, 10,
+                         "the recovery")
+    finally:
+        health.forget(namespace, name)
+        await etcd.astop()

@@ -187,9 +187,10 @@ CONDITION_SCHEMA: dict[str, Any] = {
                  "description": "Ready (running or succeeded), Scaling (trainers running "
                                 "differ from desired), Complete (the trainers finished the "
                                 "work), Failed, Suspended (its trainer Job is held, e.g. "
-                                "by Kueue), CheckpointFailing (a pserver cannot save its "
-                                "checkpoint: its state is at risk) or Stalled (trainers run "
-                                "but progress does not move)."},
+                                "by Kueue), CheckpointFailing (a pserver, or a collective "
+                                "job's rank 0, cannot save its checkpoint: its state is at "
+                                "risk) or Stalled (trainers run but progress does not "
+                                "move)."},
         "status": {"type": "string", "enum": ["True", "False", "Unknown"],
                    "description": "True, False or Unknown."},
         "reason": {"type": "string",

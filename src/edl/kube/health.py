@@ -2,7 +2,8 @@
 
 The runtime already publishes what the controller needs where `edl run` reads it: each
 pserver its checkpoint health (``state/checkpoint-health/<index>``, see
-`edl.local.checkpoints`), the master its progress, a collective job's agents their
+`edl.local.checkpoints`; a collective job's rank 0 its own there, ``.../rank0``,
+probed by its agent), the master its progress, a collective job's agents their
 metrics and rendezvous. The controller reads them as it reads throughput
 (`edl.kube.throughput`: the etcd gateway at the address the job's pods use, no API
 access for the pods). A stall is judged as `edl run` judges it (`edl.local.stall`),

@@ -89,7 +89,7 @@ class LocalRun:
         self.loops: ControlLoops | None = None
         self._etcd_watch: asyncio.Task[None] | None = None
         self._progress: ProgressReader | None = None
-        self._health: HealthReader | None = None  # parameter-server jobs: checkpoint health
+        self._health: HealthReader | None = None  # checkpoint health (pservers or rank 0)
         self._stall = StallWatch(self.options.stall_warning_s, self.options.stall_limit_s)
         # the master's throughput, copied from its progress for the Autoscaler to fit
         self.throughput = ThroughputFeed(self.namespace, self.name)
@@ -178,8 +178,8 @@ class LocalRun:
         if self.job.collective():
             reader = CollectiveReader(endpoints, self.namespace, self.name)
             self._collective = CollectiveMonitor(reader, self.options.max_error_exits)
-        else:
-            self._health = HealthReader(endpoints, self.namespace, self.name)
+        # the pservers' checkpoint health, or a collective job's rank 0's (its agent probes)
+        self._health = HealthReader(endpoints, self.namespace, self.name)
         self.snapshot = replace(self.snapshot, etcd_endpoints=endpoints)
         self.cluster.create_training_job(self.job.to_dict())
         self._publish(snap.touch(self.snapshot, "Starting", "job submitted"))

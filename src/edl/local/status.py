@@ -101,7 +101,7 @@ class RunSnapshot:
     # units (tasks, epochs) already done when training_started_at was taken: the ETA's
     # rate counts only what was done after it (a first epoch's time includes the start)
     training_started_done: int = 0
-    # the pservers' last checkpoints at the end: "last state saved (...)" or "... NOT saved"
+    # the last checkpoints (pservers or rank 0): "last state saved (...)", "... NOT saved"
     checkpoint: str = ""
 
     @property

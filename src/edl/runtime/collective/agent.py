@@ -3,10 +3,11 @@
 It finds the rendezvous store (``EDL_RDZV_ENDPOINT``, else the address the
 master published in etcd), starts torchrun with the `edl` rendezvous in a child
 process (`edl.runtime.collective.torchrun`), and while it runs: echoes its
-output, publishes the script's ``name=value`` metric lines to etcd, and forwards
-SIGTERM. Exit codes follow `edl trainer`: 0 when the workers finished, 143 for a
-drained pod (SIGTERM: a scale-down; the trainer Job ignores it), otherwise the
-agent's code with the last error line printed.
+output, publishes the script's ``name=value`` metric lines to etcd, forwards
+SIGTERM; while its pod hosts rank 0 it probes ``EDL_CHECKPOINT_DIR`` (`ckpt_health`).
+Exit codes follow `edl trainer`: 0 when the workers finished, 143 for a drained pod
+(SIGTERM: a scale-down; the trainer Job ignores it), otherwise the agent's code with
+the last error line printed.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from edl.procs import die_with_parent
-from edl.runtime.collective import gateway, keys
+from edl.runtime.collective import ckpt_health, gateway, keys
 from edl.runtime.collective.failures import Restart, ScriptErrors, is_lost_peer
 from edl.runtime.collective.launch import (
     AgentConfig,
@@ -162,11 +163,22 @@ def run_agent(env: Mapping[str, str], endpoint_wait_s: float = ENDPOINT_WAIT_S) 
             raise AgentError(f"EDL_CHECKPOINT_DIR: cannot create {checkpoints}: "
                              f"{error.strerror or error}", CONFIG_EXIT) from None
     endpoint = find_endpoint(env, config, endpoint_wait_s)
-    args = torchrun_args(config, endpoint, sys.executable)
+    rank0 = ckpt_health.watch(env, config.namespace, config.job, workspace)
     if env.get("EDL_LIVE") == "1":  # spec.collective.live: the script re-forms its own world
         from edl.runtime.collective.live import run_live
 
-        return run_live(env, config, endpoint, workspace)
+        code = run_live(env, config, endpoint, workspace)
+    else:
+        code = _run_torchrun(env, config, endpoint, workspace)
+    if code != SIGTERM_EXIT:  # the workers ended, not drained: the checkpoint's last word
+        rank0.finish()
+    return code
+
+
+def _run_torchrun(env: Mapping[str, str], config: AgentConfig, endpoint: str,
+                  workspace: str) -> int:
+    """torch's elastic agent over this pod's workers, to the end; the exit status."""
+    args = torchrun_args(config, endpoint, sys.executable)
     child_env = {**env, "PYTHONUNBUFFERED": "1", **WORKER_STORE_ENV}
     argv = [sys.executable, "-m", "edl.runtime.collective.torchrun", *args]
     print(f"edl agent: torchrun {' '.join(args)}", file=sys.stderr, flush=True)

@@ -6,6 +6,9 @@
 - ``collective/failures/<pod>``: JSON of an agent's last worker failure (`failures`);
 - ``collective/batch``: the total batch the Autoscaler chose (a whole number), read
   once by each round's rank 0 (`adaptive.AdaptiveBatch`) and broadcast to its round.
+
+Outside that prefix, ``state/checkpoint-health/rank0``: the checkpoint health of the
+pod hosting rank 0 (`ckpt_health`), beside the pservers' records of the same format.
 """
 
 from __future__ import annotations
@@ -42,3 +45,8 @@ def failures_prefix(namespace: str, job: str) -> str:
 def failure_key(namespace: str, job: str, pod: str) -> str:
     """JSON of an agent's last worker failure: the script's error, torch's restarts left."""
     return failures_prefix(namespace, job) + pod
+
+
+def checkpoint_health_key(namespace: str, job: str) -> str:
+    """JSON of rank 0's checkpoint health, where `edl.local.checkpoints` reads pservers'."""
+    return f"/edl/{namespace}/{job}/state/checkpoint-health/rank0"
