@@ -131,6 +131,10 @@ async def test_a_sigkilled_worker_costs_a_re_formation_and_its_replacement_rejoi
     events = [text for _, text in run.snapshot.events]
     assert any("a worker killed by SIGKILL; the agent restarts it" in t for t in events), events
     assert "world 2 -> 1 (round 1)" in events and any(t.startswith("world 1 -> 2") for t in events)
+    # the agent hosting the live world's rank 0 probed its checkpoint directory to the end
+    # (the live example keeps no checkpoint: its state moves between living workers)
+    assert run.snapshot.checkpoint.startswith(
+        "no checkpoint saved (rank 0 on live-kill-trainer-"), run.snapshot.checkpoint
 
 
 async def test_a_sigkilled_trainer_pod_is_replaced_and_its_successor_joins_live(
