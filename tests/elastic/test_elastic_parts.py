@@ -198,4 +198,5 @@ def test_the_live_agent_gives_each_worker_its_contract(nodes, nproc) -> None:
     assert env["EDL_LIVE_STORE"] == "h:1" and env["EDL_LIVE_IDENT"] == "p/1/2"
     assert env["EDL_LIVE_MIN_WORLD"] == str(nodes * nproc)
     assert env["EDL_LIVE_MAX_WORLD"] == str((nodes + 1) * nproc)
+    assert env["LOCAL_WORLD_SIZE"] == str(nproc)  # AdaptiveBatch counts trainers by it
     assert worker_command(config, "/py") == ["/py", "-u", "train.py", "--x"]

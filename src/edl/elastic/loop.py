@@ -29,7 +29,6 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -38,6 +37,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from edl.elastic import group
+from edl.elastic.contract import Batch, BatchControl, LiveConfig, live_config
 from edl.elastic.membership import Membership, Plan, admissible, next_plan
 from edl.elastic.sampler import epoch_order, shares
 from edl.elastic.state import State
@@ -47,64 +47,18 @@ __all__ = ["Batch", "ElasticLoop", "LiveConfig", "live_config"]
 MAX_FAILED_FORMATIONS = 20
 
 
-@dataclass(frozen=True)
-class Batch:
-    """This worker's part of one step: dataset ``indices``; ``scale`` turns a loss summed
-    over them into this worker's part of the mean over the whole step (DDP averages the
-    gradients over workers, whose parts may differ by a sample)."""
-
-    indices: list[int]
-    epoch: int
-    step: int
-    global_size: int
-    world: int
-
-    @property
-    def scale(self) -> float:
-        return self.world / self.global_size if self.global_size else 0.0
-
-
-@dataclass(frozen=True)
-class LiveConfig:
-    """A live worker's contract with `edl agent` (EDL_LIVE_* variables)."""
-
-    store: str  # host:port of the job's rendezvous store
-    prefix: str
-    ident: str
-    min_world: int
-    max_world: int
-    arrive_timeout_s: float = 3.0
-    group_timeout_s: float = 60.0
-    last_call_s: float = 1.0
-    orphan_s: float = 30.0
-    world_sizes: tuple[int, ...] = ()  # the spec's allowed world sizes (empty: any)
-
-
-def live_config(env: Mapping[str, str]) -> LiveConfig | None:
-    """The live contract from the environment; None outside a live collective job."""
-    store = env.get("EDL_LIVE_STORE", "").strip()
-    if not store:
-        return None
-    job = env.get("EDL_JOB_NAME") or "edl-job"
-    namespace = env.get("EDL_NAMESPACE") or "default"
-    return LiveConfig(
-        store=store,
-        prefix=env.get("EDL_LIVE_PREFIX") or f"edl-live/{namespace}/{job}",
-        ident=env.get("EDL_LIVE_IDENT") or f"{env.get('EDL_POD_NAME', 'local')}/{os.getpid()}",
-        min_world=int(env.get("EDL_LIVE_MIN_WORLD") or 1),
-        max_world=int(env.get("EDL_LIVE_MAX_WORLD") or 1),
-        arrive_timeout_s=float(env.get("EDL_LIVE_ARRIVE_TIMEOUT") or 3.0),
-        world_sizes=tuple(int(n) for n in (env.get("EDL_WORLD_SIZES") or "").split(",")
-                          if n.strip()),
-    )
-
-
 class _Left(Exception):
     """This worker left the world (drained) or the job finished while it waited."""
 
 
 class ElasticLoop:
-    """Epochs of steps over a dataset of ``dataset_size`` samples, ``batch_size`` per worker."""
+    """Epochs of steps over a dataset of ``dataset_size`` samples, ``batch_size`` per worker.
+
+    With ``adaptive`` (`BatchControl`: `AdaptiveBatch`) the batch is its total batch,
+    split over the world, and a batch chosen for the job while it trains takes effect
+    at the next step boundary in every worker at once, mid-epoch, without a restart or
+    a re-formation: the sampler's cursor counts samples, so the rest of the epoch is
+    cut into steps of the new size."""
 
     def __init__(
         self,
@@ -117,10 +71,12 @@ class ElasticLoop:
         shuffle: bool = True,
         audit: str | None = None,
         env: Mapping[str, str] | None = None,
+        adaptive: BatchControl | None = None,
     ) -> None:
         self.state = state
         self.size, self.batch, self.epochs = dataset_size, batch_size, epochs
         self.seed, self.shuffle = seed, shuffle
+        self.adaptive = adaptive
         # the audit file: appended to with O_APPEND (one write per line, whole lines even
         # from many processes, kept by the kernel when the writer is SIGKILLed next)
         self._audit_fd = (os.open(audit, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -318,6 +274,8 @@ class ElasticLoop:
             self.ddp = DistributedDataParallel(model, init_sync=False)
         else:
             self.ddp = model
+        if self.adaptive is not None:  # its hook on the new wrapper; rank 0's batch agreed
+            self.adaptive.attach(self.ddp)
 
     # -- training ---------------------------------------------------------------------
     def _steps(
@@ -326,7 +284,7 @@ class ElasticLoop:
         """Steps until the epochs are done or the world must change (then re-formed)."""
         progress = self.state.progress
         while progress.epoch < self.epochs:
-            parts = shares(progress.consumed, self.size, self.world, self.batch)
+            parts = shares(progress.consumed, self.size, self.world, self.local_batch)
             mine = parts[self.rank]
             order = self._epoch_order(progress.epoch)
             step_total = sum(len(p) for p in parts)
@@ -348,6 +306,11 @@ class ElasticLoop:
                 progress.consumed = 0
             if self._boundary():
                 return
+
+    @property
+    def local_batch(self) -> int:
+        """This worker's samples per step (the adaptive total's share, if any)."""
+        return self.adaptive.local_batch_size() if self.adaptive is not None else self.batch
 
     def _report_pause(self) -> None:
         """Rank 0 of a re-formed world prints the pause since its last step (a failed
@@ -372,15 +335,18 @@ class ElasticLoop:
             if self.leaving:
                 raise _Left()
             return False
-        flags = torch.zeros(self.world + 1, dtype=torch.int64)
+        flags = torch.zeros(self.world + 2, dtype=torch.int64)  # joiners, leavers, batch
         if self.rank == 0:
             flags[0] = self._members.joiners_seen()
+            if self.adaptive is not None:
+                flags[-1] = self.adaptive.published() or 0
             now = time.monotonic()
             if now - self._beat_at >= 1.0:
                 self._members.beat()
                 self._beat_at = now
         flags[1 + self.rank] = int(self.leaving)
         dist.all_reduce(flags)
+        self._change_batch(int(flags[-1]))
         seen = int(flags[0])
         leaving = [self.plan.members[r] for r in range(self.world) if flags[1 + r]]
         if seen <= self.plan.joiners_upto and not leaving:
@@ -401,6 +367,19 @@ class ElasticLoop:
         if not self._form(held):
             self._join_as_new()
         return True
+
+    def _change_batch(self, chosen: int) -> None:
+        """Every worker takes rank 0's newly published batch (0: none) before the next step."""
+        if self.adaptive is None or chosen < 1 or chosen == self.adaptive.batch:
+            return
+        before = self.adaptive.batch
+        self.adaptive.set_batch(chosen)
+        if self.rank == 0:
+            p = self.state.progress
+            line = (f"batch gen={self.gen} step={p.step} epoch={p.epoch} consumed={p.consumed} "
+                    f"from={before} to={self.adaptive.batch} time={time.time():.3f}")
+            self._log(line)
+            self._audit(line)
 
     def _finish(self) -> None:
         if self._store is not None and self.rank == 0 and self.config is not None:

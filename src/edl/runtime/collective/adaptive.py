@@ -27,13 +27,17 @@ What it does:
   batch (its square root for Adam-like optimisers);
 * a step whose gradient is not finite (its all-reduced squared norm, the same on every
   worker) is neither measured nor applied: `step` skips the optimizer (AdaptDL PR #75);
-* the **batch** is fixed for the life of the process: the one the job was given
-  (``batch``; else the Autoscaler's choice, which it publishes in the job's etcd,
-  `edl.runtime.collective.batch`; else the ``EDL_BATCH_SIZE`` variable; else the
-  initial batch). Rank 0 decides and broadcasts it, so every worker of one round runs
-  the same batch, and a new choice reaches the workers only at their next restart,
-  which is where a collective job changes anything; the estimator's state survives
-  the restart in the script's checkpoint (`state_dict` / `load_state_dict`);
+* the **batch** starts as the one the job was given (``batch``; else the Autoscaler's
+  choice, which it publishes in the job's etcd, `edl.runtime.collective.batch`; else
+  the ``EDL_BATCH_SIZE`` variable; else the initial batch). Rank 0 decides and
+  broadcasts it, so every worker of one world runs the same batch. Under torchrun
+  a new choice reaches the workers at their next restart, which is where such a job
+  changes anything; the estimator's state survives the restart in the script's
+  checkpoint (`state_dict` / `load_state_dict`). Under a live `edl.elastic.ElasticLoop`
+  (``ElasticLoop(..., adaptive=AdaptiveBatch(None, optimizer, ...))``) the loop
+  calls `attach` with each world's DDP wrapper, rank 0 polls the published batch
+  (`published`, every ``poll_s`` in a thread of its own) and every worker takes it at
+  the next step boundary (`set_batch`): no restart, no re-formation;
 * the **metrics** also carry the samples/s since the last report and the trainer
   count, so the agent's metrics record is one point of the job's goodput curve.
 
@@ -45,6 +49,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -69,12 +74,13 @@ class AdaptiveBatch:
 
     def __init__(
         self,
-        ddp: torch.nn.parallel.DistributedDataParallel,
+        ddp: torch.nn.parallel.DistributedDataParallel | None,
         optimizer: torch.optim.Optimizer,
         *,
         initial_batch: int,
         batch: int | None = None,
         env: Mapping[str, str] | None = None,
+        poll_s: float = 3.0,
     ) -> None:
         if initial_batch < 1:
             raise ValueError("initial_batch must be >= 1")
@@ -86,8 +92,9 @@ class AdaptiveBatch:
             batch = _given_batch(env)
         self.batch = agreed_batch(batch, initial_batch, self.world)
         self.trainers = max(1, self.world // max(1, int(env.get("LOCAL_WORLD_SIZE") or 1)))
-        self._since = (time.monotonic(), 0)  # the last report's time and step count
+        self._since = (time.monotonic(), 0)  # the last report's time and sample count
         self._steps = 0
+        self._samples = 0  # trained by the whole world (the batch may change between steps)
         self.optimizer = optimizer
         self.adaptive = isinstance(optimizer, _ADAPTIVE)
         self.estimator = NoiseScaleEstimator()
@@ -102,8 +109,34 @@ class AdaptiveBatch:
         self.gain = 1.0
         self._env = env
         self.pause: dict[str, float] = {}  # this world's restart pause, from its first step
+        self._poll = _BatchPoll(env, poll_s)
+        if ddp is not None:
+            self._register(ddp)
+
+    def _register(self, ddp: torch.nn.parallel.DistributedDataParallel) -> None:
         # a lambda: DDP checks a hook's annotations, which this module keeps as strings
         ddp.register_comm_hook(None, lambda state, bucket: self._hook(state, bucket))
+
+    # -- a live world (`edl.elastic.BatchControl`) ------------------------------------
+    def attach(self, model: torch.nn.Module) -> None:
+        """A new world formed around ``model`` (its DDP wrapper, if any): measure through
+        it, and agree rank 0's batch. A step half-measured in the old world is dropped."""
+        self.world = dist.get_world_size() if dist.is_initialized() else 1
+        self.trainers = max(1, self.world // max(1, int(self._env.get("LOCAL_WORLD_SIZE") or 1)))
+        self._local = torch.zeros((), dtype=torch.float64)
+        self._total = torch.zeros((), dtype=torch.float64)
+        self._previous, self._pieces, self._preconditioners = None, [], []
+        if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+            self._register(model)
+        self.batch = agreed_batch(self.batch, self.initial_batch, self.world)
+
+    def published(self) -> int | None:
+        """The newest batch published for the job (None: none, or no etcd to ask)."""
+        return self._poll.latest()
+
+    def set_batch(self, total: int) -> None:
+        """Run ``total`` samples per step from the next one (at least one per worker)."""
+        self.batch = max(self.world, int(total))
 
     # -- what the script uses ---------------------------------------------------------
     @property
@@ -124,6 +157,7 @@ class AdaptiveBatch:
         for group, base in zip(self.optimizer.param_groups, self.base_lrs, strict=True):
             group["lr"] = base * self.gain
         self.optimizer.step()
+        self._samples += self.local_batch_size() * self.world
         if self._steps == 0:  # the first step of this world: the restart's pause ends
             self.pause = measured_pause(self._env)
         self._steps += 1
@@ -136,11 +170,10 @@ class AdaptiveBatch:
         after a restart, its measured pause (`edl.runtime.collective.resize_pause`)."""
         out = {"batch": float(self.batch), "gain": round(self.gain, 4),
                "trainers": float(self.trainers), **self.pause}
-        now, steps = time.monotonic(), self._steps - self._since[1]
-        if steps > 0 and now > self._since[0]:
-            rate = steps * self.local_batch_size() * self.world / (now - self._since[0])
-            out["samples_per_s"] = round(rate, 2)
-        self._since = (now, self._steps)
+        now, samples = time.monotonic(), self._samples - self._since[1]
+        if samples > 0 and now > self._since[0]:
+            out["samples_per_s"] = round(samples / (now - self._since[0]), 2)
+        self._since = (now, self._samples)
         phi = self.noise_scale()
         if phi is not None and math.isfinite(phi):
             out["noise_scale"] = round(phi, 2)
@@ -228,6 +261,36 @@ class AdaptiveBatch:
             _sqnorm(mean, preconditioner).item(), self.scale,
         )
         return True
+
+
+class _BatchPoll:
+    """The job's published batch, read every ``interval_s`` by a daemon thread (started at
+    the first question), so a slow or dead etcd never holds up a step."""
+
+    def __init__(self, env: Mapping[str, str], interval_s: float) -> None:
+        endpoints, job = env.get("EDL_ETCD_ENDPOINTS"), env.get("EDL_JOB_NAME")
+        self._where = ((endpoints, env.get("EDL_NAMESPACE") or "default", job)
+                       if endpoints and job else None)
+        self._interval = interval_s
+        self._value: int | None = None
+        self._thread: threading.Thread | None = None
+
+    def latest(self) -> int | None:
+        if self._where is None:
+            return None
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, daemon=True,
+                                            name="edl-batch-poll")
+            self._thread.start()
+        return self._value
+
+    def _run(self) -> None:
+        assert self._where is not None
+        while True:
+            value = read_batch(*self._where)
+            if value is not None:
+                self._value = value
+            time.sleep(self._interval)
 
 
 def agreed_batch(given: int | None, initial: int, world: int) -> int:

@@ -130,6 +130,7 @@ def worker_env(
         "EDL_LIVE_MAX_WORLD": str(config.max_nodes * config.nproc_per_node),
         "LOCAL_RANK": str(local_rank),
         "EDL_LOCAL_RANK": str(local_rank),
+        "LOCAL_WORLD_SIZE": str(config.nproc_per_node),  # a trainer is this many workers
     }
 
 
