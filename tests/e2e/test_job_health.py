@@ -1,17 +1,20 @@
-"""A pserver that cannot checkpoint and a job whose progress stalls are said on the
-TrainingJob (a condition and an Event, cleared on recovery), and the stall limit ends
-the job; the health is published by the runtime's own code into a real etcd the job
-names as its external one (kwok's pods run no code)."""
+"""A pserver (or a collective job's rank 0) that cannot checkpoint and a job whose
+progress stalls are said on the TrainingJob (a condition and an Event, cleared on
+recovery), and the stall limit ends the job; the health is published by the runtime's
+own code into a real etcd the job names as its external one (kwok's pods run no
+code)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+import yaml
 
 from e2e.helpers import trainingjob, wait_trainers
 from e2e.rest import Rest
@@ -19,11 +22,14 @@ from edl.coord.client import EtcdClient
 from edl.coord.embedded import EmbeddedEtcd
 from edl.coord.keys import job_prefix
 from edl.local.progress import progress_key
-from edl.runtime.collective import gateway
+from edl.runtime.collective import gateway, keys
+from edl.runtime.collective.ckpt_health import RankZeroWatch
 from edl.runtime.pserver.main import Checkpointer
 from edl.runtime.pserver.optim import OptimizerConfig
 from edl.runtime.pserver.shard import Shard
-from polling import eventually
+from polling import eventually, wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -154,3 +160,50 @@ def test_a_stalled_job_is_a_condition_naming_its_trainers_and_its_limit_ends_it(
                 for role in ("master", "pserver")), 15, "the master and pservers stopped")
 
         asyncio.run(scenario())
+
+
+def test_a_collective_rank_0_that_cannot_checkpoint_is_a_condition_and_an_event_until_it_can(
+        rest: Rest, namespace: str, start_controller, tmp_path: Path) -> None:
+    directory = tmp_path / "ckpt"
+    directory.write_text("a file where the checkpoint directory should be")
+    job = yaml.safe_load((ROOT / "examples" / "digits-ddp" / "job.yaml").read_text())
+    job["metadata"] = {"name": "ddp-ckpt"}
+    job["spec"]["trainer"].update({"min-instance": 1, "max-instance": 1,
+                                   "workspace": "/home/edl/examples/digits-ddp"})
+    with EmbeddedEtcd() as etcd:
+        job["spec"]["master"]["etcd-endpoint"] = etcd.endpoints
+        start_controller()
+        rest.create(job, namespace)
+        wait_trainers(rest, namespace, "ddp-ckpt", 1)
+        [pod] = [p["metadata"]["name"] for p in rest.list("Pod", namespace)
+                 if p["metadata"]["labels"].get("edl.dev/role") == "trainer"
+                 and p["metadata"]["name"].startswith("ddp-ckpt-")]
+        # the pod's agent, as it runs once its rendezvous placed rank 0 there
+        gateway.put(etcd.endpoints, keys.agent_key(namespace, "ddp-ckpt", pod),
+                    json.dumps({"rank": 0, "round": 0, "nodes": 1, "world_size": 1}))
+        watch = RankZeroWatch({"EDL_ETCD_ENDPOINTS": etcd.endpoints, "EDL_POD_NAME": pod},
+                              namespace, "ddp-ckpt", str(directory))
+        assert watch.check() is not None
+        failed_at = time.monotonic()
+
+        def condition(status: str) -> Any:
+            found = _condition(rest, namespace, "ddp-ckpt", "CheckpointFailing")
+            return found if found and found["status"] == status else None
+
+        failing = wait_until(lambda: condition("True"), 30, "the CheckpointFailing condition")
+        assert time.monotonic() - failed_at < 10, "said within seconds"
+        assert failing["message"].startswith(f"rank 0 on {pod} cannot checkpoint: ")
+        assert "Not a directory" in failing["message"]
+        assert "is lost if the workers restart" in failing["message"]
+        [warning] = wait_until(lambda: _events(rest, namespace, "ddp-ckpt", "CheckpointFailing"),
+                               10, "the CheckpointFailing Event")
+        assert warning["type"] == "Warning" and warning["message"] == failing["message"]
+        directory.unlink()
+        directory.mkdir()
+        watch.check()
+        fixed_at = time.monotonic()
+        wait_until(lambda: condition("False"), 30, "the condition cleared")
+        assert time.monotonic() - fixed_at < 10
+        [normal] = wait_until(lambda: _events(rest, namespace, "ddp-ckpt", "CheckpointRecovered"),
+                              10, "the recovery Event")
+        assert normal["type"] == "Normal" and pod in normal["message"]
