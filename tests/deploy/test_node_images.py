@@ -69,8 +69,9 @@ def test_the_runtime_image_keeps_dockerfile_runtimes_user_entrypoint_and_paths(
 def test_the_controller_image_keeps_dockerfile_controllers_user_and_command(
         tmp_path: Path) -> None:
     shipped = dockerfile("Dockerfile.controller")
-    config, _ = image(images.runtime_image(tmp_path, ["controller", "--listen=0.0.0.0:8080"],
-                                           "edl-controller"))
+    config, members = image(images.controller_image(tmp_path))
     assert config["User"] == shipped["USER"]
     assert config["Entrypoint"] == shipped["ENTRYPOINT"]
-    assert config["Cmd"] == shipped["CMD"]
+    assert config["Cmd"] == shipped["CMD"] == images.CONTROLLER_CMD
+    # deploy/controller.yaml's runAsNonRoot: the kubelet needs a numeric user it can check
+    assert config["User"] == "10001:10001" and members["etc/passwd"].mode == 0o644

@@ -18,11 +18,14 @@ from e2e.control_plane import ROOT, ControlPlane
 PAGE = (ROOT / "docs" / "kubernetes.md").read_text()
 
 
-def sh(command: str, kubeconfig: Path, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    """`command` in a shell, as an admin types it (kubectl 1.32+ must be on PATH)."""
-    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "NO_PROXY": "127.0.0.1,localhost"}
+def sh(command: str, kubeconfig: Path, cwd: Path = ROOT, timeout: float = 60,
+       **variables: str) -> subprocess.CompletedProcess[str]:
+    """`command` in a shell, as an admin types it (kubectl 1.32+ must be on PATH), with
+    shell `variables` set."""
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "NO_PROXY": "127.0.0.1,localhost",
+           **variables}
     return subprocess.run(["sh", "-c", command], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=60)
+                          text=True, timeout=timeout)
 
 
 def test_the_laptop_step_extracts_a_ca_the_kubeconfig_names_as_a_file(

@@ -5,13 +5,16 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import os
 import threading
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from e2e.control_plane import ControlPlane
+import yaml
+
+from e2e.control_plane import ROOT, ControlPlane
 from e2e.rest import Rest
 from edl.local.progress import progress_key
 from node.node import Node
@@ -29,6 +32,7 @@ class NodeCluster:
     etcd_image: str
     mounts: list[Path]
     deleting: list[str] = field(default_factory=list)  # namespaces the session waits for
+    controller_image: str = ""  # deploy/Dockerfile.controller's contract (tools/node/images.py)
 
 
 def runtime_volumes(cluster: NodeCluster) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -39,6 +43,47 @@ def runtime_volumes(cluster: NodeCluster) -> tuple[list[dict[str, Any]], list[di
     mounts = [{"name": f"edl-runtime-{i}", "mountPath": str(path), "readOnly": True}
               for i, path in enumerate(cluster.mounts)]
     return volumes, mounts
+
+
+def runtime_claims(cluster: NodeCluster, namespace: str) -> list[str]:
+    """Read-only hostPath PersistentVolumes of the runtime's mounts and their claims
+    `edl-runtime-<i>` in `namespace` (what `runtime_volumes` names); the volumes' names,
+    cluster-scoped, for the caller to delete."""
+    rest, volumes = cluster.rest, []
+    for index, path in enumerate(cluster.mounts):
+        claim, volume = f"edl-runtime-{index}", f"{namespace}-runtime-{index}"
+        volumes.append(volume)
+        rest.create({"apiVersion": "v1", "kind": "PersistentVolume",
+                     "metadata": {"name": volume},
+                     "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadOnlyMany"],
+                              "persistentVolumeReclaimPolicy": "Retain",
+                              "storageClassName": "edl-runtime",
+                              "claimRef": {"namespace": namespace, "name": claim},
+                              "hostPath": {"path": str(path), "type": "Directory"}}})
+        rest.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                     "metadata": {"name": claim, "namespace": namespace},
+                     "spec": {"accessModes": ["ReadOnlyMany"], "volumeName": volume,
+                              "storageClassName": "edl-runtime",
+                              "resources": {"requests": {"storage": "1Gi"}}}}, namespace)
+    return volumes
+
+
+def controller_overlay(cluster: NodeCluster, directory: Path) -> Path:
+    """A kustomize overlay of deploy/ (the base an admin applies with `kubectl apply -k`)
+    for this node: the controller's Deployment gets the runtime's volumes (the claims
+    `runtime_claims` made in edl-system), nothing else. `directory` is made and returned."""
+    volumes, mounts = runtime_volumes(cluster)
+    base = os.path.relpath(ROOT / "deploy", directory)  # kustomize refuses absolute paths
+    patch = [{"op": "add", "path": "/spec/template/spec/volumes", "value": volumes},
+             {"op": "add", "path": "/spec/template/spec/containers/0/volumeMounts",
+              "value": mounts}]
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [base],
+        "patches": [{"target": {"kind": "Deployment", "name": "edl-controller"},
+                     "patch": yaml.safe_dump(patch)}]}))
+    return directory
 
 
 def pod_log(cluster: NodeCluster, namespace: str, pod: str, container: str = "") -> str:

@@ -86,13 +86,15 @@ def node_cluster(request: pytest.FixtureRequest) -> Iterator[NodeCluster]:
         rest = Rest(plane)
         install_edl(rest)
         node.start()
-        tars = [images.runtime_image(work / "node"), images.etcd_image(work / "node")]
+        tars = [images.runtime_image(work / "node"), images.etcd_image(work / "node"),
+                images.controller_image(work / "node")]
         for tar in tars:
             node.import_image(tar)
         mounts = images.runtime_mounts()
         cluster = NodeCluster(plane, node, rest, plane.admin_kubeconfig,
                               f"localhost/edl-runtime:{images.version()}-node",
-                              f"localhost/edl-etcd:{images.version()}-node", mounts)
+                              f"localhost/edl-etcd:{images.version()}-node", mounts,
+                              controller_image=f"localhost/edl-controller:{images.version()}-node")
         yield cluster
         _wait_deleted(rest, cluster.deleting)
     finally:

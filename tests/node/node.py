@@ -249,6 +249,16 @@ class Node:
         if done.returncode != 0:
             raise RuntimeError(f"ctr images import {tar.name} failed: {done.stderr}")
 
+    def tag_image(self, source: str, target: str) -> None:
+        """`ctr images tag`: `target` names the imported `source` too, as `kind load` puts a
+        locally built image under the name a manifest uses (nothing is pulled for it)."""
+        done = subprocess.run(
+            [str(self.bins / "ctr"), f"--address={self.containerd_socket}",
+             "--namespace=k8s.io", "images", "tag", "--force", source, target],
+            capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"ctr images tag {source} {target} failed: {done.stderr}")
+
     def make_cgroups(self) -> None:
         """The kubelet's cgroup root in every v1 hierarchy (it refuses to create it), with
         cpuset's CPUs and memory nodes copied from the parent, as cpuset requires."""

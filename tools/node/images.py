@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 USER = 10001
 HOME = "/home/edl"
 PAUSE_IMAGE = "localhost/edl-pause:3.10-edl"
+CONTROLLER_CMD = ["controller", "--listen=0.0.0.0:8080"]  # Dockerfile.controller's CMD
 
 
 def version() -> str:
@@ -73,6 +74,13 @@ def runtime_image(out: Path, cmd: list[str] | None = None, name: str = "edl-runt
     return write_image(image, out / f"{name}.tar")
 
 
+def controller_image(out: Path) -> Path:
+    """`localhost/edl-controller:<version>-node`: the runtime image's layer and mounts with
+    Dockerfile.controller's command (the controller needs no torch, but the mounted venv
+    has it: one image layer serves both)."""
+    return runtime_image(out, CONTROLLER_CMD, "edl-controller")
+
+
 def etcd_image(out: Path) -> Path:
     from edl.coord.embedded import find_etcd_binary
 
@@ -93,7 +101,7 @@ def main() -> None:
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
     tars = [runtime_image(out),
-            runtime_image(out, ["controller", "--listen=0.0.0.0:8080"], "edl-controller"),
+            controller_image(out),
             etcd_image(out)]
     if len(sys.argv) > 2:
         tars.append(pause_image(out, Path(sys.argv[2])))
