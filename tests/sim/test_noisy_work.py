@@ -162,3 +162,25 @@ def test_a_parameter_server_job_takes_a_chosen_batch_at_its_next_tasks() -> None
     changes = [(b, a) for b, a in itertools.pairwise(history) if a.batch != b.batch]
     assert len({o.batch for o in history}) > 2
     assert any(a.trainers == b.trainers and not _crossed(b, a) for b, a in changes), changes
+
+
+def test_a_live_job_takes_a_chosen_batch_at_its_next_step_without_a_pause() -> None:
+    """``batch_change: step`` (issue 32): a live collective job's workers take the
+    published batch at their next step boundary: between two publications with the same
+    trainers, and without stopping for a resize pause."""
+    history = _goodput_history(batch_change="step", resize_pause_s={"min": 20, "max": 20})
+    changes = [(b, a) for b, a in itertools.pairwise(history) if a.batch != b.batch]
+    same = [(b, a) for b, a in changes if a.trainers == b.trainers and not _crossed(b, a)]
+    assert same, changes
+    assert all((a.resizes or 0) == (b.resizes or 0) for b, a in same), same
+
+
+def test_a_restarting_job_pays_a_resize_pause_for_each_new_batch() -> None:
+    """``batch_change: restart`` (issue 32): a torchrun job's agent restarts its workers
+    into a newly published batch at once, so each change with the same trainers counts
+    one more paused resize, and no batch changes at an epoch boundary for free."""
+    history = _goodput_history(batch_change="restart", resize_pause_s={"min": 20, "max": 20})
+    changes = [(b, a) for b, a in itertools.pairwise(history) if a.batch != b.batch]
+    same = [(b, a) for b, a in changes if a.trainers == b.trainers]
+    assert same, changes
+    assert all((a.resizes or 0) > (b.resizes or 0) for b, a in same), same

@@ -91,11 +91,14 @@ class Work(Strict):
     max_batch: Annotated[int, Field(ge=1)] | None = None
     noise_scale: NoiseScaleSpec | None = None
     resize_pause_s: PauseSpec | None = None
-    # when a chosen batch takes effect: "epoch", at a restart or epoch boundary (a
-    # collective job's workers restart into it); "task", at the master's next
-    # publication (a parameter-server job's master hands the per-trainer batch out with
-    # each task, `edl.runtime.master.batch`: no restart, within seconds)
-    batch_change: Literal["epoch", "task"] = "epoch"
+    # when a chosen batch takes effect: "epoch", at a resize or epoch boundary; "task",
+    # at the master's next publication (a parameter-server job's master hands the
+    # per-trainer batch out with each task, `edl.runtime.master.batch`: no restart,
+    # within seconds); "step", the same moment (a live collective job takes it at its
+    # next step boundary, `edl.elastic`: no restart); "restart", at the next publication
+    # too, but a new batch restarts the world (a torchrun job's agent restarts its
+    # workers into it, `collective.batch.BatchWatch`): one drawn `resize_pause_s`
+    batch_change: Literal["epoch", "task", "step", "restart"] = "epoch"
 
     @model_validator(mode="after")
     def _amount(self) -> Work:
