@@ -23,8 +23,9 @@ from edl.runtime.collective.ckpt_health import (
 )
 
 
-def _statvfs(free: int):  # type: ignore[no-untyped-def]
-    return lambda path: types.SimpleNamespace(f_bavail=free // 4096, f_frsize=4096)
+def _statvfs(free: int, blocks: int = 10**6):  # type: ignore[no-untyped-def]
+    return lambda path: types.SimpleNamespace(f_bavail=free // 4096, f_frsize=4096,
+                                              f_blocks=blocks)
 
 
 def test_a_writable_directory_passes_and_keeps_no_probe_file(tmp_path: Path) -> None:
@@ -57,6 +58,8 @@ def test_less_room_than_the_last_checkpoint_fails_before_the_save_would(tmp_path
     assert full.cause == "space"
     assert "2.0 MiB free, less than its last checkpoint (model.pt, 3.0 MiB)" in full.error
     assert probe(str(tmp_path), "pod-a", _statvfs(4 * 2**20)).cause == ""
+    # a filesystem reporting no sizes at all (some FUSE mounts): only the write decides
+    assert probe(str(tmp_path), "pod-a", _statvfs(0, blocks=0)).cause == ""
     shutil.rmtree(tmp_path)
     tmp_path.mkdir()
     assert probe(str(tmp_path), "pod-a", _statvfs(0)).cause == ""  # nothing saved to fit

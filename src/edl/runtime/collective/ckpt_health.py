@@ -97,6 +97,8 @@ def probe(directory: str, pod: str, statvfs: Statvfs = os.statvfs) -> Probe:
             os.unlink(path)
         return Probe(f"errno {error.errno}", f"{directory}: [Errno {error.errno}] "
                      f"{error.strerror or error}", newest, None)
+    if not int(getattr(stat, "f_blocks", 1)):  # a filesystem that reports no sizes (some
+        return Probe("", "", newest, None)  # FUSE mounts): the write above is the test
     free = int(stat.f_bavail) * int(stat.f_frsize)
     if newest is not None and free < newest.size:
         return Probe("space", f"{directory}: {_mib(free)} free, less than its last checkpoint "
