@@ -345,7 +345,12 @@ def test_the_admission_policy_holds_edls_workload_writes_under_kueue(
     as: a Workload edl does not own is neither created nor deleted with its token, nor
     one whose pods would run as an unlisted ServiceAccount; its own is written."""
     path = f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{namespace}/workloads"
-    tj = {"apiVersion": "edl.dev/v1", "kind": "TrainingJob", "name": "t", "uid": "0" * 36,
+    # a real owner, of an installation no controller runs: with a made-up UID the garbage
+    # collector may delete the owned Workload before the test's own DELETE (CI saw a 404)
+    owner = trainingjob("t")
+    owner["metadata"]["labels"] = {"edl.dev/installation": "nobody"}
+    uid = rest.create(owner, namespace)["metadata"]["uid"]
+    tj = {"apiVersion": "edl.dev/v1", "kind": "TrainingJob", "name": "t", "uid": uid,
           "controller": True}
 
     def workload(name: str, owned: bool, account: str = "") -> dict[str, Any]:
