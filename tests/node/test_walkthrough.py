@@ -157,7 +157,7 @@ def test_the_readme_walkthrough_on_the_node_with_the_controller_in_the_cluster(
     volumes = runtime_claims(cluster, SYSTEM_NAMESPACE)
     forward: subprocess.Popen[bytes] | None = None
     try:
-        forward = _walkthrough(cluster, admin, namespace, port)
+        forward = _walkthrough(cluster, admin, namespace, port, tmp_path)
     finally:
         if forward is not None:
             forward.terminate()
@@ -166,8 +166,8 @@ def test_the_readme_walkthrough_on_the_node_with_the_controller_in_the_cluster(
     assert admin.used == set(admin.substitutions), "a README command changed"
 
 
-def _walkthrough(cluster: NodeCluster, admin: Admin, namespace: str,
-                 port: int) -> subprocess.Popen[bytes]:
+def _walkthrough(cluster: NodeCluster, admin: Admin, namespace: str, port: int,
+                 logs: Path) -> subprocess.Popen[bytes]:
     rest = cluster.rest
     # Step 2: CRD, RBAC, admission policy, the namespace's label, the controller
     outputs = {}
@@ -184,14 +184,6 @@ def _walkthrough(cluster: NodeCluster, admin: Admin, namespace: str,
     lease = next(c for c in outputs if "get lease" in c)
     holder = wait_until(lambda: lease_holder(admin, lease), 60, "a Lease holder")
     assert holder in {p["metadata"]["name"] for p in pods}, (holder, pods)
-    # the leader pod deleted: SIGTERM, it releases the Lease, the standby takes it
-    (standby,) = [p["metadata"]["name"] for p in pods if p["metadata"]["name"] != holder]
-    deleted = time.monotonic()
-    rest.delete("Pod", holder, SYSTEM_NAMESPACE)
-    wait_until(lambda: lease_holder(admin, lease) == standby, 45, f"{standby} leads")
-    takeover = time.monotonic() - deleted
-    print(f"\nthe standby took the Lease {takeover:.1f} s after the leader's deletion")
-
     # Step 3: the example job, trained by the in-cluster controller on the node
     step3 = commands(3)
     wait_cmd = next(c for c in step3 if c.startswith("kubectl wait"))
@@ -216,6 +208,17 @@ def _walkthrough(cluster: NodeCluster, admin: Admin, namespace: str,
     assert "pod/digits-cluster-master-" in children, children
     described = admin.run(next(c for c in step3 if "describe" in c))
     assert "ScalingUp" in described and "cluster load cpu" in described, described
+
+    # the leader pod deleted while the job trains: on SIGTERM it releases the Lease (the
+    # standby need not wait out its 15 s), the standby takes it and runs the job on
+    (standby,) = [p["metadata"]["name"] for p in pods if p["metadata"]["name"] != holder]
+    leader_log = follow(admin, holder, logs / f"{holder}.log")
+    deleted = time.monotonic()
+    rest.delete("Pod", holder, SYSTEM_NAMESPACE)
+    wait_until(lambda: lease_holder(admin, lease) == standby, 45, f"{standby} leads")
+    takeover = time.monotonic() - deleted
+    print(f"\nthe standby took the Lease {takeover:.1f} s after the leader's deletion")
+    assert takeover < 10, (takeover, _ended(leader_log))
 
     # Step 4: the filler overflows the node; the job gives trainers back, then regrows
     step4 = commands(4)
@@ -273,6 +276,24 @@ def _walkthrough(cluster: NodeCluster, admin: Admin, namespace: str,
     return forward
 
 
+def follow(admin: Admin, pod: str, path: Path) -> tuple[subprocess.Popen[bytes], Path]:
+    """`kubectl logs -f` of controller pod `pod` into `path`, to its end."""
+    with path.open("wb") as out:
+        return subprocess.Popen(["kubectl", "-n", SYSTEM_NAMESPACE, "logs", "-f", pod],
+                                env={**os.environ, "KUBECONFIG": str(admin.kubeconfig)},
+                                stdout=out, stderr=subprocess.STDOUT), path
+
+
+def _ended(follower: tuple[subprocess.Popen[bytes], Path]) -> str:
+    """The followed log, once its pod has ended (or 10 s on)."""
+    process, path = follower
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(10)
+    process.kill()
+    process.wait()
+    return path.read_text(errors="replace")
+
+
 def _ok(admin: Admin, command: str) -> str:
     with contextlib.suppress(AssertionError):
         return admin.run(command)
@@ -290,25 +311,18 @@ def _uninstall_controller(cluster: NodeCluster, admin: Admin, volumes: list[str]
     the CRD, whose deletion deletes every TrainingJob.) The replicas' logs, followed to
     their end, are kept in `logs`."""
     rest = cluster.rest
-    followers = []
-    for pod in controller_pods(cluster):
-        name = pod["metadata"]["name"]
-        with (logs / f"{name}.log").open("wb") as out:
-            followers.append(subprocess.Popen(
-                ["kubectl", "-n", SYSTEM_NAMESPACE, "logs", "-f", name],
-                env={**os.environ, "KUBECONFIG": str(admin.kubeconfig)},
-                stdout=out, stderr=subprocess.STDOUT))
+    followers = [follow(admin, p["metadata"]["name"], logs / f"{p['metadata']['name']}.log")
+                 for p in controller_pods(cluster)]
     rest.delete("Deployment", "edl-controller", SYSTEM_NAMESPACE)
     wait_until(lambda: not rest.list("Pod", SYSTEM_NAMESPACE, CONTROLLER), 90,
                "the controller pods gone")
-    for follower in followers:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            follower.wait(10)
-        follower.kill()
-        follower.wait()
+    ended = "\n".join(_ended(f)[-3000:] for f in followers)
     print(f"the controller replicas' logs: {logs}")
-    wait_until(lambda: not (rest.find("Lease", "edl-controller", SYSTEM_NAMESPACE) or {})
-               .get("spec", {}).get("holderIdentity"), 30, "the Lease released")
+    try:
+        wait_until(lambda: not (rest.find("Lease", "edl-controller", SYSTEM_NAMESPACE) or {})
+                   .get("spec", {}).get("holderIdentity"), 30, "the Lease released")
+    except AssertionError as error:
+        raise AssertionError(f"{error}; the replicas' last lines:\n{ended}") from None
     for index in range(len(volumes)):
         rest.delete("PersistentVolumeClaim", f"edl-runtime-{index}", SYSTEM_NAMESPACE)
     for volume in volumes:
