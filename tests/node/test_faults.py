@@ -1,28 +1,30 @@
 """Issue 30, case 1's pod faults beyond a trainer's: while the digits job trains on the real
-node, one of its pserver pods is deleted, then its master pod. Each is replaced (the
-ReplicaSet's new pod runs: a pserver registers its shard index again, a master listens
-again, as their own logs say), and the job still ends Succeeded with every trainer's test
-accuracy >= 0.95.
-
-What the replacements start from is not asserted: a pserver's checkpoint is written in
-its container (under the workspace) unless EDL_CHECKPOINT_DIR names a volume, and the
-master's etcd sidecar keeps its data in an emptyDir (docs/testing.md, "The node tier").
+node, one of its pserver pods is deleted, then its master pod. The job keeps its state on
+a PersistentVolumeClaim (`spec.master.etcd-volume`, `spec.pserver.checkpoint-volume`), so
+each replacement starts where its predecessor stopped: the new pserver restores its
+shard's checkpoint (a version > 0, as its own log says), and the new master pod's etcd
+reopens the same data, so the new master resumes its task queue (the pass and the finished
+tasks its predecessor had reached, from the term it publishes in the job's etcd and its
+log) instead of starting the passes again. The job then Succeeds with every trainer's
+test accuracy >= 0.95.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from e2e.helpers import trainingjob, wait_tj
 from e2e.rest import Rest
-from node.cluster import NodeCluster, master_progress, pod_log, runtime_volumes
+from node.cluster import NodeCluster, master_progress, pod_log, runtime_volumes, state_claim
 from polling import wait_until
 
 JOB = "faults"
 PASSES = 100  # long enough for both faults once training runs
+STATE = "edl-state"  # the claim holding the job's etcd data and pserver checkpoints
 
 
 def live(rest: Rest, namespace: str, role: str) -> list[str]:
@@ -47,15 +49,35 @@ def replace(cluster: NodeCluster, namespace: str, role: str, said: str) -> tuple
     return victim, new
 
 
+@pytest.fixture
+def state(node_cluster: NodeCluster, namespace: str) -> Iterator[str]:
+    """The namespace's writable claim `STATE`; its PersistentVolume goes once the namespace
+    (and so the claim) is gone."""
+    volume = state_claim(node_cluster, namespace, STATE)
+    yield STATE
+    node_cluster.rest.delete("PersistentVolume", volume)
+
+
+def said(cluster: NodeCluster, namespace: str, pod: str, container: str,
+         pattern: str) -> re.Match[str]:
+    """The first match of `pattern` in the pod's log, once it is there."""
+    return wait_until(lambda: re.search(pattern, pod_log(cluster, namespace, pod, container)),
+                      120, f"{pod} logging {pattern!r}")
+
+
 @pytest.mark.timeout(600)
-def test_a_deleted_pserver_and_master_are_replaced_and_the_job_reaches_its_accuracy(
-        node_cluster: NodeCluster, namespace: str, start_controller) -> None:
+def test_deleted_pserver_and_master_pods_resume_from_the_jobs_volume(
+        node_cluster: NodeCluster, namespace: str, state: str, start_controller) -> None:
     rest = node_cluster.rest
     start_controller("faults")
     volumes, mounts = runtime_volumes(node_cluster)
     job = trainingjob(JOB, min_instance=2, max_instance=2, passes=PASSES)
-    job["spec"]["image"] = node_cluster.image
-    job["spec"]["volumes"], job["spec"]["volumeMounts"] = volumes, mounts
+    spec = job["spec"]
+    spec["image"] = node_cluster.image
+    spec["volumes"] = [*volumes, {"name": state, "persistentVolumeClaim": {"claimName": state}}]
+    spec["volumeMounts"] = mounts
+    spec["master"]["etcd-volume"] = state
+    spec["pserver"]["checkpoint-volume"] = state
     rest.create(job, namespace)
     first: dict[str, Any] = wait_until(
         lambda: (p := master_progress(node_cluster, namespace, JOB))
@@ -63,10 +85,29 @@ def test_a_deleted_pserver_and_master_are_replaced_and_the_job_reaches_its_accur
         "the trainers training (the master counting finished tasks)")
     assert not first["finished"], first
 
-    replace(node_cluster, namespace, "pserver", "registered pserver")
-    replace(node_cluster, namespace, "master", "master listening")
-    state = rest.get("TrainingJob", JOB, namespace)["status"]["state"]
-    assert state == "Running", ("the job ended before both faults were made", state)
+    _, pserver = replace(node_cluster, namespace, "pserver", "registered pserver")
+    restored = said(node_cluster, namespace, pserver, "pserver",
+                    r"pserver \d+ (restored version (\d+)|serving on)")
+    assert restored.group(2) and int(restored.group(2)) > 0, (
+        "the new pserver did not restore its shard's checkpoint", restored.group(0))
+
+    before = wait_until(lambda: master_progress(node_cluster, namespace, JOB), 30,
+                        "the master's progress")
+    _, master = replace(node_cluster, namespace, "master", "master listening")
+    leading = said(node_cluster, namespace, master, "master",
+                   r"leading \(pass (\d+), (\d+) tasks restored\)")
+    term = wait_until(lambda: (p := master_progress(node_cluster, namespace, JOB))
+                      and p.get("leader") not in (None, before.get("leader")) and p, 60,
+                      "the new master's term in the job's etcd")
+    resumed = (term["resumed_pass"], term["resumed_done"])
+    assert int(leading.group(2)) > 0, ("the new master restored no task", leading.group(0))
+    assert resumed >= (before["pass"], before["tasks_done"]) and resumed > (0, 0), (
+        "the new master started the passes again", before, term)
+    print(f"pserver {restored.group(0)!r}; master resumed at pass {resumed[0]} with "
+          f"{resumed[1]} tasks done (before its deletion: pass {before['pass']}, "
+          f"{before['tasks_done']} done)", flush=True)
+    state_now = rest.get("TrainingJob", JOB, namespace)["status"]["state"]
+    assert state_now == "Running", ("the job ended before both faults were made", state_now)
 
     wait_tj(rest, namespace, JOB, lambda t: t["status"]["state"] == "Succeeded", 420,
             f"{JOB} Succeeded")

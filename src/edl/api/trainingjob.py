@@ -163,6 +163,10 @@ class PserverSpec(PodOptions):
         default=None, alias="max-instance",
         description="Kept for the original API: pservers are not scaled (default: "
         "min-instance; must not be below it).")
+    checkpoint_volume: StrictStr | None = Field(
+        default=None, alias="checkpoint-volume",
+        description="A volume of spec.volumes (e.g. a PersistentVolumeClaim) the pservers "
+        "checkpoint to (EDL_CHECKPOINT_DIR), so a replaced pserver pod restores its shard.")
     resources: Annotated[ResourceRequirements, EmptyIfNone] = Field(
         default_factory=ResourceRequirements,
         description="Requests and limits of each pserver pod.",
@@ -181,6 +185,11 @@ class MasterSpec(PodOptions):
         validation_alias=AliasChoices("etcd-image", "etcdImage", "etcd_image"),
         description="The image of the master pod's etcd sidecar (default: `edl controller "
                     "--etcd-image`, quay.io/coreos/etcd).")
+    etcd_volume: StrictStr | None = Field(
+        default=None, alias="etcd-volume",
+        description="A volume of spec.volumes (e.g. a PersistentVolumeClaim) the etcd sidecar "
+        "keeps its data on, so a replaced master pod resumes the task queue (default: an "
+        "emptyDir, lost with the pod).")
     resources: Annotated[ResourceRequirements, EmptyIfNone] = Field(
         default_factory=ResourceRequirements,
         description="Requests and limits of the master pod's master container.",

@@ -53,8 +53,8 @@ def master_replica_set(job: TrainingJob) -> dict[str, Any]:
     volumes = list(job.spec.volumes or [])
     if not job.spec.master.etcd_endpoint:
         containers.append(m.etcd_container(job))
-        volumes.append({"name": m.ETCD_DATA_VOLUME, "emptyDir": {}})
-    return m._replica_set(job, "master", 1, containers, volumes)
+        volumes += m.etcd_volumes(job)
+    return m.with_state_security(job, m._replica_set(job, "master", 1, containers, volumes))
 
 
 def master_service(job: TrainingJob) -> dict[str, Any]:

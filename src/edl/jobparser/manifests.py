@@ -20,6 +20,12 @@ from edl.api.resources import GPU, GPU_LEGACY
 from edl.api.role_requests import ROLE_REQUESTS, with_default_requests
 from edl.api.trainingjob import ResourceRequirements, TrainingJob
 from edl.jobparser.podtemplate import ETCD_RUN_AS, finish_container, pod_template
+from edl.jobparser.statevolumes import (
+    checkpoint_dir,
+    etcd_data_dir,
+    state_mount,
+    state_pod_security,
+)
 
 __all__ = [
     "EDL_ENV_NAMES",
@@ -32,12 +38,14 @@ __all__ = [
     "TRAINER_SIGTERM_EXIT",
     "child_names",
     "etcd_endpoints",
+    "etcd_volumes",
     "master_replica_set",
     "master_service",
     "pserver_replica_set",
     "role_labels",
     "trainer_backoff_limit",
     "trainer_job",
+    "with_state_security",
 ]
 
 # the etcd sidecar's image when neither the job (spec.master.etcd-image) nor the
@@ -45,6 +53,7 @@ __all__ = [
 ETCD_IMAGE = "quay.io/coreos/etcd:v3.5.17"
 ETCD_CLIENT_PORT = 2379
 ETCD_DATA_VOLUME = "edl-etcd-data"
+ETCD_DATA_PATH = "/var/lib/etcd"  # the sidecar's data dir on its emptyDir
 # A trainer drained by SIGTERM (a scale-down, a pod deletion) exits 128 + SIGTERM, not 0:
 # with `completions` unset, one pod exiting 0 would tell Kubernetes the work is done.
 # See edl.runtime.trainer.api.SIGTERM_EXIT (not imported: the parser stays below the runtime).
@@ -95,8 +104,24 @@ def master_replica_set(job: TrainingJob) -> dict[str, Any]:
     volumes = list(spec.volumes or [])
     if not spec.master.etcd_endpoint:
         containers.append(etcd_container(job))
-        volumes.append({"name": ETCD_DATA_VOLUME, "emptyDir": {}})
-    return _replica_set(job, "master", 1, containers, volumes)
+        volumes += etcd_volumes(job)
+    return with_state_security(job, _replica_set(job, "master", 1, containers, volumes))
+
+
+def etcd_volumes(job: TrainingJob) -> list[dict[str, Any]]:
+    """The volume the etcd sidecar adds to the master pod: an emptyDir, lost with the pod,
+    unless the job names one of its own (`spec.master.etcd-volume`)."""
+    return [] if job.spec.master.etcd_volume else [{"name": ETCD_DATA_VOLUME, "emptyDir": {}}]
+
+
+def with_state_security(job: TrainingJob, replica_set: dict[str, Any]) -> dict[str, Any]:
+    """The master's or the pservers' ReplicaSet, with `fsGroup` when it writes on a volume
+    the job names (`edl.jobparser.statevolumes`)."""
+    master = replica_set["metadata"]["labels"][LABEL_ROLE] == "master"
+    named = job.spec.master.etcd_volume if master else job.spec.pserver.checkpoint_volume
+    if named and not (master and job.spec.master.etcd_endpoint):
+        state_pod_security(replica_set["spec"]["template"])
+    return replica_set
 
 
 def pserver_replica_set(job: TrainingJob) -> dict[str, Any]:
@@ -105,9 +130,17 @@ def pserver_replica_set(job: TrainingJob) -> dict[str, Any]:
     first = _int(spec.port)
     count = _int(spec.ports_num) + _int(spec.ports_num_for_sparse)
     ports = [_port(f"pserver-{i}", first + i) for i in range(count)]
-    containers = [_container(job, "pserver", spec.pserver.resources, ports)]
+    container = _container(job, "pserver", spec.pserver.resources, ports)
+    directory = checkpoint_dir(job)
+    if directory and spec.pserver.checkpoint_volume:
+        # before the user's variables, which may refer to it as $(EDL_CHECKPOINT_DIR)
+        container["env"].insert(len(_env(job)), {"name": "EDL_CHECKPOINT_DIR",
+                                                 "value": directory})
+        container["volumeMounts"] = [*container.get("volumeMounts", []),
+                                     state_mount(spec.pserver.checkpoint_volume)]
     replicas = _int(spec.pserver.min_instance)
-    return _replica_set(job, "pserver", replicas, containers, list(spec.volumes or []))
+    return with_state_security(job, _replica_set(job, "pserver", replicas, [container],
+                                                 list(spec.volumes or [])))
 
 
 def trainer_job(
@@ -282,13 +315,14 @@ def etcd_container(job: TrainingJob) -> dict[str, Any]:
         "command": [
             "etcd",
             "--name=etcd0",
-            "--data-dir=/var/lib/etcd",
+            f"--data-dir={etcd_data_dir(job) or ETCD_DATA_PATH}",
             f"--listen-client-urls=http://0.0.0.0:{ETCD_CLIENT_PORT}",
             f"--advertise-client-urls=http://$(EDL_POD_IP):{ETCD_CLIENT_PORT}",
         ],
         "env": [_field_env("EDL_POD_IP", "status.podIP")],
         "ports": [_port("etcd", ETCD_CLIENT_PORT)],
-        "volumeMounts": [{"name": ETCD_DATA_VOLUME, "mountPath": "/var/lib/etcd"}],
+        "volumeMounts": [state_mount(job.spec.master.etcd_volume) if job.spec.master.etcd_volume
+                         else {"name": ETCD_DATA_VOLUME, "mountPath": ETCD_DATA_PATH}],
         "securityContext": dict(ETCD_RUN_AS),
         "resources": {"requests": dict(ROLE_REQUESTS["etcd"])},
     }

@@ -37,6 +37,7 @@ from edl.jobparser.collective import (
 )
 from edl.jobparser.manifests import ETCD_DATA_VOLUME, ETCD_IMAGE
 from edl.jobparser.podchecks import pod_option_problems
+from edl.jobparser.statevolumes import state_volume_problems
 
 __all__ = [
     "DEFAULT_IMAGE",
@@ -207,6 +208,7 @@ def _semantic_problems(job: TrainingJob) -> Iterator[tuple[Loc, str]]:
         yield from _resource_problems(("spec", role, "resources"), resources)
     yield from _etcd_problems(job)
     yield from _volume_problems(job)
+    yield from state_volume_problems(job)
     yield from pod_option_problems(job)
     yield from collective_problems(job)
     yield from _batch_problems(job)

@@ -34,6 +34,7 @@ QUANTITY_PATTERN = (
     r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
 )
 
+VOLUME_NAME = {"minLength": 1, "maxLength": 63, "pattern": r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"}
 
 
 def _cel(field: str) -> str:
@@ -111,6 +112,9 @@ FIELD_RULES: dict[str, dict[str, Any]] = {
     "spec.trainer.workspace": {"default": ""},
     "spec.pserver.min-instance": {"default": DEFAULT_PSERVERS},
     "spec.master.etcd-endpoint": {"pattern": ETCD_ENDPOINTS_PATTERN},
+    # a volume's name (a DNS-1123 label); that spec.volumes has it, the JobParser checks
+    "spec.master.etcd-volume": VOLUME_NAME,
+    "spec.pserver.checkpoint-volume": VOLUME_NAME,
     "spec.collective.nproc-per-node": {"minimum": 1, "default": DEFAULT_NPROC_PER_NODE},
     "spec.collective.world-size-multiple": {"minimum": 1},
     # no schema default: it depends on `live` (the JobParser fills it in)
