@@ -12,12 +12,13 @@ pservers, its status says why in Kueue's words, and it starts when the first fin
 with the controller SIGKILLed mid-way; a higher-priority Workload preempts a job — its
 master's and pservers' Workload evicted, every pod of it deleted within seconds, its
 quota given back, readmitted while the controller is SIGKILLed, resumed by the restarted
-controller and completed; a ResourceFlavor's node labels and toleration reach every
-trainer, master and pserver; an elastic job grows to exactly what its ClusterQueue
-admits with cohort borrowing (less its master and pservers), the controller SIGKILLed
-and restarted mid-growth, never runs more trainers than Kueue admitted, and its shrink
-admits a queued job. In every test Kueue stopped or evicted a job only for a preemption,
-never because of a change edl made.
+controller and completed, its master and pservers recreated on the same state volume and
+directories (`spec.master.etcd-volume`, `spec.pserver.checkpoint-volume`); a
+ResourceFlavor's node labels and toleration reach every trainer, master and pserver; an
+elastic job grows to exactly what its ClusterQueue admits with cohort borrowing (less
+its master and pservers), the controller SIGKILLed and restarted mid-growth, never runs
+more trainers than Kueue admitted, and its shrink admits a queued job. In every test
+Kueue stopped or evicted a job only for a preemption, never because of a change edl made.
 """
 
 from __future__ import annotations
@@ -63,6 +64,25 @@ def cluster_queue(kueue: Kueue, names: dict[str, str], namespace: str, cpu: str)
                 {"name": "memory", "nominalQuota": "64Gi"}]}]}]}})
     kueue.apply({"kind": "LocalQueue", "metadata": {"name": names["lq"]},
                  "spec": {"clusterQueue": names["cq"]}}, namespace)
+
+
+STATE_VOLUME = {"name": "state", "nfs": {"server": "nfs.example", "path": "/edl"}}
+
+
+def state_places(rest: Rest, namespace: str, job: str) -> dict[str, Any]:
+    """Where the master's etcd keeps its data and the pservers checkpoint (volume and
+    directory, from their ReplicaSets), and the ReplicaSets' uids."""
+    master = rest.get("ReplicaSet", f"{job}-master", namespace)
+    pserver = rest.get("ReplicaSet", f"{job}-pserver", namespace)
+    pods = [r["spec"]["template"]["spec"] for r in (master, pserver)]
+    etcd = next(c for c in pods[0]["containers"] if c["name"] == "etcd")
+    data_dir = next(a for a in etcd["command"] if a.startswith("--data-dir="))
+    checkpoints = next(v["value"] for v in pods[1]["containers"][0]["env"]
+                       if v["name"] == "EDL_CHECKPOINT_DIR")
+    assert all(STATE_VOLUME in pod["volumes"] for pod in pods), pods
+    assert not any("emptyDir" in v for v in pods[0]["volumes"]), pods[0]["volumes"]
+    return {"places": (data_dir, checkpoints),
+            "uids": (master["metadata"]["uid"], pserver["metadata"]["uid"])}
 
 
 def queued_job(name: str, **kwargs: Any) -> dict[str, Any]:
@@ -236,8 +256,13 @@ def test_a_higher_priority_workload_preempts_the_job_which_resumes_and_completes
     controller = start_kueue_controller()
     job = queued_job("modest", min_instance=2, max_instance=2, trainer_cpu="250m")
     job["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = "e2e-low"
+    # its state on a volume that outlives the pods (docs/kubernetes.md), so the readmitted
+    # master and pservers find it where the preempted ones left it
+    job["spec"]["volumes"] = [STATE_VOLUME]
+    job["spec"]["master"]["etcd-volume"] = job["spec"]["pserver"]["checkpoint-volume"] = "state"
     rest.create(job, namespace)
     wait_trainers(rest, namespace, "modest", 2)
+    first = state_places(rest, namespace, "modest")
 
     # modest asks 900m (master and pservers 400m, trainers 500m) of 1 CPU: urgent's 800m
     # needs both of its Workloads preempted
@@ -270,6 +295,9 @@ def test_a_higher_priority_workload_preempts_the_job_which_resumes_and_completes
                "modest's master and pservers readmitted")
     restart(start_kueue_controller, controller)
     wait_trainers(rest, namespace, "modest", 2)
+    again = state_places(rest, namespace, "modest")
+    assert again["uids"] != first["uids"], "the master and pservers were not recreated"
+    assert again["places"] == first["places"], (first, again)
     finish(rest, namespace, "modest")
     wait_tj(rest, namespace, "modest", lambda t: t["status"]["state"] == "Succeeded")
     assert evictions(rest, namespace), "Kueue evicted the job (preemption)"
