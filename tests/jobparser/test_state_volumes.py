@@ -199,3 +199,21 @@ def test_the_sidecar_as_rendered_reopens_its_data_with_a_new_pod_ip(tmp_path: Pa
         second.terminate()
         second.wait(30)
     assert (volume / "edl-etcd" / f"digits-{UID}" / "member").is_dir()
+
+
+def _claims(pod: dict[str, Any]) -> set[str]:
+    return {v["name"] for v in pod.get("volumes") or []}
+
+
+def test_a_state_volume_goes_only_to_the_pods_that_write_on_it() -> None:
+    """A ReadWriteOnce claim is attached to one node: the trainers' pods (and, with two
+    claims, the other role's) must not list it, or they would all be tied to its node."""
+    etcd = {"name": "etcd", "persistentVolumeClaim": {"claimName": "digits-etcd"}}
+    roles = pods(job(volumes=[copy.deepcopy(CLAIM), etcd], master={"etcd-volume": "etcd"}))
+    assert _claims(roles["master"]) == {"etcd"}
+    assert _claims(roles["pserver"]) == {"state"}
+    assert _claims(roles["trainer"]) == set()
+    assert _claims(pods(job("collective"))["trainer"]) == set()
+    # a volume the job also mounts everywhere (spec.volumeMounts) stays in every pod
+    shared = pods(job(volumeMounts=[{"name": "state", "mountPath": "/data"}]))
+    assert all(_claims(pod) == {"state"} for pod in shared.values())

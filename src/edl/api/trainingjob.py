@@ -256,7 +256,8 @@ class TrainingJobSpec(_Strict):
         "a fault-tolerant job is elastic (max-instance above min-instance). Default false.")
     passes: Int32 | None = Field(default=None, description="Passes over the data (default 1).")
     volumes: list[dict[str, Any]] | None = Field(
-        default=None, description="Pod volumes (core/v1 Volume) added to every pod of the job.")
+        default=None, description="Pod volumes (core/v1 Volume) added to every pod of the job "
+        "(one named by etcd-volume or checkpoint-volume only to the pods writing on it).")
     volume_mounts: list[dict[str, Any]] | None = Field(
         default=None,
         validation_alias=AliasChoices("volumeMounts", "VolumeMounts", "volume_mounts"),

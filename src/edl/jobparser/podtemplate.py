@@ -23,6 +23,7 @@ from typing import Any
 from edl.api.names import LABEL_JOB, LABEL_ROLE
 from edl.api.podoptions import PodOptions
 from edl.api.trainingjob import TrainingJob
+from edl.jobparser.statevolumes import other_roles_state
 
 __all__ = [
     "ETCD_RUN_AS",
@@ -100,8 +101,10 @@ def pod_spec(
         own = deep_merge(RESTRICTED_CONTAINER, container.get("securityContext") or {})
         container["securityContext"] = deep_merge(own, user_container)
     spec: dict[str, Any] = {"containers": containers}
+    foreign = other_roles_state(job, role)
+    volumes = [dict(v) for v in volumes or [] if v.get("name") not in foreign]
     if volumes:
-        spec["volumes"] = [dict(v) for v in volumes]
+        spec["volumes"] = volumes
     secrets = [dict(s) for s in job.spec.image_pull_secrets or []]
     for secret in _dump(options.image_pull_secrets) or []:
         if secret not in secrets:

@@ -28,6 +28,7 @@ __all__ = [
     "STATE_MOUNT",
     "checkpoint_dir",
     "etcd_data_dir",
+    "other_roles_state",
     "state_mount",
     "state_pod_security",
     "state_volume_problems",
@@ -60,6 +61,18 @@ def checkpoint_dir(job: TrainingJob) -> str | None:
     if not job.spec.pserver.checkpoint_volume:
         return None
     return f"{STATE_MOUNT}/{CHECKPOINT_SUBDIR}/{_job_dir(job)}"
+
+
+def other_roles_state(job: TrainingJob, role: str) -> set[str]:
+    """The state volumes a role's pods leave out: those only another role writes on (not
+    in `spec.volumeMounts`), so a ReadWriteOnce claim for the master's etcd is attached to
+    the master pod alone, not to every trainer's node."""
+    master, pserver = job.spec.master, job.spec.pserver
+    own = {"master": master.etcd_volume if not master.etcd_endpoint else None,
+           "pserver": pserver.checkpoint_volume}
+    mounted = {m.get("name") for m in job.spec.volume_mounts or []}
+    return {name for other, name in own.items()
+            if name and other != role and name != own.get(role) and name not in mounted}
 
 
 def state_mount(volume: str) -> dict[str, Any]:
