@@ -4,10 +4,10 @@ Pure: a `Decision` and the job's `GoodputCurve` in, the decision with its batch 
 The batch changes only when the best batch for the new trainer count is predicted
 ``gain`` (5 %) faster than the one the job runs now — its last chosen batch, or its
 declared per-trainer batch times its trainers if none was chosen — because AdaptDL
-saw batches flap without such a threshold. A collective job applies it at its next
-restart, a parameter-server job at its trainers' next tasks (its master hands out the
-per-trainer batch, `edl.runtime.master.batch`); the simulator at a restart or epoch
-boundary, or at the next tasks for a job with ``batch_change: task``.
+saw batches flap without such a threshold. A torchrun collective job restarts its
+workers into it, a live one (`edl.elastic`) takes it at its next step boundary, a
+parameter-server job at its trainers' next tasks (its master hands out the per-trainer
+batch, `edl.runtime.master.batch`); the simulator as its ``batch_change`` says.
 """
 
 from __future__ import annotations

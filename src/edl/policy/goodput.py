@@ -108,7 +108,11 @@ class GoodputPolicy(DefaultPolicy):
         curve = want.curve if want is not None else self._goodput_curve(view)
         if not isinstance(curve, GoodputCurve):
             return decision
-        return with_batch(decision, curve, view.scaling.batch, self.params.batch_gain)
+        # a new batch costs what a resize costs (a torchrun job restarts into it; a live
+        # or PS job's 0.2 s or 0 s is nothing): it must pay its pause back in the horizon
+        params = self.params
+        extra = view.scaling.resize_pause_s / params.horizon_s if params.batch_payback else 0.0
+        return with_batch(decision, curve, view.scaling.batch, params.batch_gain + extra)
 
     # -- the replaced step ----------------------------------------------------------------
     def _fair_shares(self, plans: list[JobPlan], budget: Budget, room: Room) -> None:
