@@ -69,7 +69,8 @@ kueue:
 	else bash tools/kueue/build.sh >/dev/null; fi
 
 # The node tier (tests/node): a real kubelet, containerd, runc and CNI, built or unpacked by
-# tools/node/build.sh into ~/.cache/edl/node/<version>-<digest>/ once (progress, and a
+# tools/node/build.sh into ~/.cache/edl/node/<version>-<digest>/ once, and CoreDNS by
+# tools/node/coredns.sh into ~/.cache/edl/node/coredns-<version>-<digest>/ (progress, and a
 # failure in one line naming the missing piece). A machine that cannot run a kubelet (not
 # root, no cgroup v1) fails here in one line; EDL_NODE=0 (or EDL_E2E=0) turns the tier off.
 node:

@@ -42,6 +42,7 @@ KINDS: dict[str, tuple[str, str, bool]] = {
     "PersistentVolume": ("/api/v1", "persistentvolumes", False),
     "PersistentVolumeClaim": ("/api/v1", "persistentvolumeclaims", True),
     "ConfigMap": ("/api/v1", "configmaps", True),
+    "EndpointSlice": ("/apis/discovery.k8s.io/v1", "endpointslices", True),
 }
 APPLY = "application/apply-patch+yaml"
 MERGE = "application/merge-patch+json"

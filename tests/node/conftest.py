@@ -35,6 +35,7 @@ from e2e.helpers import (
 )
 from e2e.rest import ApiError, Rest
 from node.cluster import NodeCluster
+from node.cluster_dns import coredns_binary
 from node.node import Node, egress_config, images, node_binaries
 from polling import wait_until
 
@@ -63,7 +64,7 @@ def node_cluster(request: pytest.FixtureRequest) -> Iterator[NodeCluster]:
     (work / "plane").mkdir()
     (work / "node").mkdir()
     try:
-        bins = node_binaries()
+        bins, dns = node_binaries(), coredns_binary()
     except RuntimeError as error:
         pytest.fail(f"{str(error).splitlines()[-1]} ({OFF})", pytrace=False)
     pki = work / "plane" / "pki"
@@ -79,7 +80,8 @@ def node_cluster(request: pytest.FixtureRequest) -> Iterator[NodeCluster]:
                            "persistentvolumeclaim-protection-controller",
                            "root-ca-certificate-publisher-controller"))
     plane = ControlPlane(bin_dir=k8s_binaries(), work_dir=work / "plane", config=config)
-    node = Node(bins=bins, work=work / "node", plane=plane, name=f"edl-node-{uuid.uuid4().hex[:6]}")
+    node = Node(bins=bins, work=work / "node", plane=plane, name=f"edl-node-{uuid.uuid4().hex[:6]}",
+                dns_binary=dns)
     before = Node.machine_state()
     try:
         plane.start()

@@ -9,6 +9,7 @@ Layout (docs/testing.md, "The node tier"):
 * `forward.py` joins the node to the machine's loopback: the API server's port inside the
   node namespace (`API_PORT` on the node IP and 127.0.0.1 there), and an HTTP CONNECT proxy
   on a unix socket that kube-apiserver's egress selector uses to reach the kubelet (logs).
+* cluster DNS is CoreDNS on the node IP (`cluster_dns.py`), a node process like the kubelet.
 * cgroups (v1, cgroupfs driver) go under `/<name>` in every hierarchy and are removed at stop.
 
 Stopping kills PID 1 of the node's PID namespace, which kills every node process (shims,
@@ -32,6 +33,7 @@ from typing import Any
 import yaml
 
 from e2e.control_plane import ROOT, Component, ControlPlane
+from node.cluster_dns import coredns_binary, coredns_command, wait_coredns
 from node.holder import SYSCTLS
 
 sys.path.insert(0, str(ROOT / "tools" / "node"))
@@ -96,6 +98,7 @@ class Node:
     holder: subprocess.Popen[bytes] | None = None
     holder_pid: int = 0
     pid_namespace: str = ""  # the node's PID namespace ("pid:[inode]"): all its processes
+    dns_binary: Path | None = None  # CoreDNS (tools/node/coredns.sh's) or built at start
     helpers: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     @property
@@ -125,6 +128,9 @@ class Node:
         self._start_kubelet()
         self.wait_ready()
         self._start_kube_proxy()
+        dns = self._add("coredns", coredns_command(self.dns_binary or coredns_binary(), self.ip,
+                                                   self.work, self.work / "kubelet.kubeconfig"))
+        wait_coredns(dns, f"/proc/{self.holder_pid}/ns/net")
         return self
 
     def stop(self) -> None:
@@ -163,26 +169,18 @@ class Node:
         self.pid_namespace = os.readlink(f"/proc/{self.holder_pid}/ns/pid")
 
     def _start_helpers(self) -> None:
-        """forward.py (the API server into the node, the egress proxy out of it) and dns.py
-        (the cluster DNS on the node IP)."""
-        assert self.plane.pki is not None
-        pki, netns = self.plane.pki, f"--netns=/proc/{self.holder_pid}/ns/net"
-        for name, args in (
-                ("forward", [f"--listen={API_PORT}", f"--to=127.0.0.1:{self.plane.port}",
-                             f"--connect-uds={self.egress_socket}"]),
-                ("dns", [f"--listen={self.ip}", f"--api={self.plane.url}",
-                         f"--ca={pki.ca_cert}", f"--cert={pki.admin_cert}",
-                         f"--key={pki.admin_key}"])):
-            with (self.logs / f"{name}.log").open("wb") as log:
-                helper = subprocess.Popen([sys.executable, str(HERE / f"{name}.py"), netns, *args],
-                                          stdout=subprocess.PIPE, stderr=log,
-                                          stdin=subprocess.DEVNULL, start_new_session=True,
-                                          cwd=HERE)
-            self.helpers[name] = helper
-            assert helper.stdout is not None
-            if helper.stdout.readline().strip() != b"ready":
-                raise RuntimeError(f"{name}.py did not start: "
-                                   f"{(self.logs / f'{name}.log').read_text(errors='replace')}")
+        """forward.py: the API server into the node, the egress proxy out of it."""
+        args = [f"--netns=/proc/{self.holder_pid}/ns/net", f"--listen={API_PORT}",
+                f"--to=127.0.0.1:{self.plane.port}", f"--connect-uds={self.egress_socket}"]
+        with (self.logs / "forward.log").open("wb") as log:
+            helper = subprocess.Popen([sys.executable, str(HERE / "forward.py"), *args],
+                                      stdout=subprocess.PIPE, stderr=log,
+                                      stdin=subprocess.DEVNULL, start_new_session=True, cwd=HERE)
+        self.helpers["forward"] = helper
+        assert helper.stdout is not None
+        if helper.stdout.readline().strip() != b"ready":
+            raise RuntimeError("forward.py did not start: "
+                               f"{(self.logs / 'forward.log').read_text(errors='replace')}")
 
     def _add(self, name: str, argv: list[str]) -> Component:
         path = f"{self.bins}:{os.environ.get('PATH', '/usr/bin:/bin')}"
