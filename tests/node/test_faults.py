@@ -69,6 +69,9 @@ def said(cluster: NodeCluster, namespace: str, pod: str, container: str,
 def test_deleted_pserver_and_master_pods_resume_from_the_jobs_volume(
         node_cluster: NodeCluster, namespace: str, state: str, start_controller) -> None:
     rest = node_cluster.rest
+    # the state volumes keep Pod Security `restricted`: the API server enforces it here
+    rest.merge("Namespace", namespace, {"metadata": {"labels": {
+        "pod-security.kubernetes.io/enforce": "restricted"}}})
     start_controller("faults")
     volumes, mounts = runtime_volumes(node_cluster)
     job = trainingjob(JOB, min_instance=2, max_instance=2, passes=PASSES)
