@@ -146,7 +146,7 @@ def test_a_new_batch_must_pay_back_the_job_s_resize_pause() -> None:
     n = first.target
     curve = GoodputCurve(UslCurve(20.0, 0.002, 0.00002), BatchLimits(128, 2, 8192), 2000.0)
     best, value = curve.best(n)
-    low, high = curve.limits.bounds(n)
+    _, high = curve.limits.bounds(n)
     # a running batch the best beats by 8 %: over batch_gain, under 5 % + 40 s / 600 s
     running = next(m for m in range(best + 1, high)
                    if value / 1.09 < _goodput(curve, n, m) < value / 1.07)

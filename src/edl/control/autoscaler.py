@@ -395,7 +395,7 @@ class Autoscaler:
                     namespace, trainer_job_name(name)
                 )
                 trainer["spec"]["parallelism"] = target
-                if decision.batch is not None:  # the job applies it at its next restart
+                if decision.batch is not None:  # the job's runtime applies it (no resize)
                     annotations = trainer["metadata"].setdefault("annotations", {})
                     annotations[ANNOTATION_BATCH_SIZE] = str(int(decision.batch))
                 if target > decision.parallelism and decision.placement:

@@ -28,7 +28,8 @@ goodput at n over the best at its minimum, and trainers that would only buy a ba
 too large to help are not worth their resources. Each of its decisions carries the
 batch for its new trainer count; the batch changes only when the new one is
 predicted ``batch_gain`` (5 %) faster than the one it runs (AdaptDL saw batches flap
-without such a threshold), and the job applies it at its next restart or epoch.
+without such a threshold; plus its resize pause over the horizon, as a torchrun job
+restarts into a new batch); a live or PS job takes it at its next step or task.
 
 Every decision's reason names the goodput share, the fair share and floor it came
 from, the job's speed-up, the gain of one more trainer and what ended its growth.
