@@ -30,7 +30,8 @@ from node.node import PAUSE_IMAGE
 from polling import wait_until
 
 JOB = "elastic"
-PASSES = 60  # long enough to be preempted and to grow back well before the end
+PASSES = 100  # long enough to be preempted and to grow back well before the end (at 60 a
+# run at load 7 finished 8 s after the preemption: its growth to 3 had taken most of the job)
 TRAINER_CPU = 500  # millicores
 MAX_TRAINERS = 3
 TRAINER_SIGTERM_EXIT = 143  # edl.runtime.trainer.api.SIGTERM_EXIT
