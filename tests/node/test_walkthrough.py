@@ -44,6 +44,7 @@ from node.cluster import (
 from node.node import PAUSE_IMAGE
 from polling import wait_until
 
+PAUSE_UID = 65535  # the pod's sandbox (tools/node/images.py's pause image)
 CONTROLLER = "app.kubernetes.io/name=edl,app.kubernetes.io/component=controller"
 
 
@@ -180,6 +181,10 @@ def _walkthrough(cluster: NodeCluster, admin: Admin, namespace: str, port: int,
     assert rest.get("Namespace", namespace)["metadata"]["labels"]["edl.dev/served"] == "true"
     pods = controller_pods(cluster)
     assert len(pods) == 2 and all(p["spec"]["nodeName"] == cluster.node.name for p in pods)
+    for pod in pods:  # the Deployment's securityContext, as the kubelet ran it
+        processes = cluster.node.pod_processes(pod["metadata"]["uid"])
+        assert {p.uid for p in processes} - {PAUSE_UID} == {10001}, processes
+        assert not [f for p in processes if p.uid == 10001 for f in p.written()], processes
     # one replica leads: the Lease's holder is a controller pod (its --identity, POD_NAME)
     lease = next(c for c in outputs if "get lease" in c)
     holder = wait_until(lambda: lease_holder(admin, lease), 60, "a Lease holder")
@@ -199,7 +204,8 @@ def _walkthrough(cluster: NodeCluster, admin: Admin, namespace: str, port: int,
     assert any(re.search(r"target trainers 2 -> \d", m) for m in events(
         cluster, namespace, "ScalingUp")), events(cluster, namespace, "ScalingUp")
     wide = admin.run(next(c for c in step3 if "-o wide" in c))
-    assert "IMAGE" in wide and "ghcr.io/edl-dev/edl-runtime:0.1.0" in wide, wide
+    assert {"PENDING", "IMAGE", "MESSAGE"} <= set(wide.split()), wide
+    assert "ghcr.io/edl-dev/edl-runtime:0.1.0" in wide, wide
     assert "min-instance" in admin.run(next(c for c in step3 if "explain" in c))
     children = admin.run(next(c for c in step3 if "-l edl.dev/job=" in c))
     for kind, name in CHILDREN:
@@ -236,6 +242,9 @@ def _walkthrough(cluster: NodeCluster, admin: Admin, namespace: str, port: int,
     wait_until(lambda: (parallelism(rest, namespace, JOB) or 0) > 2, 90, f"{JOB} regrown")
     admin.run(next(c for c in step4 if "scale tj" in c))
     assert rest.get("TrainingJob", JOB, namespace)["spec"]["trainer"]["min-instance"] == 4
+    # the README's word on /scale: its DESIRED is the guarantee
+    header, row = admin.run(f"kubectl get tj {JOB} --subresource=scale").splitlines()[:2]
+    assert dict(zip(header.split(), row.split(), strict=False))["DESIRED"] == "4", (header, row)
 
     # Step 3's last command: the job's end
     assert "condition met" in admin.run(wait_cmd, timeout=600)
