@@ -66,6 +66,9 @@ def test_ddp_hook_recovers_a_known_noise_scale(tmp_path: Path, workers: int) -> 
     assert metrics["batch"] == batch
     assert metrics["noise_scale"] == pytest.approx(phi, rel=0.10)
     assert 0 < metrics["efficiency"] <= 1.0 and metrics["gain"] == pytest.approx(1.0)
+    # one trainer's computing rate (forward to the last gradient bucket): at least the
+    # rate the whole world trained at per worker, as the steps also wait and step
+    assert metrics["compute_rate"] >= metrics["samples_per_s"] / workers > 0
 
 
 def test_the_batch_comes_from_the_environment_and_is_checked() -> None:

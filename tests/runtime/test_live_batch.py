@@ -51,7 +51,8 @@ SCRIPT = textwrap.dedent('''
 
     loop.run(train_step)
     out = {"rank": loop.rank, "batch": adaptive.batch, "local": loop.local_batch,
-           "gain": adaptive.gain, "lr": optimizer.param_groups[0]["lr"]}
+           "gain": adaptive.gain, "lr": optimizer.param_groups[0]["lr"],
+           "compute_rate": adaptive.metrics().get("compute_rate")}
     print("RESULT " + json.dumps(out), flush=True)
 ''')
 
@@ -99,6 +100,8 @@ def test_a_published_batch_reaches_every_live_worker_at_one_step_boundary_mid_ep
                for line in out.splitlines() if line.startswith("RESULT ")]
     assert [(r["batch"], r["local"]) for r in results] == [(CHOSEN, CHOSEN // 2)] * 2
     assert all(r["lr"] == pytest.approx(0.01 * r["gain"]) for r in results)
+    # each world's DDP wrapper is measured: one trainer's computing rate is known
+    assert all((r["compute_rate"] or 0) > 0 for r in results), results
     lines = audit.read_text().splitlines()
     trained, formed = parse(lines)
     assert [(f.gen, f.world) for f in formed] == [(0, 2)], "one world, never re-formed"

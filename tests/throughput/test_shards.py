@@ -112,3 +112,13 @@ def test_a_collective_metrics_record_with_a_boolean_or_absurd_figure_is_no_point
     assert observation_from_metrics({**good, "samples_per_s": 1e300}, 1.0) is None
     point = observation_from_metrics({**good, "batch": 1e308, "noise_scale": "7"}, 1.0)
     assert point is not None and (point.batch, point.noise_scale) == (None, None)
+
+
+def test_a_collective_metrics_record_carries_its_compute_rate() -> None:
+    """`AdaptiveBatch` reports one trainer's computing rate (issue 32): it reaches the
+    observation as a PS master's does; an absurd one is dropped, the point kept."""
+    good = {"trainers": 2.0, "samples_per_s": 500.0, "batch": 64.0, "compute_rate": 400.0}
+    point = observation_from_metrics(good, 1.0)
+    assert point is not None and point.compute_rate == 400.0
+    point = observation_from_metrics({**good, "compute_rate": -1.0}, 1.0)
+    assert point is not None and point.compute_rate is None

@@ -34,7 +34,7 @@ PROGRESS_FIELDS: dict[str, Field] = {
 }
 METRICS_FIELDS: dict[str, Field] = {
     "trainers": TRAINERS, "samples_per_s": RATE, "batch": POSITIVE_BATCH, "noise_scale": POSITIVE,
-    "resize_pause_s": PAUSE, "resizes": RESIZES,
+    "compute_rate": POSITIVE, "resize_pause_s": PAUSE, "resizes": RESIZES,
 }
 
 
@@ -55,8 +55,8 @@ def observation_from_metrics(metrics: Mapping[str, Any] | None, at: float) -> Ob
     """A collective job's metrics record as an observation (None: no usable point).
 
     `edl.runtime.collective.adaptive.AdaptiveBatch` reports ``trainers``,
-    ``samples_per_s``, ``batch`` and ``noise_scale`` with each metrics line; the agent
-    publishes the merged record (`keys.metrics_key`)."""
+    ``samples_per_s``, ``batch``, ``noise_scale`` and ``compute_rate`` with each metrics
+    line; the agent publishes the merged record (`keys.metrics_key`)."""
     if not metrics or not isinstance(metrics, Mapping):
         return None
     values = clean(metrics, METRICS_FIELDS, "collective metrics record")
@@ -64,7 +64,7 @@ def observation_from_metrics(metrics: Mapping[str, Any] | None, at: float) -> Ob
     if trainers <= 0 or rate <= 0:
         return None
     return Observation(at, trainers, rate, None, values.get("batch"), values.get("noise_scale"),
-                       **_pause(values))
+                       compute_rate=values.get("compute_rate"), **_pause(values))
 
 
 def _pause(values: Mapping[str, float]) -> dict[str, Any]:

@@ -39,7 +39,12 @@ What it does:
   (`published`, every ``poll_s`` in a thread of its own) and every worker takes it at
   the next step boundary (`set_batch`): no restart, no re-formation;
 * the **metrics** also carry the samples/s since the last report and the trainer
-  count, so the agent's metrics record is one point of the job's goodput curve.
+  count, so the agent's metrics record is one point of the job's goodput curve, and
+  the ``compute_rate``: one trainer's samples/s computing alone (from the forward's
+  start to the backward's last gradient bucket, over the last 20 steps, times the
+  workers per trainer), which splits a step into what a larger batch scales and the
+  overhead it amortises (`edl.throughput.batch`; without it the policy sees no
+  overhead in a curve known at one trainer count and finds no larger batch worth it).
 
 It leaves the script's training loop, data and checkpointing as they are. It is
 separate from (and composable with) live resizing: it only needs `step` called.
@@ -51,6 +56,7 @@ import math
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
@@ -66,6 +72,7 @@ from edl.throughput.efficiency import NoiseScaleEstimator, efficiency
 __all__ = ["BATCH_ENV", "AdaptiveBatch"]
 
 BATCH_ENV = "EDL_BATCH_SIZE"
+_COMPUTE_STEPS = 20  # the compute rate's window
 _ADAPTIVE = (torch.optim.Adam, torch.optim.AdamW)
 
 
@@ -110,12 +117,20 @@ class AdaptiveBatch:
         self._env = env
         self.pause: dict[str, float] = {}  # this world's restart pause, from its first step
         self._poll = _BatchPoll(env, poll_s)
+        self._forward_at: float | None = None  # this step's forward began (monotonic)
+        self._grads_at: float | None = None  # its last gradient bucket was ready
+        self._compute: deque[tuple[int, float]] = deque(maxlen=_COMPUTE_STEPS)
         if ddp is not None:
             self._register(ddp)
 
     def _register(self, ddp: torch.nn.parallel.DistributedDataParallel) -> None:
         # a lambda: DDP checks a hook's annotations, which this module keeps as strings
         ddp.register_comm_hook(None, lambda state, bucket: self._hook(state, bucket))
+        ddp.register_forward_pre_hook(lambda _module, _args: self._forward_started())
+
+    def _forward_started(self) -> None:
+        if self._forward_at is None:  # the step's first forward (accumulation: more)
+            self._forward_at = time.monotonic()
 
     # -- a live world (`edl.elastic.BatchControl`) ------------------------------------
     def attach(self, model: torch.nn.Module) -> None:
@@ -158,6 +173,11 @@ class AdaptiveBatch:
             group["lr"] = base * self.gain
         self.optimizer.step()
         self._samples += self.local_batch_size() * self.world
+        if self._forward_at is not None and self._grads_at is not None:
+            seconds = self._grads_at - self._forward_at
+            if seconds > 0:
+                self._compute.append((self.local_batch_size(), seconds))
+        self._forward_at = self._grads_at = None
         if self._steps == 0:  # the first step of this world: the restart's pause ends
             self.pause = measured_pause(self._env)
         self._steps += 1
@@ -174,6 +194,11 @@ class AdaptiveBatch:
         if samples > 0 and now > self._since[0]:
             out["samples_per_s"] = round(samples / (now - self._since[0]), 2)
         self._since = (now, self._samples)
+        seconds = sum(s for _, s in self._compute)
+        if seconds > 0:
+            per_worker = sum(n for n, _ in self._compute) / seconds
+            workers = max(1, int(self._env.get("LOCAL_WORLD_SIZE") or 1))
+            out["compute_rate"] = round(per_worker * min(workers, self.world), 2)
         phi = self.noise_scale()
         if phi is not None and math.isfinite(phi):
             out["noise_scale"] = round(phi, 2)
@@ -194,6 +219,7 @@ class AdaptiveBatch:
     # -- measurement ------------------------------------------------------------------
     def _hook(self, _state: object, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
         buffer = bucket.buffer()
+        self._grads_at = time.monotonic()  # the last bucket's call: the backward is done
         preconditioner = self._bucket_preconditioner(bucket, buffer.numel())
         self._local += _sqnorm(buffer, preconditioner)
         if self.world == 1:
