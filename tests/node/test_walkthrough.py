@@ -156,19 +156,19 @@ def test_the_readme_walkthrough_on_the_node_with_the_controller_in_the_cluster(
         " 8080 &": f" {port}:8080",
         "localhost:8080": f"localhost:{port}"})
     volumes = runtime_claims(cluster, SYSTEM_NAMESPACE)
-    forward: subprocess.Popen[bytes] | None = None
+    started: list[subprocess.Popen[bytes]] = []  # port-forward, log followers
     try:
-        forward = _walkthrough(cluster, admin, namespace, port, tmp_path)
+        _walkthrough(cluster, admin, namespace, port, tmp_path, started)
     finally:
-        if forward is not None:
-            forward.terminate()
-            forward.wait(10)
+        for process in started:
+            process.kill()
+            process.wait()
         _uninstall_controller(cluster, admin, volumes, tmp_path)
     assert admin.used == set(admin.substitutions), "a README command changed"
 
 
 def _walkthrough(cluster: NodeCluster, admin: Admin, namespace: str, port: int,
-                 logs: Path) -> subprocess.Popen[bytes]:
+                 logs: Path, started: list[subprocess.Popen[bytes]]) -> None:
     rest = cluster.rest
     # Step 2: CRD, RBAC, admission policy, the namespace's label, the controller
     outputs = {}
@@ -221,6 +221,7 @@ def _walkthrough(cluster: NodeCluster, admin: Admin, namespace: str, port: int,
     # standby need not wait out its 15 s), the standby takes it and runs the job on
     (standby,) = [p["metadata"]["name"] for p in pods if p["metadata"]["name"] != holder]
     leader_log = follow(admin, holder, logs / f"{holder}.log")
+    started.append(leader_log[0])
     deleted = time.monotonic()
     rest.delete("Pod", holder, SYSTEM_NAMESPACE)
     wait_until(lambda: lease_holder(admin, lease) == standby, 45, f"{standby} leads")
@@ -268,6 +269,7 @@ def _walkthrough(cluster: NodeCluster, admin: Admin, namespace: str, port: int,
         ["sh", "-c", "exec " + admin.here(step5[0]).removesuffix("&").strip()],
         env={**os.environ, "KUBECONFIG": str(admin.kubeconfig)},
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    started.append(forward)
     metrics = wait_until(lambda: _ok(admin, step5[1]), 30, "metrics through port-forward")
     leader = re.search(r"^edl_leader (\S+)$", metrics, re.M)
     assert leader, metrics
@@ -284,7 +286,6 @@ def _walkthrough(cluster: NodeCluster, admin: Admin, namespace: str, port: int,
     wait_until(lambda: not rest.list("Pod", namespace, f"edl.dev/job={JOB}"), 90,
                "the job's pods removed")
     wait_until(lambda: not rest.list("Pod", namespace, "app=filler"), 60, "the filler removed")
-    return forward
 
 
 def follow(admin: Admin, pod: str, path: Path) -> tuple[subprocess.Popen[bytes], Path]:
