@@ -13,7 +13,9 @@ README, so the page and the test cannot drift apart):
 * the README's `default` namespace is the test's fresh one (the kubeconfig's namespace);
 * the controller's Deployment comes from deploy/ (the kustomize base) through an overlay
   adding the runtime's read-only volumes (the images mount the Python install,
-  tools/node/images.py), and the example job file gets the same volumes;
+  tools/node/images.py), and the example job file gets the same volumes and twice its
+  passes (its 15 left about 15 s between step 4's regrowth and the job's end at load 1-8:
+  the test must see the job shrink and grow back before it finishes);
 * `kubectl get tj -w` runs once without `-w`; port-forward takes a free local port.
 """
 
@@ -118,6 +120,7 @@ def example_job(cluster: NodeCluster, namespace: str, path: Path) -> Path:
     (job,) = load_yaml("example-trainingjob.yaml")
     job["metadata"]["namespace"] = namespace
     job["spec"]["volumes"], job["spec"]["volumeMounts"] = runtime_volumes(cluster)
+    job["spec"]["passes"] = 2 * int(job["spec"]["passes"])
     path.write_text(yaml.safe_dump(job))
     return path
 
