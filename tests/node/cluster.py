@@ -17,7 +17,7 @@ import yaml
 from e2e.control_plane import ROOT, ControlPlane
 from e2e.rest import Rest
 from edl.local.progress import progress_key
-from node.node import Node
+from node.node import PAUSE_IMAGE, Node
 
 
 @dataclass
@@ -207,3 +207,33 @@ def master_progress(cluster: NodeCluster, namespace: str, job: str) -> dict[str,
     except (OSError, ValueError):
         return None
     return value
+
+
+def _cpu(quantity: str) -> int:
+    return int(quantity[:-1]) if quantity.endswith("m") else int(float(quantity) * 1000)
+
+
+def free_cpu(cluster: NodeCluster) -> int:
+    """The node's allocatable CPU less what its live pods request (millicores)."""
+    rest = cluster.rest
+    node = rest.get("Node", cluster.node.name)
+    used = 0
+    for pod in rest.list("Pod"):
+        if pod["spec"].get("nodeName") != cluster.node.name or pod["status"].get(
+                "phase") in ("Succeeded", "Failed"):
+            continue
+        for container in pod["spec"]["containers"]:
+            used += _cpu(container.get("resources", {}).get("requests", {}).get("cpu", "0"))
+    return _cpu(node["status"]["allocatable"]["cpu"]) - used
+
+
+def filler(namespace: str, cpu: int, name: str = "filler") -> dict[str, Any]:
+    """A Deployment of one pause pod asking `cpu` millicores, with no PriorityClass
+    (priority 0): another tenant taking room on the node, and giving it back when deleted."""
+    return {"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": {"app": name}}, "spec": {
+                         "containers": [{"name": "pause", "image": PAUSE_IMAGE,
+                                         "resources": {"requests": {
+                                             "cpu": f"{cpu}m", "memory": "16Mi"}}}]}}}}

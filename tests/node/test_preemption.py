@@ -22,11 +22,12 @@ from node.cluster import (
     PodWatch,
     condition,
     exit_code,
+    filler,
+    free_cpu,
     master_progress,
     pod_log,
     runtime_volumes,
 )
-from node.node import PAUSE_IMAGE
 from polling import wait_until
 
 JOB = "elastic"
@@ -42,24 +43,6 @@ def note(what: str) -> None:
     print(f"{time.strftime('%X')} {what}", flush=True)
 
 
-def _cpu(quantity: str) -> int:
-    return int(quantity[:-1]) if quantity.endswith("m") else int(float(quantity) * 1000)
-
-
-def free_cpu(cluster: NodeCluster) -> int:
-    """The node's allocatable CPU less what its live pods request (millicores)."""
-    rest = cluster.rest
-    node = rest.get("Node", cluster.node.name)
-    used = 0
-    for pod in rest.list("Pod"):
-        if pod["spec"].get("nodeName") != cluster.node.name or pod["status"].get(
-                "phase") in ("Succeeded", "Failed"):
-            continue
-        for container in pod["spec"]["containers"]:
-            used += _cpu(container.get("resources", {}).get("requests", {}).get("cpu", "0"))
-    return _cpu(node["status"]["allocatable"]["cpu"]) - used
-
-
 def _trainers(rest: Rest, namespace: str) -> list[dict[str, Any]]:
     return [p for p in rest.list("Pod", namespace, f"edl.dev/job={JOB},edl.dev/role=trainer")
             if not p["metadata"].get("deletionTimestamp")]
@@ -72,17 +55,6 @@ def settled(rest: Rest, namespace: str, at_least: int = 1) -> int | None:
     if want is None or want < at_least or len(pods) != want:
         return None
     return want if all(p["status"].get("phase") == "Running" for p in pods) else None
-
-
-def _filler(namespace: str, cpu: int) -> dict[str, Any]:
-    """A Deployment of one pause pod with no PriorityClass (priority 0)."""
-    return {"apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": "filler", "namespace": namespace},
-            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "filler"}},
-                     "template": {"metadata": {"labels": {"app": "filler"}}, "spec": {
-                         "containers": [{"name": "pause", "image": PAUSE_IMAGE,
-                                         "resources": {"requests": {
-                                             "cpu": f"{cpu}m", "memory": "16Mi"}}}]}}}}
 
 
 def _summary(seen: dict[str, list[dict[str, Any]]]) -> dict[str, list[Any]]:
@@ -120,7 +92,7 @@ def test_a_preempted_trainer_hands_its_task_back_and_the_job_grows_back(
     # of a trainer
     want = free_cpu(node_cluster) + TRAINER_CPU * 4 // 5
     with PodWatch(node_cluster, namespace, f"edl.dev/job={JOB},edl.dev/role=trainer") as watch:
-        rest.create(_filler(namespace, want), namespace)
+        rest.create(filler(namespace, want), namespace)
         wait_until(lambda: any(p["status"].get("phase") == "Running"
                                for p in rest.list("Pod", namespace, "app=filler")),
                    90, "the filler running")
