@@ -86,27 +86,29 @@ def controller_overlay(cluster: NodeCluster, directory: Path) -> Path:
     return directory
 
 
-def state_claim(cluster: NodeCluster, namespace: str, claim: str = "edl-state") -> str:
+def state_claim(cluster: NodeCluster, namespace: str, claim: str = "edl-state",
+                access: str = "ReadWriteOnce") -> str:
     """A writable PersistentVolumeClaim `claim` in `namespace` for a job's state (etcd data,
     pserver checkpoints), bound to a hostPath PersistentVolume of its own: a directory in the
     node's work dir (removed with it). The PersistentVolume's name is returned; the caller
     deletes it. The directory is world-writable: the kubelet applies no fsGroup to hostPath,
-    and etcd (65532) and the runtime (10001) both write there."""
-    path = cluster.node.work / "state" / namespace
+    and etcd (65532) and the runtime (10001) both write there. `access`: the claim's access
+    mode (ReadWriteMany for a volume every trainer pod shares)."""
+    path = cluster.node.work / "state" / namespace / claim
     path.mkdir(parents=True)
     path.chmod(0o777)
     volume = f"{namespace}-{claim}"
     cluster.rest.create({"apiVersion": "v1", "kind": "PersistentVolume",
                          "metadata": {"name": volume},
                          "spec": {"capacity": {"storage": "1Gi"},
-                                  "accessModes": ["ReadWriteOnce"],
+                                  "accessModes": [access],
                                   "persistentVolumeReclaimPolicy": "Retain",
                                   "storageClassName": "edl-state",
                                   "claimRef": {"namespace": namespace, "name": claim},
                                   "hostPath": {"path": str(path), "type": "Directory"}}})
     cluster.rest.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
                          "metadata": {"name": claim, "namespace": namespace},
-                         "spec": {"accessModes": ["ReadWriteOnce"], "volumeName": volume,
+                         "spec": {"accessModes": [access], "volumeName": volume,
                                   "storageClassName": "edl-state",
                                   "resources": {"requests": {"storage": "1Gi"}}}}, namespace)
     return volume
