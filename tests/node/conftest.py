@@ -34,7 +34,7 @@ from e2e.helpers import (
     start_controller_process,
 )
 from e2e.rest import ApiError, Rest
-from node.cluster import NodeCluster
+from node.cluster import NodeCluster, runtime_claims
 from node.cluster_dns import coredns_binary
 from node.node import Node, egress_config, images, node_binaries
 from polling import wait_until
@@ -125,22 +125,7 @@ def namespace(node_cluster: NodeCluster) -> Iterator[str]:
     rest.create(served_namespace(name))
     wait_until(lambda: rest.find("ServiceAccount", "default", name) is not None, 30,
                "the default ServiceAccount")
-    volumes = []
-    for index, path in enumerate(node_cluster.mounts):
-        claim, volume = f"edl-runtime-{index}", f"{name}-runtime-{index}"
-        volumes.append(volume)
-        rest.create({"apiVersion": "v1", "kind": "PersistentVolume",
-                     "metadata": {"name": volume},
-                     "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadOnlyMany"],
-                              "persistentVolumeReclaimPolicy": "Retain",
-                              "storageClassName": "edl-runtime",
-                              "claimRef": {"namespace": name, "name": claim},
-                              "hostPath": {"path": str(path), "type": "Directory"}}})
-        rest.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-                     "metadata": {"name": claim, "namespace": name},
-                     "spec": {"accessModes": ["ReadOnlyMany"], "volumeName": volume,
-                              "storageClassName": "edl-runtime",
-                              "resources": {"requests": {"storage": "1Gi"}}}}, name)
+    volumes = runtime_claims(node_cluster, name)
     yield name
     _empty(rest, name)
     node_cluster.deleting.append(name)
