@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 SCRIPT = textwrap.dedent('''
-    import json, os, sys
+    import gc, json, os, sys
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -44,7 +44,8 @@ SCRIPT = textwrap.dedent('''
     if rank == 0:
         print("RESULT " + json.dumps(adaptive.metrics()), flush=True)
     dist.barrier()  # every rank is done with the group before one tears it down
-    del adaptive, ddp  # DDP holds the group: free it before interpreter exit
+    del adaptive, ddp  # DDP holds the group: free it before interpreter exit,
+    gc.collect()  # and DDP is in a reference cycle of its own: del alone frees nothing
     dist.destroy_process_group()
 ''')
 
@@ -82,7 +83,7 @@ def test_the_batch_comes_from_the_environment_and_is_checked() -> None:
 
 
 AGREE = textwrap.dedent('''
-    import json, os, sys
+    import gc, json, os, sys
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -98,7 +99,8 @@ AGREE = textwrap.dedent('''
     with open(os.path.join(sys.argv[1], f"rank{rank}.json"), "w") as out:  # one file each:
         json.dump([rank, adaptive.batch, adaptive.local_batch_size()], out)  # no interleaving
     dist.barrier()  # every rank is done with the group before one tears it down
-    del adaptive  # DDP holds the group: free it before interpreter exit
+    del adaptive  # DDP holds the group: free it before interpreter exit,
+    gc.collect()  # and DDP is in a reference cycle of its own: del alone frees nothing
     dist.destroy_process_group()
 ''')
 
@@ -140,7 +142,7 @@ def test_no_published_batch_leaves_the_environment_s_and_a_dead_etcd_is_no_error
 
 
 ADAM = textwrap.dedent('''
-    import json, math, sys
+    import gc, json, math, sys
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -181,7 +183,8 @@ ADAM = textwrap.dedent('''
                                       "plain": plain, "adaptive": adaptive.adaptive}),
               flush=True)
     dist.barrier()  # every rank is done with the group before one tears it down
-    del adaptive, ddp  # DDP holds the group: free it before interpreter exit
+    del adaptive, ddp  # DDP holds the group: free it before interpreter exit,
+    gc.collect()  # and DDP is in a reference cycle of its own: del alone frees nothing
     dist.destroy_process_group()
 ''')
 
