@@ -35,11 +35,10 @@ from e2e.helpers import (
     SYSTEM_NAMESPACE,
     Controller,
     install_edl,
-    load_yaml,
     served_namespace,
     start_controller_process,
 )
-from e2e.kueue import Kueue, start_kueue
+from e2e.kueue import Kueue, kueue_controller_account, start_kueue
 from e2e.rest import ApiError, Rest
 from polling import wait_until
 
@@ -135,39 +134,10 @@ def kueue(plane: ControlPlane) -> Kueue:
 
 @pytest.fixture(scope="session")
 def kueue_controller_kubeconfig(plane: ControlPlane, kueue: Kueue) -> Path:
-    """A kubeconfig of ServiceAccount edl-system/edl-controller-kueue: the rules of
-    deploy/rbac.yaml plus deploy/kueue-rbac.yaml, as `edl controller --kueue` needs. Its
-    own account, so that test_rbac still sees the default grants on a plane shared with
-    Kueue tests; deploy/admission-policy.yaml is bound to it as well."""
-    rest = Rest(plane)
-    name = "edl-controller-kueue"
-    rest.apply([{"apiVersion": "v1", "kind": "ServiceAccount",
-                 "metadata": {"name": name, "namespace": SYSTEM_NAMESPACE}}])
-    roles = [d for d in load_yaml("kueue-rbac.yaml") if d["kind"] == "ClusterRole"]
-    rest.apply(roles)
-    for role in ("edl-controller", roles[0]["metadata"]["name"]):
-        rest.apply([{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-                     "metadata": {"name": f"e2e-{name}-{role}"},
-                     "roleRef": {"apiGroup": "rbac.authorization.k8s.io",
-                                 "kind": "ClusterRole", "name": role},
-                     "subjects": [{"kind": "ServiceAccount", "name": name,
-                                   "namespace": SYSTEM_NAMESPACE}]}])
-    rest.apply([{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-                 "metadata": {"name": f"e2e-{name}-leader", "namespace": SYSTEM_NAMESPACE},
-                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                             "name": "edl-controller-leader"},
-                 "subjects": [{"kind": "ServiceAccount", "name": name,
-                               "namespace": SYSTEM_NAMESPACE}]}])
-    # deploy/admission-policy.yaml holds this account too: edl's writes under Kueue
-    # (its servers' Workloads included) pass the same admission as everywhere else
-    policy, binding = load_yaml("admission-policy.yaml")
-    policy["metadata"]["name"] = binding["metadata"]["name"] = name
-    binding["spec"]["policyName"] = name
-    policy["spec"]["matchConditions"][0]["expression"] = (
-        f"request.userInfo.username == 'system:serviceaccount:{SYSTEM_NAMESPACE}:{name}'")
-    rest.apply([policy, binding])
-    return plane.service_account_kubeconfig(SYSTEM_NAMESPACE, name,
-                                            plane.work_dir / f"{name}.kubeconfig")
+    """A kubeconfig of ServiceAccount edl-system/edl-controller-kueue (e2e.kueue's
+    `kueue_controller_account`): its own account, so that test_rbac still sees the default
+    grants on a plane shared with Kueue tests."""
+    return kueue_controller_account(plane)
 
 
 @pytest.fixture

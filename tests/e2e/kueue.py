@@ -30,6 +30,7 @@ from typing import Any
 import yaml
 
 from e2e.control_plane import ROOT, Component, ControlPlane
+from e2e.helpers import SYSTEM_NAMESPACE, load_yaml
 from e2e.rest import ApiError, Rest
 from edl.procs import free_port
 from polling import wait_until
@@ -128,6 +129,40 @@ def start_kueue(plane: ControlPlane) -> Kueue:
     # The webhooks answer once a Kueue object passes through them (a dry-run create).
     wait_until(lambda: _webhook_answers(kueue), 60, "Kueue's webhooks answering")
     return kueue
+
+
+def kueue_controller_account(plane: ControlPlane) -> Path:
+    """A kubeconfig of ServiceAccount edl-system/edl-controller-kueue: the rules of
+    deploy/rbac.yaml plus deploy/kueue-rbac.yaml, as `edl controller --kueue` needs, with
+    deploy/admission-policy.yaml bound to it as well (edl's writes under Kueue, its
+    servers' Workloads included, pass the same admission as everywhere else)."""
+    rest = Rest(plane)
+    name = "edl-controller-kueue"
+    rest.apply([{"apiVersion": "v1", "kind": "ServiceAccount",
+                 "metadata": {"name": name, "namespace": SYSTEM_NAMESPACE}}])
+    roles = [d for d in load_yaml("kueue-rbac.yaml") if d["kind"] == "ClusterRole"]
+    rest.apply(roles)
+    for role in ("edl-controller", roles[0]["metadata"]["name"]):
+        rest.apply([{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                     "metadata": {"name": f"e2e-{name}-{role}"},
+                     "roleRef": {"apiGroup": "rbac.authorization.k8s.io",
+                                 "kind": "ClusterRole", "name": role},
+                     "subjects": [{"kind": "ServiceAccount", "name": name,
+                                   "namespace": SYSTEM_NAMESPACE}]}])
+    rest.apply([{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                 "metadata": {"name": f"e2e-{name}-leader", "namespace": SYSTEM_NAMESPACE},
+                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                             "name": "edl-controller-leader"},
+                 "subjects": [{"kind": "ServiceAccount", "name": name,
+                               "namespace": SYSTEM_NAMESPACE}]}])
+    policy, binding = load_yaml("admission-policy.yaml")
+    policy["metadata"]["name"] = binding["metadata"]["name"] = name
+    binding["spec"]["policyName"] = name
+    policy["spec"]["matchConditions"][0]["expression"] = (
+        f"request.userInfo.username == 'system:serviceaccount:{SYSTEM_NAMESPACE}:{name}'")
+    rest.apply([policy, binding])
+    return plane.service_account_kubeconfig(SYSTEM_NAMESPACE, name,
+                                            plane.work_dir / f"{name}.kubeconfig")
 
 
 def _configuration(webhook_port: int, health_port: int, certs: Path) -> dict[str, Any]:
