@@ -30,6 +30,10 @@ ALLOWED = [
     ("batch", "jobs/status", "patch", "team-a", ""),
     # namespace quotas bound the plan (list + watch, all namespaces)
     ("", "resourcequotas", "list", "", ""), ("", "resourcequotas", "watch", "", ""),
+    # what admission makes of trainer pods is asked again when these change
+    ("", "limitranges", "list", "", ""), ("", "limitranges", "watch", "", ""),
+    ("scheduling.k8s.io", "priorityclasses", "list", "", ""),
+    ("scheduling.k8s.io", "priorityclasses", "watch", "", ""),
 ]
 DENIED = [
     ("", "secrets", "get", "team-a", ""), ("", "configmaps", "list", "", ""),
@@ -41,6 +45,8 @@ DENIED = [
     ("apiextensions.k8s.io", "customresourcedefinitions", "list", "", ""),
     ("", "resourcequotas", "update", "team-a", ""), ("", "resourcequotas", "delete", "team-a", ""),
     ("scheduling.k8s.io", "priorityclasses", "create", "", ""),
+    ("scheduling.k8s.io", "priorityclasses", "get", "", "system-cluster-critical"),
+    ("", "limitranges", "create", "team-a", ""), ("", "limitranges", "get", "team-a", "x"),
     # trainers name a ServiceAccount only when the job asks; the controller never makes one
     ("", "serviceaccounts", "create", "team-a", ""),
 ]

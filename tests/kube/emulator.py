@@ -13,6 +13,8 @@ controller, no scheduler). This subclass adds, and only adds:
 * server-side apply's upsert: an apply PATCH on a missing object creates it
   (field ownership and removal of dropped fields are NOT emulated: an apply is
   a merge);
+* `dryRun=All` writes: answered with the body sent (named), nothing stored
+  (`dry_runs` keeps the bodies); admission is not emulated;
 * fault injection (`fail_next`): answer the next N matching requests with an
   error status *before* touching any state;
 * `expire_watches`: push a 410 Gone ERROR event into every open watch of a
@@ -45,6 +47,9 @@ RESOURCES: dict[str, kmock.ResourceInfo] = {
     "v1/pods": kmock.ResourceInfo(kind="Pod", namespaced=True),
     "v1/nodes": kmock.ResourceInfo(kind="Node", namespaced=False),
     "v1/resourcequotas": kmock.ResourceInfo(kind="ResourceQuota", namespaced=True),
+    "v1/limitranges": kmock.ResourceInfo(kind="LimitRange", namespaced=True),
+    "scheduling.k8s.io/v1/priorityclasses": kmock.ResourceInfo(kind="PriorityClass",
+                                                                namespaced=False),
     # kopf waits until discovery shows namespaces and CRDs, as a real API server does.
     "v1/namespaces": kmock.ResourceInfo(kind="Namespace", namespaced=False),
     "apiextensions.k8s.io/v1/customresourcedefinitions": kmock.ResourceInfo(
@@ -84,6 +89,7 @@ class EdlEmulator(kmock.KubernetesEmulator):
     faults: list[Fault] = attrs.field(factory=list, init=False)
     # the plural of every resource a client has opened a watch on (e.g. "trainingjobs")
     watched: set[str] = attrs.field(factory=set, init=False)
+    dry_runs: list[Any] = attrs.field(factory=list, init=False)  # bodies of dryRun=All writes
 
     # -- test controls ---------------------------------------------------------------
 
@@ -125,6 +131,8 @@ class EdlEmulator(kmock.KubernetesEmulator):
                     status=fault.status, content_type="application/json",
                 )
         if request.resource is not None:
+            if request.params.get("dryRun") == "All" and isinstance(request.data, dict):
+                return self._dry_run(request)
             if request.params.get("watch") == "true":
                 self.watched.add(request.resource.plural)
             conflict = self._stamp(request)
@@ -133,6 +141,16 @@ class EdlEmulator(kmock.KubernetesEmulator):
             if self._is_apply(request) and self._missing(request):
                 return await self._apply_create(request)
         return await super()._handle(request)
+
+    def _dry_run(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
+        """A dry-run write: answered as the API server would, nothing stored."""
+        self.dry_runs.append(request.data)
+        obj = dict(request.data)
+        meta = dict(obj.get("metadata") or {})
+        meta.setdefault("name", f"{meta.get('generateName', 'dry-run-')}dryrn")
+        meta.setdefault("namespace", request.namespace)
+        obj["metadata"] = meta
+        return aiohttp.web.json_response(obj, status=201, content_type="application/json")
 
     async def _apply_create(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
         """Server-side apply of an object that does not exist yet creates it."""

@@ -52,6 +52,9 @@ def test_rbac_is_least_privilege() -> None:
         # trainer pods (managed trainer Job): patch marks a finished one counted
         ("", "pods"): read | {"create", "delete", "patch"},
         ("", "resourcequotas"): {"list", "watch"},  # namespace quotas bound the plan
+        # a change to either asks again what admission makes of trainer pods
+        ("", "limitranges"): {"list", "watch"},
+        ("scheduling.k8s.io", "priorityclasses"): {"list", "watch"},
         ("batch", "jobs"): managed,
         ("batch", "jobs/status"): {"patch"},
         # blockOwnerDeletion under OwnerReferencesPermissionEnforcement

@@ -80,10 +80,11 @@ def test_watch_restarts_is_a_counter_for_every_kind_watched() -> None:
     from edl.kube.cluster import KubeCluster
 
     client = cast(Any, object())  # the caches are only built here, never started
+    admission = {"LimitRange", "PriorityClass"}  # what admission makes of trainer pods
     assert set(KubeCluster(client).watch_health()) == {
-        "Pod", "Node", "ResourceQuota", "TrainingJob"}
+        "Pod", "Node", "ResourceQuota", "TrainingJob", *admission}
     assert set(KubeCluster(client, kueue=True).watch_health()) == {
-        "Pod", "Node", "ResourceQuota", "TrainingJob", "Job"}
+        "Pod", "Node", "ResourceQuota", "TrainingJob", "Job", *admission}
     metrics = ControllerMetrics()
     metrics.set_leading(True)
     for restarts in (0, 2, 5, 1):  # 1: the next term's reflector, restarted once

@@ -18,7 +18,7 @@ GENERATED = ("_pb2.py", "_pb2_grpc.py")
 KUBE_LAYERS = (
     ("client", "retry", "watch_stream", "crd_rules", "crd", "status", "events", "failures",
      "trainer_index"),
-    ("reflector", "state", "managed", "training_jobs", "admission"),
+    ("reflector", "state", "managed", "training_jobs", "admission", "dry_run"),
     ("kueue",),
     ("cluster",),
     ("operator", "autoscaling", "throughput", "health", "leader", "metrics", "runner"),

@@ -36,6 +36,7 @@ from dataclasses import replace
 from typing import Any
 
 from edl.accounting import ClusterResource, trainer_request
+from edl.accounting.admitted import AdmittedTrainer
 from edl.accounting.eligibility import constraints_of
 from edl.accounting.kueue import queued, size_is_kueues
 from edl.accounting.request import extended_request
@@ -50,6 +51,7 @@ from edl.cluster.port import (
     TrainerPod,
     VictimScaling,
 )
+from edl.control.admitted_views import explained, with_admission
 from edl.control.batch_publish import BatchPublisher, reads_batch
 from edl.control.job_reads import (
     batch_limits,
@@ -145,6 +147,7 @@ class Autoscaler:
         self.last_resizes: dict[tuple[str, str], Decision] = {}
         self.scaling = ScalingTracker(throughput)
         self._batches: dict[tuple[str, str], float | None] = {}  # chosen, per trainer Job
+        self._held: dict[tuple[str, str], str] = {}  # jobs admission keeps from growing: why
         self.batches = BatchPublisher()  # .sink: where collective workers read the batch
 
     # -- PaddlePaddle EDL's notifications -----------------------------------------------
@@ -237,6 +240,7 @@ class Autoscaler:
                           f"{v.running} pending {v.pending}" for v in views),
             )
         decisions = self.policy.plan(views, resources, self.max_load_desired)
+        decisions = explained(decisions, self._held)  # admission: why a job is not grown
         decisions = self.collective.apply(decisions, now)  # allowed sizes, cooldown
         for decision in decisions:
             if decision.target != decision.parallelism:
@@ -311,6 +315,8 @@ class Autoscaler:
                 and not size_is_kueues(trainer)]
         self._batches = {key: chosen_batch(trainer) for key, _, trainer in live}
         caps = await self._kueue_caps(live)
+        admitted = await self._admitted(live)
+        self._held = {key: a.problem for key, a in admitted.items() if a.problem}
         scalings = [
             self._priced(key, await self.scaling.scaling(key, now, self._batches[key]))
             for key, _, _ in live
@@ -333,7 +339,7 @@ class Autoscaler:
             if isinstance(self.cluster, VictimScaling):  # where each trainer runs
                 pods_listed = await self.cluster.trainer_pods(job, leaving=True)
                 listed = tuple(Trainer(p.name, p.node, p.leaving) for p in pods_listed)
-            views.append(
+            views.append(with_admission(
                 JobView.from_pod_resources(
                     *key,
                     min_instance=int(job.spec.trainer.min_instance or 0),
@@ -351,9 +357,18 @@ class Autoscaler:
                     constraints=constraints_of(pod_spec, trainer_pod_labels(trainer)),
                     priority_class=str(pod_spec.get("priorityClassName") or ""),
                     terminating=pod_spec.get("activeDeadlineSeconds") is not None,
-                )
-            )
+                ), admitted.get(key)))
         return resources, views
+
+    async def _admitted(self, live: Sequence[tuple[tuple[str, str], TrainingJob, Manifest]]
+                        ) -> dict[tuple[str, str], AdmittedTrainer]:
+        """Per job, its trainer pod as admission makes it, where the cluster can tell
+        (Kubernetes: a cached server-side dry-run create, `edl.kube.dry_run`)."""
+        read = getattr(self.cluster, "admitted_trainer", None)
+        if read is None:
+            return {}
+        answers = await asyncio.gather(*(read(trainer) for _, _, trainer in live))
+        return {key: a for (key, _, _), a in zip(live, answers, strict=True) if a is not None}
 
     async def _kueue_caps(self, live: Sequence[tuple[tuple[str, str], TrainingJob, Manifest]]
                           ) -> dict[tuple[str, str], int]:

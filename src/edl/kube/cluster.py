@@ -10,7 +10,8 @@ What it does that the in-process cluster does not need to:
   get the new one; docs/kubernetes.md). A batch/v1 Job's pod template is immutable, so an
   existing trainer Job only gets its labels and its parallelism clamped into [min, max];
 * nodes, pods and ResourceQuotas come from list+watch caches (`reflector`, `state`), so
-  `inquiry_resource` and `job_pods` never list pods;
+  `inquiry_resource` and `job_pods` never list pods; LimitRanges and PriorityClasses are
+  watched to know when a trainer pod's dry-run answer is stale (`dry_run`);
 * every call is retried on 5xx/429 and dropped connections; a stale `update_trainer_job` raises
   `ConflictError` (409) for the caller to re-read;
 * TrainingJob events come from kopf (`edl.kube.operator`), which calls
@@ -57,6 +58,7 @@ from edl.cluster.port import (
 from edl.control.trainers import CRASH_BACKOFF_S
 from edl.kube.client import FIELD_MANAGER
 from edl.kube.crd import GROUP, KIND, PLURAL, VERSION
+from edl.kube.dry_run import KubeAdmission
 from edl.kube.events import EventRecorder, make_event
 from edl.kube.failures import last_trainer_failure
 from edl.kube.kueue import KubeKueue, TrainerJobStore
@@ -107,7 +109,7 @@ def _to_dict(obj: Any) -> dict[str, Any]:
     return obj.to_dict() if hasattr(obj, "to_dict") else dict(obj)
 
 
-class KubeCluster(KubeTrainingJobs, KubeManagedTrainers, KubeKueue):
+class KubeCluster(KubeTrainingJobs, KubeManagedTrainers, KubeKueue, KubeAdmission):
     """`edl.cluster.port.Cluster` over lightkube; start() before use, stop() after."""
 
     def __init__(self, client: AsyncClient, *, namespace: str | None = None,
@@ -140,6 +142,8 @@ class KubeCluster(KubeTrainingJobs, KubeManagedTrainers, KubeKueue):
         self.training_job_probe = Reflector(
             watch_client, TrainingJobResource, NullStore(), namespace=namespace or "*",
             labels={PROBE_LABEL: "true"})
+        # what admission makes of trainer pods: LimitRanges and PriorityClasses watched
+        self.admission_reflectors = self._watch_admission(watch_client)
         self._tasks: list[asyncio.Task[None]] = []
         self._handlers: list[TrainingJobHandler] = []
         self._jobs: dict[JobKey, dict[str, Any]] = {}  # latest TrainingJob bodies seen
@@ -154,7 +158,7 @@ class KubeCluster(KubeTrainingJobs, KubeManagedTrainers, KubeKueue):
     def reflectors(self) -> list[Reflector]:
         """Every list+watch this cluster runs (trainer Jobs only with --kueue)."""
         found = [self.node_reflector, self.pod_reflector, self.quota_reflector,
-                 self.training_job_probe]
+                 self.training_job_probe, *self.admission_reflectors]
         return found if self.job_reflector is None else [*found, self.job_reflector]
 
     def watch_health(self) -> dict[str, tuple[int, float]]:

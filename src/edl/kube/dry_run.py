@@ -1,0 +1,212 @@
+"""What admission makes of each job's trainer pod: one server-side dry-run create per
+pod template (`TrainerDryRuns`), and the watched inputs that change its answer.
+
+Why: LimitRange defaults, ExtendedResourceToleration, RuntimeClass overhead, the
+Priority plugin and mutating webhooks change a pod after edl wrote its template, and
+kube-scheduler places the admitted pod. A dry-run create (``dryRun=All``) goes through
+the same admission chain, validating policies included, and stores nothing. Its answer
+is cached per trainer Job and template digest, and asked again (at most once per
+``min_gap_s``) when the template changes, when a LimitRange of the job's namespace or
+any PriorityClass changes (both watched: `ChangeStore`, `PriorityClassStore`), and
+``retry_s`` after a refusal. A failed call (network, 5xx) keeps the last answer, or
+none: the planner then reads the template, as it would without this reader.
+`edl.accounting.admitted` reads the answer (pure).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from lightkube import AsyncClient
+from lightkube.resources.core_v1 import LimitRange, Pod
+from lightkube.resources.scheduling_v1 import PriorityClass
+
+from edl.accounting.admitted import (
+    AdmittedTrainer,
+    admitted_trainer,
+    refused_trainer,
+    template_hash,
+)
+from edl.cluster.port import Manifest
+from edl.control.trainer_pods import trainer_pod
+from edl.kube.reflector import Reflector
+from edl.kube.retry import http_status
+
+log = logging.getLogger(__name__)
+
+REFUSALS = frozenset({400, 403, 409, 422})  # the API server's answer, not an outage
+
+
+class ChangeStore:
+    """`reflector.Store` that remembers only each object's resourceVersion and counts
+    changes per namespace (cluster-scoped kinds: under "")."""
+
+    def __init__(self) -> None:
+        self._versions: dict[tuple[str, str], str] = {}
+        self._listed: set[tuple[str, str]] | None = None
+        self._changes: dict[str, int] = {}
+
+    def version(self, namespace: str = "") -> int:
+        """How often the namespace's objects changed (0: never seen a change)."""
+        return self._changes.get(namespace, 0)
+
+    def _changed(self, key: tuple[str, str], obj: dict[str, Any] | None) -> None:
+        self._changes[key[0]] = self._changes.get(key[0], 0) + 1
+
+    def begin_replace(self) -> None:
+        self._listed = set()
+
+    def end_replace(self) -> None:
+        if self._listed is not None:
+            for key in set(self._versions) - self._listed:
+                del self._versions[key]
+                self._changed(key, None)
+        self._listed = None
+
+    def apply(self, event_type: str, obj: dict[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        if self._listed is not None:
+            self._listed.add(key)
+        if event_type == "DELETED":
+            if self._versions.pop(key, None) is not None:
+                self._changed(key, None)
+            return
+        version = str(meta.get("resourceVersion") or "")
+        if self._versions.get(key) != version:
+            self._versions[key] = version
+            self._changed(key, obj)
+
+
+class PriorityClassStore(ChangeStore):
+    """PriorityClasses: every change counts (under ""), and each class's value is kept."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.values: dict[str, int] = {}  # name -> value
+        self.global_default = ""  # the class a pod naming none gets ("" : none)
+
+    def _changed(self, key: tuple[str, str], obj: dict[str, Any] | None) -> None:
+        name = key[1]
+        if obj is None:
+            self.values.pop(name, None)
+            if self.global_default == name:
+                self.global_default = ""
+        else:
+            value = obj.get("value")
+            self.values[name] = value if isinstance(value, int) else 0
+            if obj.get("globalDefault"):
+                self.global_default = name
+            elif self.global_default == name:
+                self.global_default = ""
+        super()._changed(("", name), obj)
+
+
+@dataclass(slots=True)
+class _Entry:
+    digest: str
+    stamp: tuple[int, int]
+    answer: AdmittedTrainer | None
+    at: float  # when it was asked (monotonic)
+
+
+def dry_run_pod(trainer: Manifest) -> dict[str, Any]:
+    """The pod edl's trainer controller would create for the trainer Job, named by the
+    server (``generateName``): admission sees exactly that pod."""
+    pod = trainer_pod(trainer, "")
+    meta = pod["metadata"]
+    del meta["name"]
+    meta["generateName"] = f"{trainer['metadata']['name']}-"[:58]
+    return pod
+
+
+def _message(exc: BaseException) -> str:
+    status = getattr(exc, "status", None)
+    text = getattr(status, "message", None)
+    return " ".join(str(text or exc).split())
+
+
+class TrainerDryRuns:
+    """Per trainer Job, the admitted trainer pod (`AdmittedTrainer`), cached."""
+
+    def __init__(self, client: AsyncClient, limit_ranges: ChangeStore,
+                 classes: PriorityClassStore, *, min_gap_s: float = 2.0,
+                 retry_s: float = 30.0, parallel: int = 8,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.client = client
+        self.limit_ranges, self.classes = limit_ranges, classes
+        self.min_gap_s, self.retry_s = min_gap_s, retry_s
+        self.clock = clock
+        self.calls = 0  # dry-runs made (a test reads it)
+        self._cache: dict[tuple[str, str], _Entry] = {}
+        self._gate = asyncio.Semaphore(parallel)
+
+    def forget(self, namespace: str, name: str) -> None:
+        """A trainer Job is gone: drop its answer."""
+        self._cache.pop((namespace, name), None)
+
+    async def admitted(self, trainer: Manifest) -> AdmittedTrainer | None:
+        """The trainer pod as admission makes it (None: not known; plan the template)."""
+        meta = trainer.get("metadata") or {}
+        namespace = str(meta.get("namespace") or "default")
+        key = (namespace, str(meta.get("name") or ""))
+        template = (trainer.get("spec") or {}).get("template") or {}
+        digest = template_hash(template)
+        stamp = (self.limit_ranges.version(namespace), self.classes.version())
+        entry = self._cache.get(key)
+        now = self.clock()
+        if entry is not None and entry.digest == digest:
+            refused = entry.answer is not None and entry.answer.per_pod is None
+            fresh = entry.stamp == stamp and not (refused and now - entry.at >= self.retry_s)
+            if fresh or now - entry.at < self.min_gap_s:
+                return entry.answer
+        last = entry.answer if entry is not None and entry.digest == digest else None
+        async with self._gate:
+            answer, answered = await self._ask(trainer, template, namespace, last)
+        # an outage keeps the last answer and asks again after min_gap_s
+        self._cache[key] = _Entry(digest, stamp if answered else (-1, -1), answer, now)
+        return answer
+
+    async def _ask(self, trainer: Manifest, template: dict[str, Any], namespace: str,
+                   last: AdmittedTrainer | None) -> tuple[AdmittedTrainer | None, bool]:
+        pod = dry_run_pod(copy.deepcopy(dict(trainer)))
+        self.calls += 1
+        try:
+            # lightkube's create() overloads do not match its own generated resources
+            created = await self.client.create(  # type: ignore[call-overload]
+                Pod.from_dict(pod), namespace=namespace, dry_run=True)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            status = http_status(exc)
+            if status in REFUSALS:
+                return refused_trainer(_message(exc)), True
+            log.warning("dry-run of a trainer pod of %s/%s failed (%s); planning from %s",
+                        namespace, trainer["metadata"]["name"], _message(exc),
+                        "the last answer" if last is not None else "the template")
+            return last, False
+        return admitted_trainer(template, created.to_dict()), True
+
+
+class KubeAdmission:
+    """`KubeCluster`'s part: the LimitRange and PriorityClass watches and the dry-runs."""
+
+    client: AsyncClient
+
+    def _watch_admission(self, watch_client: AsyncClient) -> list[Reflector]:
+        """Start following LimitRanges (every namespace) and PriorityClasses."""
+        self.limit_ranges = ChangeStore()
+        self.priority_classes = PriorityClassStore()
+        self.dry_runs = TrainerDryRuns(self.client, self.limit_ranges, self.priority_classes)
+        return [Reflector(watch_client, LimitRange, self.limit_ranges),
+                Reflector(watch_client, PriorityClass, self.priority_classes, namespace=None)]
+
+    async def admitted_trainer(self, trainer: Manifest) -> AdmittedTrainer | None:
+        """The trainer Job's pod as admission makes it (`TrainerDryRuns.admitted`)."""
+        return await self.dry_runs.admitted(trainer)
