@@ -7,11 +7,9 @@ TrainingJob's status show the script's own line, and the job stops at its backof
 from __future__ import annotations
 
 import ipaddress
-import re
-import time
 from typing import Any
 
-from e2e.helpers import trainer_pods, trainingjob, wait_tj
+from e2e.helpers import trainingjob, wait_tj
 from node.cluster import NodeCluster, pod_log, runtime_volumes
 from polling import wait_until
 
@@ -114,57 +112,3 @@ def test_restricted_namespace_runs_every_pod_as_10001_writing_only_home_and_tmp(
             if process.uid == 10001:
                 stray = [f for f in process.written() if not f.startswith(("home/edl/", "tmp/"))]
                 assert not stray, (name, stray)
-
-
-def test_the_digits_job_trains_to_its_accuracy_between_real_pods(
-        node_cluster: NodeCluster, namespace: str, start_controller) -> None:
-    """The README's job (deploy/example-trainingjob.yaml, 2 trainers, 2 pservers) on the
-    node: trainers reach the master's etcd and the pservers through Service DNS and pod
-    IPs; each trainer's own log (`kubectl logs`) reports its test accuracy."""
-    rest = node_cluster.rest
-    start_controller("digits")
-    volumes, mounts = runtime_volumes(node_cluster)
-    job = trainingjob("digits", min_instance=2, max_instance=2)
-    job["spec"]["image"] = node_cluster.image
-    job["spec"]["volumes"], job["spec"]["volumeMounts"] = volumes, mounts
-    rest.create(job, namespace)
-    wait_tj(rest, namespace, "digits", lambda t: t["status"]["state"] == "Succeeded", 600,
-            "digits Succeeded")
-    pods = rest.list("Pod", namespace, "edl.dev/job=digits,edl.dev/role=trainer")
-    done = [p["metadata"]["name"] for p in pods if p["status"].get("phase") == "Succeeded"]
-    assert done, [p["status"].get("phase") for p in pods]
-    accuracies = [float(m.group(1)) for name in done
-                  if (m := re.search(r"test accuracy ([0-9.]+)",
-                                     pod_log(node_cluster, namespace, name)))]
-    assert accuracies and min(accuracies) >= 0.95, accuracies
-
-
-def test_a_deleted_trainer_pod_stops_on_sigterm_and_the_job_still_reaches_its_accuracy(
-        node_cluster: NodeCluster, namespace: str, start_controller) -> None:
-    """Case 1's first fault on the node: a trainer pod deleted mid-training. The kubelet's
-    SIGTERM reaches `edl trainer` in its container (the pod is gone well within its 30 s
-    grace period), the Job replaces it, and the job still ends Succeeded at its accuracy."""
-    rest = node_cluster.rest
-    start_controller("chaos")
-    volumes, mounts = runtime_volumes(node_cluster)
-    job = trainingjob("chaos", min_instance=2, max_instance=2)
-    job["spec"]["image"] = node_cluster.image
-    job["spec"]["volumes"], job["spec"]["volumeMounts"] = volumes, mounts
-    rest.create(job, namespace)
-    wait_tj(rest, namespace, "chaos",
-            lambda t: t["status"]["state"] == "Running" and t["status"]["trainers"]["running"] == 2,
-            240, "chaos Running with 2 trainers")
-    victim = trainer_pods(rest, namespace, "chaos")[0]
-    time.sleep(8)  # into training: the trainers have imported torch and taken tasks
-    deleted = time.monotonic()
-    rest.delete("Pod", victim, namespace)
-    wait_until(lambda: rest.find("Pod", victim, namespace) is None, 60, f"{victim} gone")
-    assert time.monotonic() - deleted < 20, "the trainer did not stop on SIGTERM"
-    wait_tj(rest, namespace, "chaos", lambda t: t["status"]["state"] == "Succeeded", 600,
-            "chaos Succeeded")
-    pods = rest.list("Pod", namespace, "edl.dev/job=chaos,edl.dev/role=trainer")
-    done = [p["metadata"]["name"] for p in pods if p["status"].get("phase") == "Succeeded"]
-    accuracies = [float(m.group(1)) for name in done
-                  if (m := re.search(r"test accuracy ([0-9.]+)",
-                                     pod_log(node_cluster, namespace, name)))]
-    assert accuracies and min(accuracies) >= 0.95, accuracies
