@@ -8,6 +8,7 @@ import json
 import os
 import threading
 import urllib.request
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 import yaml
 
 from e2e.control_plane import ROOT, ControlPlane
+from e2e.kueue import Kueue
 from e2e.rest import Rest
 from edl.local.progress import progress_key
 from node.node import PAUSE_IMAGE, Node
@@ -33,6 +35,7 @@ class NodeCluster:
     mounts: list[Path]
     deleting: list[str] = field(default_factory=list)  # namespaces the session waits for
     controller_image: str = ""  # deploy/Dockerfile.controller's contract (tools/node/images.py)
+    kueue: Future[Kueue] | None = None  # Kueue's start, when a collected test uses it
 
 
 def runtime_volumes(cluster: NodeCluster) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

@@ -20,6 +20,7 @@ import sys
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,7 @@ from e2e.helpers import (
     served_namespace,
     start_controller_process,
 )
+from e2e.kueue import Kueue, start_kueue
 from e2e.rest import ApiError, Rest
 from node.cluster import NodeCluster, runtime_claims
 from node.cluster_dns import coredns_binary
@@ -83,10 +85,16 @@ def node_cluster(request: pytest.FixtureRequest) -> Iterator[NodeCluster]:
     node = Node(bins=bins, work=work / "node", plane=plane, name=f"edl-node-{uuid.uuid4().hex[:6]}",
                 dns_binary=dns)
     before = Node.machine_state()
+    kueue: Future[Kueue] | None = None
     try:
         plane.start()
         rest = Rest(plane)
         install_edl(rest)
+        if _uses_kueue(request.session):
+            # Kueue needs only the plane: it starts while the node starts and takes its images
+            pool = ThreadPoolExecutor(1, "kueue-start")
+            kueue = pool.submit(start_kueue, plane)
+            pool.shutdown(wait=False)
         node.start()
         tars = [images.runtime_image(work / "node"), images.etcd_image(work / "node"),
                 images.controller_image(work / "node")]
@@ -96,10 +104,13 @@ def node_cluster(request: pytest.FixtureRequest) -> Iterator[NodeCluster]:
         cluster = NodeCluster(plane, node, rest, plane.admin_kubeconfig,
                               f"localhost/edl-runtime:{images.version()}-node",
                               f"localhost/edl-etcd:{images.version()}-node", mounts,
-                              controller_image=f"localhost/edl-controller:{images.version()}-node")
+                              controller_image=f"localhost/edl-controller:{images.version()}-node",
+                              kueue=kueue)
         yield cluster
         _wait_deleted(rest, cluster.deleting)
     finally:
+        if kueue is not None:
+            kueue.exception()  # its start over (or failed) before the plane stops
         node.stop()
         plane.stop()
         left = node.leftovers()
@@ -115,6 +126,20 @@ def node_cluster(request: pytest.FixtureRequest) -> Iterator[NodeCluster]:
             print(f"\n{note}; node logs in {node.logs}", file=sys.stderr)
         assert not left, f"the test node left behind: {left}"
         assert not changed, f"the test node changed the machine (before, after): {changed}"
+
+
+def _uses_kueue(session: pytest.Session) -> bool:
+    """Whether a collected test uses the `kueue` fixture."""
+    return any("kueue" in getattr(item, "fixturenames", ()) for item in session.items)
+
+
+@pytest.fixture(scope="session")
+def kueue(node_cluster: NodeCluster) -> Kueue:
+    """A running Kueue on the node tier's plane (e2e.kueue, as the e2e `kueue` fixture),
+    started beside the node when a collected test uses it; stopped with the plane."""
+    if node_cluster.kueue is None:
+        return start_kueue(node_cluster.plane)
+    return node_cluster.kueue.result()
 
 
 @pytest.fixture

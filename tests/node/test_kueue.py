@@ -4,7 +4,8 @@ Workload. edl deletes the whole job (the trainers, the master, the pservers) and
 it; Kueue readmits it when the urgent work goes; the readmitted master resumes the task
 queue its predecessor left in the job's etcd, on the job's state volume
 (`spec.master.etcd-volume`, `spec.pserver.checkpoint-volume`), and the job Succeeds at
-accuracy >= 0.95. The master's completed-task count, read from the job's etcd about five
+accuracy >= 0.95. The controller is SIGKILLed while the job waits for readmission and
+restarted (case 5). The master's completed-task count, read from the job's etcd five
 times a second through the whole run, never goes backwards. Without the state volumes
 the readmitted master starts the passes again, and the test fails.
 """
@@ -13,16 +14,17 @@ from __future__ import annotations
 
 import itertools
 import re
+import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from e2e.helpers import CONTROLLER_ARGS, Controller, start_controller_process, trainingjob, wait_tj
-from e2e.kueue import Kueue, kueue_controller_account, start_kueue
+from e2e.kueue import Kueue, kueue_controller_account
 from node.cluster import NodeCluster, master_progress, pod_log, runtime_volumes, state_claim
 from node.node import PAUSE_IMAGE
 from polling import wait_until
@@ -34,26 +36,28 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 
 
-@pytest.fixture(scope="module")
-def kueue(node_cluster: NodeCluster) -> Kueue:
-    """Kueue on the node tier's plane, stopped with it (as the e2e `kueue` fixture)."""
-    started = time.monotonic()
-    kueue = start_kueue(node_cluster.plane)
-    print(f"Kueue started in {time.monotonic() - started:.1f} s", flush=True)
-    return kueue
-
-
 @pytest.fixture
-def kueue_controller(node_cluster: NodeCluster, kueue: Kueue,
-                     tmp_path: Path) -> Iterator[Controller]:
-    """`edl controller --kueue` as its Kueue account, images set to the node's."""
+def start_kueue_controller(node_cluster: NodeCluster, kueue: Kueue,
+                           tmp_path: Path) -> Iterator[Callable[..., Controller]]:
+    """`start(identity, *args)` runs `edl controller --kueue` as its Kueue account, images
+    set to the node's; every one started is stopped after the test, and a 403 in its log
+    fails it."""
     kubeconfig = kueue_controller_account(node_cluster.plane)
-    controller = start_controller_process(
-        kubeconfig, tmp_path / "controller.log", "kueue", *CONTROLLER_ARGS, "--kueue",
-        f"--image={node_cluster.image}", f"--etcd-image={node_cluster.etcd_image}")
-    yield controller
-    controller.stop()
-    assert not controller.forbidden_lines(), controller.forbidden_lines()[:20]
+    started: list[Controller] = []
+
+    def start(identity: str, *extra: str) -> Controller:
+        controller = start_controller_process(
+            kubeconfig, tmp_path / f"controller-{identity}.log", identity, *CONTROLLER_ARGS,
+            "--kueue", f"--image={node_cluster.image}",
+            f"--etcd-image={node_cluster.etcd_image}", *extra)
+        started.append(controller)
+        return controller
+
+    yield start
+    for controller in started:
+        controller.stop()
+    refused = [line for c in started for line in c.forbidden_lines()]
+    assert not refused, refused[:20]
 
 
 class Progress:
@@ -134,8 +138,9 @@ def job_pods(cluster: NodeCluster, namespace: str, role: str = "") -> list[str]:
 @pytest.mark.timeout(600)
 def test_kueue_preempts_a_running_job_which_resumes_its_tasks_and_succeeds(
         node_cluster: NodeCluster, namespace: str, kueue: Kueue,
-        kueue_controller: Controller) -> None:
+        start_kueue_controller: Callable[..., Controller]) -> None:
     rest = node_cluster.rest
+    controller = start_kueue_controller("kueue")
     state = state_claim(node_cluster, namespace, STATE)
     suffix = namespace.removeprefix("node-")
     try:
@@ -169,8 +174,13 @@ def test_kueue_preempts_a_running_job_which_resumes_its_tasks_and_succeeds(
                                    rest.list("Pod", namespace, "job-name=urgent")),
                        60, "the urgent work running on the node")
             last_before = progress.samples[-1]
+            # the controller is SIGKILLed while the job waits; Kueue readmits it when the
+            # urgent work goes, and the restarted controller (same identity: it takes its
+            # Lease back at once) brings it back
+            controller.stop(signal.SIGKILL)
             rest.delete("Job", "urgent", namespace)
             readmitted = time.monotonic()
+            start_kueue_controller("kueue-restarted", "--identity=kueue")
 
             master = wait_until(lambda: job_pods(node_cluster, namespace, "master"), 120,
                                 "the readmitted job's master running")[0]
