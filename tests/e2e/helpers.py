@@ -31,6 +31,7 @@ SYSTEM_NAMESPACE = "edl-system"
 CONTROLLER_ARGS = ["--interval=1", "--status-interval=0.5",
                    f"--lease-namespace={SYSTEM_NAMESPACE}", "--log-requests",
                    "--trainer-priority-class="]
+DRY_RUN = "dryRun=All"  # in the request log line of a server-side dry-run
 FORBIDDEN_MARKS = ("Forbidden", "forbidden", "403 Forbidden", "code=403", "\"code\":403")
 
 
@@ -79,8 +80,10 @@ class Controller:
         data = self.log.read_bytes()
         for start, end in sorted(self.excused, reverse=True):
             data = data[:start] + data[end:]
+        # a dry-run create's 403 is admission's answer about a trainer pod (a full quota,
+        # a missing PriorityClass), read by the planner, not RBAC's (test_rbac: pod create)
         return [line for line in data.decode(errors="replace").splitlines()
-                if any(mark in line for mark in FORBIDDEN_MARKS)]
+                if any(mark in line for mark in FORBIDDEN_MARKS) and DRY_RUN not in line]
 
 
 def install_edl(rest: Rest) -> None:

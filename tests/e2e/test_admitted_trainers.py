@@ -70,6 +70,9 @@ def test_a_priority_class_created_later_is_seen_within_seconds(
         plan = tj["status"]["plan"]
         assert plan["reason"].startswith("no growth: the API server refuses trainer pods: ")
         assert plan["target"] == 1 and parallelism(rest, namespace, "late") == 1, plan
+        assert [line for line in controller.text().splitlines()
+                if "POST" in line and "dryRun=All" in line and " 403 " in line], \
+            "the refusal came from a dry-run create"
         rest.create({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
                      "metadata": {"name": klass}, "value": 1000})
         created = time.monotonic()

@@ -27,6 +27,7 @@ class FakeClient:
     def __init__(self) -> None:
         self.calls: list[dict[str, Any]] = []
         self.fail: int | None = None  # an HTTP status to answer with
+        self.words = "refused"  # ... and its message
 
     async def create(self, obj: Any, namespace: str, dry_run: bool = False) -> _Pod:
         assert dry_run
@@ -34,7 +35,7 @@ class FakeClient:
         self.calls.append(body)
         if self.fail is not None:
             request = httpx2.Request("POST", "https://api/pods")
-            raise httpx2.HTTPStatusError(f"refused {self.fail}", request=request,
+            raise httpx2.HTTPStatusError(f"{self.words} {self.fail}", request=request,
                                          response=httpx2.Response(self.fail, request=request))
         body = copy.deepcopy(body)
         body["metadata"]["name"] = body["metadata"]["generateName"] + "xyz12"
@@ -132,5 +133,30 @@ def test_a_refusal_is_an_answer_asked_again_later_and_an_outage_keeps_the_last()
         client.fail = None
         clock[0] += 1
         assert await reader.admitted(_trainer()) == good  # retried after retry_s
+
+    asyncio.run(run())
+
+
+def test_a_namespace_at_its_quota_is_no_refusal_of_the_template() -> None:
+    """Quota admission checks a dry-run as a create: 'exceeded quota' says the namespace
+    is full now, which the planner counts from the quotas; the last answer stands."""
+    clock = [0.0]
+    reader, client, _, _ = _reader(clock)
+
+    async def run() -> None:
+        client.fail, client.words = 403, 'pods "j-trainer-x" is forbidden: exceeded quota: q'
+        assert await reader.admitted(_trainer()) is None  # nothing known: the template
+        client.fail = None
+        clock[0] += 2
+        assert await reader.admitted(_trainer()) is None  # asked again after retry_s only
+        clock[0] += 28
+        good = await reader.admitted(_trainer())
+        assert good is not None and good.problem == ""
+        client.fail = 403
+        reader.limit_ranges.apply("ADDED", {"metadata": {"namespace": "ns", "name": "l",
+                                                         "resourceVersion": "1"}})
+        clock[0] += 2
+        assert await reader.admitted(_trainer()) == good  # kept through the full quota
+        assert len(client.calls) == 3
 
     asyncio.run(run())

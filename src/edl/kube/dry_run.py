@@ -9,7 +9,8 @@ is cached per trainer Job and template digest, and asked again (at most once per
 ``min_gap_s``) when the template changes, when a LimitRange of the job's namespace or
 any PriorityClass changes (both watched: `ChangeStore`, `PriorityClassStore`), and
 ``retry_s`` after a refusal. A failed call (network, 5xx) keeps the last answer, or
-none: the planner then reads the template, as it would without this reader.
+none: the planner then reads the template, as it would without this reader; so does a
+namespace's full ResourceQuota ("exceeded quota": the planner counts quotas itself).
 `edl.accounting.admitted` reads the answer (pure).
 """
 
@@ -41,6 +42,9 @@ from edl.kube.retry import http_status
 log = logging.getLogger(__name__)
 
 REFUSALS = frozenset({400, 403, 409, 422})  # the API server's answer, not an outage
+# quota admission checks a dry-run as a create: a namespace at its quota refuses it, yet
+# the template is fine (the planner counts quotas from the watched ResourceQuotas)
+QUOTA_FULL = "exceeded quota"
 
 
 class ChangeStore:
@@ -114,6 +118,7 @@ class _Entry:
     stamp: tuple[int, int]
     answer: AdmittedTrainer | None
     at: float  # when it was asked (monotonic)
+    until: float | None  # ask again from then on (a refusal, an outage), whatever changes
 
 
 def dry_run_pod(trainer: Manifest) -> dict[str, Any]:
@@ -162,19 +167,20 @@ class TrainerDryRuns:
         entry = self._cache.get(key)
         now = self.clock()
         if entry is not None and entry.digest == digest:
-            refused = entry.answer is not None and entry.answer.per_pod is None
-            fresh = entry.stamp == stamp and not (refused and now - entry.at >= self.retry_s)
+            fresh = entry.stamp == stamp and (entry.until is None or now < entry.until)
             if fresh or now - entry.at < self.min_gap_s:
                 return entry.answer
         last = entry.answer if entry is not None and entry.digest == digest else None
         async with self._gate:
-            answer, answered = await self._ask(trainer, template, namespace, last)
-        # an outage keeps the last answer and asks again after min_gap_s
-        self._cache[key] = _Entry(digest, stamp if answered else (-1, -1), answer, now)
+            answer, wait = await self._ask(trainer, template, namespace, last)
+        self._cache[key] = _Entry(digest, stamp, answer, now,
+                                  None if wait is None else now + wait)
         return answer
 
     async def _ask(self, trainer: Manifest, template: dict[str, Any], namespace: str,
-                   last: AdmittedTrainer | None) -> tuple[AdmittedTrainer | None, bool]:
+                   last: AdmittedTrainer | None) -> tuple[AdmittedTrainer | None, float | None]:
+        """The answer, and after how long to ask again whatever changes (None: only
+        when an input changes)."""
         pod = dry_run_pod(copy.deepcopy(dict(trainer)))
         self.calls += 1
         try:
@@ -184,14 +190,16 @@ class TrainerDryRuns:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            status = http_status(exc)
-            if status in REFUSALS:
-                return refused_trainer(_message(exc)), True
+            status, message = http_status(exc), _message(exc)
+            if status in REFUSALS and QUOTA_FULL not in message:
+                return refused_trainer(message), self.retry_s
+            if status in REFUSALS:  # a full quota: the planner counts quotas itself
+                return last, self.retry_s
             log.warning("dry-run of a trainer pod of %s/%s failed (%s); planning from %s",
-                        namespace, trainer["metadata"]["name"], _message(exc),
+                        namespace, trainer["metadata"]["name"], message,
                         "the last answer" if last is not None else "the template")
-            return last, False
-        return admitted_trainer(template, created.to_dict()), True
+            return last, self.min_gap_s
+        return admitted_trainer(template, created.to_dict()), None
 
 
 class KubeAdmission:
