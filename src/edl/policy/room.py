@@ -16,7 +16,8 @@ required node affinity) is an `Eligible` mask per distinct set of constraints.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from bisect import bisect_left
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -32,16 +33,87 @@ UNLIMITED = 1 << 40  # a node that does not say how many pods it takes
 class Eligible:
     """The nodes pods with one set of constraints may land on (a mask over the room)."""
 
-    __slots__ = ("array", "constraints", "count", "flags", "key")
+    __slots__ = ("array", "constraints", "count", "flags", "indices", "key")
 
     def __init__(
         self, key: int, constraints: PodConstraints, flags: list[bool] | np.ndarray
     ) -> None:
         self.key = key
         self.constraints = constraints
+        self.set(flags)
+
+    def set(self, flags: list[bool] | np.ndarray) -> None:
+        """Make the mask `flags` (a mask changed in place keeps its key)."""
         self.array = np.array(flags, dtype=bool)
         self.flags: list[bool] = self.array.tolist()
-        self.count = int(self.array.sum())
+        # the allowed nodes in order: first-fit scans visit these, not every node
+        self.indices: list[int] = np.flatnonzero(self.array).tolist()
+        self.count = len(self.indices)
+
+
+_UNSET = object()
+_MAX_VERDICTS = 4096  # distinct sets of constraints kept per node set
+
+
+class _Verdicts:
+    """Per set of constraints, which nodes pass the filters, for one set of nodes and
+    their facts: kept across plans while those stay the same (the filters read
+    nothing else), so a tick with unchanged nodes judges no node again."""
+
+    __slots__ = ("_first", "_of_node", "facts", "facts_by_name", "masks", "names")
+
+    def __init__(self, names: list[str], facts_by_name: Mapping[str, NodeFacts]) -> None:
+        self.names = list(names)
+        self.facts = [facts_by_name.get(name) or NodeFacts(name) for name in names]
+        self.facts_by_name = dict(facts_by_name)
+        self.masks: dict[PodConstraints, np.ndarray] = {}
+        self._first: list[int] | None = None
+        self._of_node = np.zeros(0, dtype=np.int64)
+
+    def same(self, names: list[str], facts_by_name: Mapping[str, NodeFacts]) -> bool:
+        """Whether these are the nodes and facts judged here (identical objects compare
+        in C without calling __eq__: fast when the caller's snapshot shares them)."""
+        return self.names == names and self.facts_by_name == facts_by_name
+
+    def mask(self, constraints: PodConstraints) -> np.ndarray:
+        """Per node, whether a pod with these constraints may land there (read-only)."""
+        array = self.masks.get(constraints)
+        if array is None:
+            if constraints.per_node:
+                array = np.array([not constraints.blocker(f) for f in self.facts], dtype=bool)
+            else:  # one answer per group of alike nodes, spread over the nodes by numpy
+                first, of_node = self._groups()
+                ok = np.array([not constraints.blocker(self.facts[i]) for i in first],
+                              dtype=bool)
+                array = ok[of_node] if len(self.facts) else np.zeros(0, dtype=bool)
+            array.flags.writeable = False
+            if len(self.masks) >= _MAX_VERDICTS:
+                self.masks.clear()
+            self.masks[constraints] = array
+        return array
+
+    def _groups(self) -> tuple[list[int], np.ndarray]:
+        """A node of each group of alike nodes (`NodeFacts.group`), and each node's group."""
+        if self._first is None:
+            groups: dict[object, int] = {}
+            of_node = [groups.setdefault(facts.group, len(groups)) for facts in self.facts]
+            first = [0] * len(groups)
+            for i in reversed(range(len(of_node))):
+                first[of_node[i]] = i
+            self._first, self._of_node = first, np.array(of_node, dtype=np.int64)
+        return self._first, self._of_node
+
+
+_last_verdicts: list[_Verdicts] = []  # the one kept for the next plan
+
+
+def _verdicts(names: list[str], facts_by_name: Mapping[str, NodeFacts]) -> _Verdicts:
+    """The verdicts of the last plan when its nodes are these, else fresh ones."""
+    last = _last_verdicts[0] if _last_verdicts else None
+    if last is None or not last.same(names, facts_by_name):
+        last = _Verdicts(names, facts_by_name)
+        _last_verdicts[:] = [last]
+    return last
 
 
 def extra_dimensions(nodes: Nodes, asked: Iterable[tuple[tuple[str, int], ...]]) -> list[str]:
@@ -58,9 +130,9 @@ class Room:
 
     __slots__ = (
         "_eligible",
-        "_facts",
-        "_groups",
+        "_facts_by_name",
         "_tainted",
+        "_verdicts",
         "coming",
         "count",
         "cursor",
@@ -98,12 +170,12 @@ class Room:
         self.reach: dict[object, int] = {}
         # nodes changed since a reader (the preemption search) last copied the room
         self.dirty: set[int] = set()
-        self._facts = [nodes.facts.get(name) or NodeFacts(name) for name in names]
         self._tainted = any(
             t.effect in FILTERED_EFFECTS for f in nodes.facts.values() for t in f.taints
         )
+        self._facts_by_name = nodes.facts
         self._eligible: dict[PodConstraints, Eligible | None] = {}
-        self._groups: tuple[list[int], np.ndarray] | None = None
+        self._verdicts: _Verdicts | None = None
 
     # -- shapes and eligibility -------------------------------------------------------
 
@@ -123,32 +195,25 @@ class Room:
 
     def eligible(self, constraints: PodConstraints) -> Eligible | None:
         """The nodes a pod with these constraints may land on; None when it may use all."""
-        if constraints in self._eligible:
-            return self._eligible[constraints]
+        result = self._eligible.get(constraints, _UNSET)
+        if result is not _UNSET:
+            return result  # type: ignore[return-value]
         if constraints == NO_CONSTRAINTS and not self._tainted:
             self._eligible[constraints] = None
             return None
-        if constraints.per_node:
-            array = np.array([not constraints.blocker(facts) for facts in self._facts],
-                             dtype=bool)
-        else:  # one answer per group of alike nodes, spread over the nodes by numpy
-            first, of_node = self._node_groups()
-            ok = np.array([not constraints.blocker(self._facts[i]) for i in first], dtype=bool)
-            array = ok[of_node] if self.count else np.zeros(0, dtype=bool)
+        array = self._judged().mask(constraints)
         result = None if array.all() else Eligible(len(self._eligible), constraints, array)
         self._eligible[constraints] = result
         return result
 
-    def _node_groups(self) -> tuple[list[int], np.ndarray]:
-        """A node of each group of alike nodes, and each node's group."""
-        if self._groups is None:
-            groups: dict[object, int] = {}
-            of_node = [groups.setdefault(facts.group, len(groups)) for facts in self._facts]
-            first = [0] * len(groups)
-            for i in reversed(range(len(of_node))):
-                first[of_node[i]] = i
-            self._groups = (first, np.array(of_node, dtype=np.int64))
-        return self._groups
+    def node_facts(self) -> list[NodeFacts]:
+        """Each node's facts (labels and taints), in the room's order."""
+        return self._judged().facts
+
+    def _judged(self) -> _Verdicts:
+        if self._verdicts is None:
+            self._verdicts = _verdicts(self.names, self._facts_by_name)
+        return self._verdicts
 
     # -- room -------------------------------------------------------------------------
 
@@ -179,43 +244,43 @@ class Room:
 
     def _fill(self, shape: Shape, allowed: Eligible | None, count: int, out: list[int]) -> None:
         key: object = shape if allowed is None else (shape, allowed.key)
-        index = self.cursor.get(key, 0)
+        start = self.cursor.get(key, 0)
         free, dims = self.free, self.dims
         asked = [(free[d], shape[d]) for d in range(dims) if shape[d] > 0]
-        flags = allowed.flags if allowed is not None else None
-        total = self.count
-        while index < total:
-            if flags is None or flags[index]:
-                units = count - len(out)
-                for column, want in asked:
-                    units = min(units, column[index] // want)
-                    if units <= 0:
-                        break
-                if units > 0:
-                    for d in range(dims):
-                        free[d][index] -= shape[d] * units
-                    out.extend([index] * units)
-                    self.dirty.add(index)
-                    if len(out) >= count:
-                        self.cursor[key] = index
-                        return
-            index += 1
-        self.cursor[key] = total
+        nodes: Iterable[int] = range(start, self.count)
+        if allowed is not None:
+            indices = allowed.indices
+            nodes = indices[bisect_left(indices, start):]
+        for index in nodes:
+            units = count - len(out)
+            for column, want in asked:
+                units = min(units, column[index] // want)
+                if units <= 0:
+                    break
+            if units > 0:
+                for d in range(dims):
+                    free[d][index] -= shape[d] * units
+                out.extend([index] * units)
+                self.dirty.add(index)
+                if len(out) >= count:
+                    self.cursor[key] = index
+                    return
+        self.cursor[key] = self.count
 
     def first_reachable(self, shape: Shape, allowed: Eligible | None = None) -> int:
         """The first node where `shape` fits in free + coming room (nothing taken), or -1:
         the preemption search's choice when no node has the free room."""
         key: object = shape if allowed is None else (shape, allowed.key)
-        index = self.reach.get(key, 0)
+        start = self.reach.get(key, 0)
         free, later, dims = self.free, self.coming, range(self.dims)
-        flags = allowed.flags if allowed is not None else None
-        while index < self.count:
-            if (flags is None or flags[index]) and all(
-                free[d][index] + later[d][index] >= shape[d] for d in dims
-            ):
+        nodes: Iterable[int] = range(start, self.count)
+        if allowed is not None:
+            indices = allowed.indices
+            nodes = indices[bisect_left(indices, start):]
+        for index in nodes:
+            if all(free[d][index] + later[d][index] >= shape[d] for d in dims):
                 self.reach[key] = index
                 return index
-            index += 1
         self.reach[key] = self.count
         return -1
 

@@ -20,6 +20,7 @@ fair shares of it rather than first come, first served.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import itemgetter
 
 import numpy as np
 
@@ -28,6 +29,8 @@ from edl.policy.plan_state import Budget, JobPlan
 from edl.policy.room import Room, Shape
 
 __all__ = ["assign_fair_shares"]
+
+_NODE = itemgetter(1)  # a bound trainer's node
 
 
 def assign_fair_shares(plans: Sequence[JobPlan], budget: Budget, room: Room) -> None:
@@ -85,7 +88,7 @@ def _trainer_nodes(plans: Sequence[JobPlan]) -> dict[Shape, np.ndarray]:
     by_shape: dict[Shape, list[int]] = {}
     for plan in plans:
         nodes = by_shape.setdefault(plan.shape, [])
-        nodes += [node for _, node in plan.bound]
+        nodes.extend(map(_NODE, plan.bound))
         nodes += plan.planned_nodes
     return {shape: np.array(nodes, dtype=np.int64) for shape, nodes in by_shape.items()}
 
@@ -130,14 +133,21 @@ def _pools(plans: Sequence[JobPlan], room: Room) -> list[Pool]:
     position = {kind: k for k, kind in enumerate(kinds)}
     of_plan = np.array([position[kind] for kind in plan_kinds], dtype=np.int64)
     slots = np.zeros((len(kinds), room.count), dtype=np.int64)
+    by_shape: dict[Shape, np.ndarray] = {}  # many kinds share a shape
     for k, kind in enumerate(kinds):
-        per_node = _per_node(usable, kind[0])
+        per_node = by_shape.get(kind[0])
+        if per_node is None:
+            per_node = by_shape[kind[0]] = _per_node(usable, kind[0])
         allowed = masks[kind]
         slots[k] = per_node if allowed is None else np.where(allowed.array, per_node, 0)
     eligible = slots > 0  # kinds x nodes
     some = np.array([any(kind[0]) for kind in kinds], dtype=bool)  # asks for something
     # per kind and resource: what one trainer asks (the first three dimensions)
     asks = np.array([kind[0][:3] for kind in kinds], dtype=np.int64).reshape(len(kinds), 3)
+    # kinds are sorted by shape: each shape's kinds lie side by side
+    shape_index = {shape: i for i, shape in enumerate(by_shape)}
+    shape_of = np.array([shape_index[kind[0]] for kind in kinds], dtype=np.int64)
+    grouped = bool((asks >= 0).all())  # then ask x most = the most of ask x each
     pools: list[Pool] = []
     seen: set[bytes] = set()
     for k in range(len(kinds)):
@@ -150,8 +160,14 @@ def _pools(plans: Sequence[JobPlan], room: Room) -> list[Pool]:
         # what those nodes can hold of the pool's kinds: per node, per resource, the
         # most any member kind can use there (whole trainers), summed over the nodes
         held = np.zeros((3, int(nodes.sum())), dtype=np.int64)
-        for member in np.flatnonzero(inside).tolist():
-            np.maximum(held, np.outer(asks[member], slots[member, nodes]), out=held)
+        members = np.flatnonzero(inside)
+        if grouped:  # kinds of one shape: one product with the most any of them holds
+            for same in np.split(members, np.flatnonzero(np.diff(shape_of[members])) + 1):
+                most = slots[same][:, nodes].max(axis=0)
+                np.maximum(held, np.outer(asks[same[0]], most), out=held)
+        else:
+            for member in members.tolist():
+                np.maximum(held, np.outer(asks[member], slots[member, nodes]), out=held)
         budget = held.sum(axis=1)
         pools.append((inside[of_plan].tolist(), (int(budget[0]), int(budget[1]), int(budget[2]))))
     return _merge_alike(pools)

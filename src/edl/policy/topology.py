@@ -35,7 +35,7 @@ class TopologyState:
         self.domains: list[list[str | None]] = []
         self.counted: list[set[str]] = []
         self.counts: list[dict[str, int]] = []
-        facts = room._facts
+        facts = room.node_facts()
         for rule in self.rules:
             domain = [dict(f.labels).get(rule.key) for f in facts]
             counted = set()
@@ -88,9 +88,7 @@ class TopologyState:
                                                        and domain[i] not in allowed)):
                     flags[i] = False
         mask = self.mask
-        mask.flags[:] = flags
-        mask.array[:] = flags
-        mask.count = sum(flags)
+        mask.set(flags)
         for key in [k for k in self.room.cursor if isinstance(k, tuple) and len(k) == 2
                     and k[1] == mask.key]:
             del self.room.cursor[key]
