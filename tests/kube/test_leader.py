@@ -103,6 +103,44 @@ async def test_clean_shutdown_releases_for_a_fast_takeover(api: AsyncClient) -> 
     assert await b.try_acquire_or_renew()
 
 
+async def test_a_standby_stopped_as_its_takeover_write_lands_gives_the_lease_up(
+    api: AsyncClient, monkeypatch: Any
+) -> None:
+    """Both replicas deleted: the leader released the Lease and the standby's next round
+    took it, but the standby's SIGTERM landed before it read the answer. It never knew
+    it led, so it exited with the Lease still naming it (until a new replica waited out
+    the duration); now it reads the Lease on the way out and releases it."""
+    leader = elector(api, "leader")
+    assert await leader.try_acquire_or_renew()
+    leader.is_leader = True
+    await leader.release()  # the leader's clean exit: no holder
+    landed = asyncio.Event()
+    patch = api.patch
+
+    async def write_then_no_answer(*args: Any, **kwargs: Any) -> Any:
+        await patch(*args, **kwargs)
+        landed.set()
+        await asyncio.Event().wait()  # the answer never read: the stop comes first
+
+    monkeypatch.setattr(api, "patch", write_then_no_answer)
+    standby = elector(api, "standby")
+    worked = asyncio.Event()
+
+    async def work() -> None:
+        worked.set()
+
+    task = asyncio.create_task(standby.run_as_leader(work))
+    await asyncio.wait_for(landed.wait(), 20)
+    lease = await api.get(Lease, "edl-controller", namespace="edl-system")
+    assert lease.spec.holderIdentity == "standby"  # its write landed
+    monkeypatch.setattr(api, "patch", patch)  # the release's own write is answered
+    task.cancel()  # SIGTERM
+    await asyncio.gather(task, return_exceptions=True)
+    assert not worked.is_set() and not standby.is_leader
+    lease = await api.get(Lease, "edl-controller", namespace="edl-system")
+    assert lease.spec.holderIdentity is None
+
+
 async def test_leader_that_cannot_renew_steps_down(api: AsyncClient, emulator: Any) -> None:
     a = elector(api, "a")
     emulator_fault = None

@@ -80,6 +80,9 @@ class LeaderElector:
         self.last_error: str | None = None
         self._observed: _Observed | None = None
         self._renewed_at: float | None = None  # our last successful write of the Lease
+        # an acquiring write whose answer we have not read: a stop (SIGTERM) that lands
+        # then may leave the Lease ours on the server though we never knew we led
+        self._acquiring = False
 
     # -- one attempt ---------------------------------------------------------
 
@@ -194,7 +197,10 @@ class LeaderElector:
         """Wait until we hold the Lease."""
         while True:
             try:
-                if await self.try_acquire_or_renew():
+                self._acquiring = True
+                won = await self.try_acquire_or_renew()
+                self._acquiring = False  # not reached when cancelled: release() then checks
+                if won:
                     self.is_leader = True
                     self.last_error = None
                     log.info("%s acquired lease %s/%s", self.identity, self.namespace, self.name)
@@ -204,6 +210,7 @@ class LeaderElector:
                              self.name, self._observed.holder if self._observed else "nobody")
                 self.last_error = None  # read it; another replica holds it
             except Exception as exc:  # API trouble: keep trying, we are not leading anyway
+                self._acquiring = False
                 self._failed(exc, "lease acquire")
             await asyncio.sleep(self.retry_period)
 
@@ -233,14 +240,17 @@ class LeaderElector:
         As client-go, the write carries the resourceVersion we read last, so it never
         overwrites a successor. A conflict can also mean our own renewal landed after
         we stopped reading its answer: re-read once, and release only if we still hold it.
+        A candidate stopped while its acquiring write was in flight reads the Lease too,
+        and releases it if that write made it the holder.
         """
-        if not self.is_leader:
+        if not (self.is_leader or self._acquiring):
             return
-        self.is_leader = False
+        leading, self.is_leader, self._acquiring = self.is_leader, False, False
         observed = self._observed
         version = observed.resource_version if observed is not None else None
+        release = self._release_once(version) if leading else self._release_if_ours()
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self._release_once(version), self.retry_period * 4)
+            await asyncio.wait_for(release, self.retry_period * 4)
 
     async def _release_once(self, version: str | None) -> None:
         try:
@@ -248,10 +258,14 @@ class LeaderElector:
         except Exception as exc:
             if not is_conflict(exc):
                 raise
-            lease = (await self.client.get(Lease, self.name, namespace=self.namespace)).to_dict()
-            if (lease.get("spec") or {}).get("holderIdentity") != self.identity:
-                return  # a successor holds it: leave it alone
-            await self._clear_holder((lease.get("metadata") or {}).get("resourceVersion"))
+            await self._release_if_ours()
+
+    async def _release_if_ours(self) -> None:
+        """Clear the holder if it is us, as the Lease reads now (never a successor's)."""
+        lease = (await self.client.get(Lease, self.name, namespace=self.namespace)).to_dict()
+        if (lease.get("spec") or {}).get("holderIdentity") != self.identity:
+            return  # a successor holds it, or nobody: leave it alone
+        await self._clear_holder((lease.get("metadata") or {}).get("resourceVersion"))
 
     async def _clear_holder(self, version: str | None) -> None:
         patch: dict[str, Any] = {"spec": {"holderIdentity": None, "leaseDurationSeconds": 1}}
@@ -261,16 +275,19 @@ class LeaderElector:
                                 patch_type=PatchType.MERGE)
 
     async def run_as_leader(self, body: Callable[[], Coroutine[Any, Any, None]]) -> None:
-        """Acquire, then run `body` while renewing; if renewal fails, cancel body and raise."""
-        await self.acquire()
-        renew = asyncio.create_task(self.keep_renewing(), name="lease-renew")
-        work = asyncio.create_task(body(), name="leader-work")
+        """Acquire, then run `body` while renewing; if renewal fails, cancel body and raise.
+
+        Stopped (cancelled) at any point, acquiring included, it gives the Lease up."""
+        tasks: list[asyncio.Task[None]] = []
         try:
-            done, _ = await asyncio.wait({renew, work}, return_when=asyncio.FIRST_COMPLETED)
+            await self.acquire()
+            tasks = [asyncio.create_task(self.keep_renewing(), name="lease-renew"),
+                     asyncio.create_task(body(), name="leader-work")]
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
                 task.result()  # re-raise LeaseLost or a failure of the work
         finally:
-            for task in (renew, work):
+            for task in tasks:
                 task.cancel()
-            await asyncio.gather(renew, work, return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
             await self.release()
