@@ -296,3 +296,47 @@ def test_a_drained_agent_leaves_so_the_next_round_need_not_wait_for_its_heartbea
     assert time.monotonic() - began < 20, "waited for the drained agent's heartbeats"
     agents[1].shutdown()
     del store
+
+
+def test_an_agent_whose_round_lost_a_node_restarts_its_workers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A node of the round stops heartbeating (a SIGKILLed pod): once it is dropped, the
+    other agent reports a node waiting, so torch's agent restarts its workers even if
+    they never reach a collective that would fail (still starting, in init_process_group)."""
+    from torch.distributed import TCPStore
+    from torch.distributed.elastic.rendezvous import (
+        RendezvousParameters,
+        rendezvous_handler_registry,
+    )
+
+    monkeypatch.setattr(handler, "etcd_reporter", lambda env=None: lambda event: None)
+    port = free_port()
+    store = TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False,
+                     timeout=timedelta(seconds=30), multi_tenant=True)
+    handler.register()
+    agents: list[Any] = [None, None]
+    start = threading.Barrier(2, timeout=60)
+
+    def join(index: int) -> None:
+        params = RendezvousParameters(
+            backend="edl", endpoint=f"127.0.0.1:{port}", run_id="lost", min_nodes=1,
+            max_nodes=2, local_addr="127.0.0.1", last_call_timeout=5, join_timeout=60,
+            keep_alive_interval=1, keep_alive_max_attempt=2)
+        agents[index] = rendezvous_handler_registry.create_handler(params)
+        start.wait()
+        assert agents[index].next_rendezvous().world_size == 2
+
+    threads = [threading.Thread(target=join, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=90)
+    survivor, lost = agents
+    assert survivor.num_nodes_waiting() == 0  # the round is whole: nothing to restart
+    lost._inner._stop_heartbeats()  # the pod is gone: no exit, no more heartbeats
+    began = time.monotonic()
+    wait_until(lambda: survivor.num_nodes_waiting() == 1, 30, "the lost node noticed")
+    assert time.monotonic() - began < 20  # dropped after its heartbeats lapsed (2 s)
+    survivor.shutdown()
+    del store

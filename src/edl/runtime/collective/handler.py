@@ -4,8 +4,10 @@ It is torch's own dynamic rendezvous on the c10d backend — the store is the
 `TCPStore` the master pod hosts (`edl rendezvous`), so every agent is a client
 (``is_host=false``) — wrapped to report each completed rendezvous (round, rank,
 number of nodes) to the job's etcd, where `edl run` and `edl status` read world
-size changes and restarts, and to restart the round when the Autoscaler publishes a
-new batch (`batch.BatchWatch`). The rendezvous protocol itself is torch's, unchanged.
+size changes and restarts; to restart its workers when a node of their round leaves
+it (torch would leave workers still starting waiting for the gone peer); and to
+restart the round when the Autoscaler publishes a new batch (`batch.BatchWatch`).
+The rendezvous protocol itself is torch's, unchanged.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class ReportingHandler(RendezvousHandler):
         self._batch = batch
         self.rendezvous = 0  # rendezvous joined by this agent; each after the first is a restart
         self._stopping_since: float | None = None  # wall time a change was first seen
+        self._world: frozenset[object] = frozenset()  # the participants of this agent's round
 
     def get_backend(self) -> str:
         return BACKEND
@@ -67,6 +70,7 @@ class ReportingHandler(RendezvousHandler):
         if self._batch is not None:
             self._batch.round_started()
         state = getattr(getattr(self._inner, "_state_holder", None), "state", None)
+        self._world = self._participants()
         self._report(
             {
                 "round": getattr(state, "round", None),
@@ -88,12 +92,39 @@ class ReportingHandler(RendezvousHandler):
         """torch's count; 1 when a new batch was published: torch's agent then restarts
         its workers into a new round, as for a joining node."""
         waiting = self._inner.num_nodes_waiting()
+        if waiting == 0 and self._member_left():
+            waiting = 1
         if waiting == 0 and self._batch is not None and self._batch.changed():
             log.info("a new batch was published: restarting the workers")
             waiting = 1
         if waiting and self._stopping_since is None:  # torch's agent restarts next
             self._stopping_since = time.time()
         return waiting
+
+    def _participants(self) -> frozenset[object]:
+        """The nodes of the round as this agent last synced it (torch's private state)."""
+        state = getattr(getattr(self._inner, "_state_holder", None), "state", None)
+        return frozenset(getattr(state, "participants", None) or ())
+
+    def _member_left(self) -> bool:
+        """True when a node of this agent's round has left it (drained, or dropped when
+        its heartbeats lapsed).
+
+        torch's agent restarts its workers for a node that joins, or when they fail; a
+        node that leaves only makes the others' collectives fail. Workers still starting
+        (importing torch, in ``init_process_group``) have no collective to fail: they wait
+        for the gone peer in the store or in gloo's connect until the process group's
+        timeout (30 min by default). So the agent restarts them into a new round now,
+        as for a joining node, synced at most every second by ``num_nodes_waiting``.
+        """
+        if not self._world:
+            return False
+        gone = self._world - self._participants()
+        if gone:
+            log.info("%d of the %d nodes of this round left it: restarting the workers",
+                     len(gone), len(self._world))
+            self._world = frozenset()  # said once; the next round sets it again
+        return bool(gone)
 
     def get_run_id(self) -> str:
         return self._inner.get_run_id()

@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 
 from torch.distributed import run
-from torch.distributed.elastic.multiprocessing.api import SignalException
+from torch.distributed.elastic.multiprocessing.api import (
+    SignalException,
+    _terminate_process_handler,
+)
 
 from edl.runtime.collective import handler, worker
 
@@ -38,6 +42,12 @@ def main(argv: list[str] | None = None) -> None:
     agent_log.addFilter(_RestartsOnly())
     handler.register()
     os.environ[worker.PARENT_ENV] = str(os.getpid())  # torch's workers inherit it
+    # torch's agent takes SIGTERM (raising SignalException) only once it starts its
+    # workers; before that — joining a round, or between the round and the workers'
+    # start — the signal's default killed this process without leaving, and the
+    # others waited for its heartbeats to lapse (8 s). The same handler, from the start.
+    for stop in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(stop, _terminate_process_handler)
     try:
         run.main(sys.argv[1:] if argv is None else argv)
     except SignalException:
