@@ -25,8 +25,8 @@ Resize pauses (issue 32): ``--pauses`` runs ``goodput`` and ``default`` again wi
 job's resizes stopping it for a pause drawn per resize (`work.resize_pause_s`): ``live``
 0.12-0.20 s (a live collective job's re-formation as measured), ``restart`` 19-59 s (a
 restart relaunching every worker, as measured at load 9-23); a live job takes a chosen
-batch at its next step boundary, a restart job restarts into it, paying a pause
-(``batch_change``: ``step``, ``restart``). Every scenario's row also
+batch at its next step boundary, a restart job when its world next re-forms for a
+resize (``batch_change``: ``step``, ``restart``). Every scenario's row also
 gives the fluid optimum (`bench/jct_fluid.py`: free resizes, exact curves and φ, the
 best rule at the best batch, over the fluid model's `default` rule with the declared
 batch), so ``goodput``'s ratio to ``default`` is read against what a rule could reach.
@@ -118,7 +118,7 @@ PAUSES: dict[str, tuple[float, float] | None] = {
     "none": None, "live": (0.12, 0.20), "restart": (19.0, 59.0),
 }
 # when each mode's job takes a chosen batch, as its runtime does: a live world at its
-# next step boundary (`edl.elastic`), a torchrun job by restarting its workers into it
+# next step boundary (`edl.elastic`), a torchrun job's next round (a resize re-forms it)
 BATCH_CHANGE = {"live": "step", "restart": "restart"}
 
 

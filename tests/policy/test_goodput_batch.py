@@ -131,9 +131,11 @@ def test_a_job_whose_noise_limits_its_batch_gets_fewer_trainers(adapt: bool) -> 
     assert (noisy.batch is not None) == adapt
 
 
-def test_a_new_batch_must_pay_back_the_job_s_resize_pause() -> None:
-    """A torchrun job restarts into a new batch (issue 32): a change must be predicted
-    ``batch_gain`` plus pause / horizon faster; a live job's 0.2 s pause changes nothing."""
+def test_a_new_batch_is_not_priced_by_the_job_s_resize_pause() -> None:
+    """No runtime stops a job for a new batch (issue 32): a torchrun job takes it when
+    its world next re-forms for a resize, a live one at its next step. So a 40 s
+    restart pause and a 0.2 s live one both change the batch for an 8 % gain (over
+    ``batch_gain``, 5 %)."""
     views, resources = _state(phi=2000.0)
 
     def plan(pause: float, batch: float | None) -> Decision:
@@ -147,14 +149,11 @@ def test_a_new_batch_must_pay_back_the_job_s_resize_pause() -> None:
     curve = GoodputCurve(UslCurve(20.0, 0.002, 0.00002), BatchLimits(128, 2, 8192), 2000.0)
     best, value = curve.best(n)
     _, high = curve.limits.bounds(n)
-    # a running batch the best beats by 8 %: over batch_gain, under 5 % + 40 s / 600 s
     running = next(m for m in range(best + 1, high)
                    if value / 1.09 < _goodput(curve, n, m) < value / 1.07)
     restart, live = plan(40.0, float(running)), plan(0.2, float(running))
     assert restart.target == live.target == n
-    assert restart.batch == running, "a restart's pause is not paid back by 8 %"
-    assert live.batch == best, "a live job's batch changes for 8 %"
-    assert GoodputPolicy(GoodputParams(batch_payback=False)).plan(
-        [dataclasses.replace(v, scaling=dataclasses.replace(
-            v.scaling, resize_pause_s=40.0, batch=float(running))) if v.name == "noisy"
-         else v for v in views], resources, 0.97)[0].batch == best
+    assert restart.batch == live.batch == best, "an 8 % gain changes the batch"
+    near = next(m for m in range(best + 1, high)
+                if value / 1.04 < _goodput(curve, n, m) < value / 1.02)
+    assert plan(40.0, float(near)).batch == near, "a 3 % gain does not"

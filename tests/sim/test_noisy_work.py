@@ -95,8 +95,9 @@ def test_the_bound_counts_goodput_with_and_without_batch_adaptation() -> None:
     assert fixed["train"] == pytest.approx(10 + 2000 / (40 * 2 / 3), rel=1e-6)
 
 
-def _goodput_history(**extra: object) -> list:
-    """The board's observations of one adapting job run under goodput to its end."""
+def _goodput_history(others: tuple[dict, ...] = (), **extra: object) -> list:
+    """The board's observations of one adapting job run under goodput to its end
+    (``others``: more jobs in its cluster, whose observations are not kept)."""
     from edl.sim import runner
 
     boards = []
@@ -113,6 +114,7 @@ def _goodput_history(**extra: object) -> list:
         "initial_batch": 64, "max_batch": 4096, "noise_scale": {"start": 200, "end": 4000},
         **extra,
     }, 2, 12)
+    data["training"]["jobs"] += [{**data["training"]["jobs"][0], **job} for job in others]
     data["duration_s"] = 3000
     data["measure"] = {"utilization_until_s": 3000, "steady_state": {"start": 0, "end": 3000}}
     history = []
@@ -124,7 +126,8 @@ def _goodput_history(**extra: object) -> list:
         original_forget = ThroughputBoard.forget
 
         def keep(self, namespace, name):  # keep the history for the test
-            history.extend(self.history(namespace, name))
+            if name == "train":
+                history.extend(self.history(namespace, name))
 
         ThroughputBoard.forget = keep
         result = run_policy(parse_scenario(data), "goodput")
@@ -175,12 +178,18 @@ def test_a_live_job_takes_a_chosen_batch_at_its_next_step_without_a_pause() -> N
     assert all((a.resizes or 0) == (b.resizes or 0) for b, a in same), same
 
 
-def test_a_restarting_job_pays_a_resize_pause_for_each_new_batch() -> None:
-    """``batch_change: restart`` (issue 32): a torchrun job's agent restarts its workers
-    into a newly published batch at once, so each change with the same trainers counts
-    one more paused resize, and no batch changes at an epoch boundary for free."""
-    history = _goodput_history(batch_change="restart", resize_pause_s={"min": 20, "max": 20})
+def test_a_restarting_job_takes_a_chosen_batch_only_when_its_world_re_forms() -> None:
+    """``batch_change: restart`` (issue 32): a torchrun job is never restarted for a
+    batch; it takes the chosen one when its world next re-forms for a resize, so every
+    change comes with a change of trainers or at least two paused re-formations (one
+    leaving, one joining) between two publications, and none at an epoch boundary. A
+    second job arriving (8 trainers at least) and leaving resizes it."""
+    other = {"name": "other", "submit_at": 150, "work": {
+        "samples": 20000, "noise": 0, "throughput": {"per_trainer": 20}},
+        "trainer": {"min": 8, "max": 8, "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}}
+    history = _goodput_history((other,), batch_change="restart",
+                               resize_pause_s={"min": 20, "max": 20})
     changes = [(b, a) for b, a in itertools.pairwise(history) if a.batch != b.batch]
-    same = [(b, a) for b, a in changes if a.trainers == b.trainers]
-    assert same, changes
-    assert all((a.resizes or 0) > (b.resizes or 0) for b, a in same), same
+    assert len({o.batch for o in history}) > 2, changes  # it adapted
+    assert all(a.trainers != b.trainers or (a.resizes or 0) - (b.resizes or 0) >= 2
+               for b, a in changes), changes

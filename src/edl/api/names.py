@@ -19,7 +19,8 @@ ANNOTATION_JOIN_COST = "edl.dev/join-cost-s"
 # (JSON, `edl.control.placement`); the trainer controller makes them preferred nodes
 ANNOTATION_TRAINER_PLACEMENT = "edl.dev/trainer-placement"
 # on a trainer Job of a job with spec.batch: the total batch the Autoscaler's policy
-# chose; a torchrun job restarts into it, a live or PS job takes it at its next step or task
+# chose; a torchrun job takes it when its world next re-forms (a resize or a failure), a
+# live or PS job at its next step or task
 ANNOTATION_BATCH_SIZE = "edl.dev/batch-size"
 # the trainer pods the Autoscaler chose to leave on a shrink (edl's trainer controller deletes them)
 ANNOTATION_TRAINER_VICTIMS = "edl.dev/trainer-victims"

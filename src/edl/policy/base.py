@@ -217,8 +217,8 @@ class Decision:
     the node the plan gave each of the ``target - parallelism`` trainers the Job will
     create (the Autoscaler makes them the trainers' preferred nodes, `edl.control.placement`).
     `batch`: for a job that adapts its batch, the total batch the policy chose (the
-    Autoscaler writes it on the trainer Job; a torchrun job restarts into it, a live or
-    parameter-server job takes it at its next step or task); None leaves it as it is.
+    Autoscaler writes it on the trainer Job; a torchrun job takes it when its world next
+    re-forms, a live or parameter-server job at its next step or task); None leaves it.
     """
 
     namespace: str

@@ -4,10 +4,11 @@ Pure: a `Decision` and the job's `GoodputCurve` in, the decision with its batch 
 The batch changes only when the best batch for the new trainer count is predicted
 ``gain`` (5 %) faster than the one the job runs now — its last chosen batch, or its
 declared per-trainer batch times its trainers if none was chosen — because AdaptDL
-saw batches flap without such a threshold. A torchrun collective job restarts its
-workers into it, a live one (`edl.elastic`) takes it at its next step boundary, a
-parameter-server job at its trainers' next tasks (its master hands out the per-trainer
-batch, `edl.runtime.master.batch`); the simulator as its ``batch_change`` says.
+saw batches flap without such a threshold. A torchrun collective job takes it when its
+world next re-forms (a resize or a failure), a live one (`edl.elastic`) at its next
+step boundary, a parameter-server job at its trainers' next tasks (its master hands
+out the per-trainer batch, `edl.runtime.master.batch`); the simulator as its
+``batch_change`` says.
 """
 
 from __future__ import annotations

@@ -28,8 +28,9 @@ goodput at n over the best at its minimum, and trainers that would only buy a ba
 too large to help are not worth their resources. Each of its decisions carries the
 batch for its new trainer count; the batch changes only when the new one is
 predicted ``batch_gain`` (5 %) faster than the one it runs (AdaptDL saw batches flap
-without such a threshold; plus its resize pause over the horizon, as a torchrun job
-restarts into a new batch); a live or PS job takes it at its next step or task.
+without such a threshold); a torchrun job takes it when its world next re-forms (a
+resize, priced as one), a live or PS job at its next step or task, so a new batch
+costs no pause of its own.
 
 Every decision's reason names the goodput share, the fair share and floor it came
 from, the job's speed-up, the gain of one more trainer and what ended its growth.
@@ -109,11 +110,9 @@ class GoodputPolicy(DefaultPolicy):
         curve = want.curve if want is not None else self._goodput_curve(view)
         if not isinstance(curve, GoodputCurve):
             return decision
-        # a new batch costs what a resize costs (a torchrun job restarts into it; a live
-        # or PS job's 0.2 s or 0 s is nothing): it must pay its pause back in the horizon
-        params = self.params
-        extra = view.scaling.resize_pause_s / params.horizon_s if params.batch_payback else 0.0
-        return with_batch(decision, curve, view.scaling.batch, params.batch_gain + extra)
+        # a new batch costs no pause: a torchrun job takes it when its world re-forms
+        # for a resize (paid for as one), a live or PS job at its next step or task
+        return with_batch(decision, curve, view.scaling.batch, self.params.batch_gain)
 
     # -- the replaced step ----------------------------------------------------------------
     def _fair_shares(self, plans: list[JobPlan], budget: Budget, room: Room) -> None:

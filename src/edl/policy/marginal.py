@@ -63,8 +63,7 @@ class GoodputParams:
     statistical efficiency; off: throughput alone, at its best batch); ``adapt_batch``:
     choose such a job's batch (off: it keeps its declared per-trainer batch and is
     valued by that batch's goodput); ``batch_gain``: a job's batch changes only when
-    the new one is predicted this much faster, plus (``batch_payback``) its resize pause
-    over ``horizon_s`` (a torchrun job restarts into a new batch). ``pause_share``: a
+    the new one is predicted this much faster. ``pause_share``: a
     job whose resize pause is known (measured, or its collective mode's default) is left
     alone after a resize long enough that pauses take at most this share of its time,
     within [``min_cooldown_s``, ``cooldown_s``] (`edl.throughput.pause.cooldown_s`); a
@@ -86,7 +85,6 @@ class GoodputParams:
     batch_gain: float = 0.05
     pause_share: float = 0.02
     min_cooldown_s: float = 60.0
-    batch_payback: bool = True
 
 
 @dataclass(frozen=True, slots=True)

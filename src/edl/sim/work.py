@@ -19,8 +19,9 @@ What it models, and how faithfully:
   the job takes the chosen batch only when its trainers change (a restart) or at an
   epoch boundary (`Work.epoch_samples`) — a parameter-server job (``batch_change:
   task``) or a live collective job (``step``) at its master's next publication, a
-  restarting collective job (``restart``) there too, paying a resize pause for it —
-  and its master publishes the batch, a
+  restarting collective job (``restart``) only when its world next re-forms (a resize
+  or a failure: no restart of its own, no epoch boundary) — and its master publishes
+  the batch, a
   noisy φ and a noisy compute rate (one trainer's samples/s without the per-step
   overhead) with each measurement;
 * a job with ``resize_pause_s`` stops whole for a drawn pause at every change of its
@@ -243,7 +244,7 @@ class SimulatedTraining:
         job.finish_timer = None
         self._advance(job)
         if job.total - job.done > _EPSILON_SAMPLES * max(1.0, job.total):
-            if job.work.batch_change != "restart":  # a restart job's batch restarts it
+            if job.work.batch_change != "restart":  # a restart job's waits for a resize
                 self._restart_batch(job)  # an epoch boundary (or float drift)
             self._reschedule(job)
             return
@@ -290,11 +291,8 @@ class SimulatedTraining:
         if job.finished_at is not None:
             return
         self._advance(job)
-        if job.work.batch_change != "epoch" and job.limits is not None:
-            before = job.chosen
+        if job.work.batch_change in ("task", "step") and job.limits is not None:
             self._restart_batch(job)  # the next tasks or steps carry the chosen batch
-            if job.work.batch_change == "restart" and job.chosen != before:
-                self._pause(job)  # the workers restart into the new batch
             self._reschedule(job)
         count = len(job.contributing)
         if count:

@@ -95,9 +95,9 @@ class Work(Strict):
     # at the master's next publication (a parameter-server job's master hands the
     # per-trainer batch out with each task, `edl.runtime.master.batch`: no restart,
     # within seconds); "step", the same moment (a live collective job takes it at its
-    # next step boundary, `edl.elastic`: no restart); "restart", at the next publication
-    # too, but a new batch restarts the world (a torchrun job's agent restarts its
-    # workers into it, `collective.batch.BatchWatch`): one drawn `resize_pause_s`
+    # next step boundary, `edl.elastic`: no restart); "restart", only when the world
+    # next re-forms for a resize or a failure (a torchrun job's workers read the batch
+    # as a round starts, `collective.adaptive`; no restart is made for a batch)
     batch_change: Literal["epoch", "task", "step", "restart"] = "epoch"
 
     @model_validator(mode="after")

@@ -31,9 +31,10 @@ What it does:
   choice, which it publishes in the job's etcd, `edl.runtime.collective.batch`; else
   the ``EDL_BATCH_SIZE`` variable; else the initial batch). Rank 0 decides and
   broadcasts it, so every worker of one world runs the same batch. Under torchrun
-  a new choice reaches the workers at their next restart, which is where such a job
-  changes anything; the estimator's state survives the restart in the script's
-  checkpoint (`state_dict` / `load_state_dict`). Under a live `edl.elastic.ElasticLoop`
+  a new choice reaches the workers when their world next re-forms (a resize or a
+  failure; none is made for a batch); the estimator's state survives the restart in
+  the script's checkpoint (`state_dict` / `load_state_dict`). Under a live
+  `edl.elastic.ElasticLoop`
   (``ElasticLoop(..., adaptive=AdaptiveBatch(None, optimizer, ...))``) the loop
   calls `attach` with each world's DDP wrapper, rank 0 polls the published batch
   (`published`, every ``poll_s`` in a thread of its own) and every worker takes it at

@@ -4,10 +4,10 @@ It is torch's own dynamic rendezvous on the c10d backend — the store is the
 `TCPStore` the master pod hosts (`edl rendezvous`), so every agent is a client
 (``is_host=false``) — wrapped to report each completed rendezvous (round, rank,
 number of nodes) to the job's etcd, where `edl run` and `edl status` read world
-size changes and restarts; to restart its workers when a node of their round leaves
-it (torch would leave workers still starting waiting for the gone peer); and to
-restart the round when the Autoscaler publishes a new batch (`batch.BatchWatch`).
-The rendezvous protocol itself is torch's, unchanged.
+size changes and restarts; and to restart its workers when a node of their round
+leaves it (torch would leave workers still starting waiting for the gone peer). The
+rendezvous protocol itself is torch's, unchanged; a new batch waits for the next round
+(`batch`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from torch.distributed.elastic.rendezvous import (
 from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend as c10d
 
 from edl.runtime.collective import gateway, keys
-from edl.runtime.collective.batch import BatchWatch
 from edl.runtime.collective.launch import BACKEND
 from edl.runtime.collective.resize_pause import RESIZES_ENV, STARTED_ENV
 
@@ -43,11 +42,9 @@ current: ReportingHandler | None = None  # this process's handler (one agent per
 class ReportingHandler(RendezvousHandler):
     """Delegates to torch's handler; tells ``report`` about every rendezvous it joins."""
 
-    def __init__(self, inner: RendezvousHandler, report: Report,
-                 batch: BatchWatch | None = None) -> None:
+    def __init__(self, inner: RendezvousHandler, report: Report) -> None:
         self._inner = inner
         self._report = report
-        self._batch = batch
         self.rendezvous = 0  # rendezvous joined by this agent; each after the first is a restart
         self._stopping_since: float | None = None  # wall time a change was first seen
         self._world: frozenset[object] = frozenset()  # the participants of this agent's round
@@ -67,8 +64,6 @@ class ReportingHandler(RendezvousHandler):
             os.environ[STARTED_ENV] = repr(self._stopping_since or called)
             os.environ[RESIZES_ENV] = str(self.rendezvous - 1)
         self._stopping_since = None
-        if self._batch is not None:
-            self._batch.round_started()
         state = getattr(getattr(self._inner, "_state_holder", None), "state", None)
         self._world = self._participants()
         self._report(
@@ -89,13 +84,10 @@ class ReportingHandler(RendezvousHandler):
         self._inner.set_closed()
 
     def num_nodes_waiting(self) -> int:
-        """torch's count; 1 when a new batch was published: torch's agent then restarts
-        its workers into a new round, as for a joining node."""
+        """torch's count; 1 when a node of this round left it: torch's agent then
+        restarts its workers into a new round, as for a joining node."""
         waiting = self._inner.num_nodes_waiting()
         if waiting == 0 and self._member_left():
-            waiting = 1
-        if waiting == 0 and self._batch is not None and self._batch.changed():
-            log.info("a new batch was published: restarting the workers")
             waiting = 1
         if waiting and self._stopping_since is None:  # torch's agent restarts next
             self._stopping_since = time.time()
@@ -184,10 +176,7 @@ def create_handler(params: RendezvousParameters) -> RendezvousHandler:
     backend, store = c10d.create_backend(params)
     inner = dynamic_rendezvous.create_handler(store, backend, params)
     global current
-    endpoints, job = os.environ.get("EDL_ETCD_ENDPOINTS"), os.environ.get("EDL_JOB_NAME")
-    watch = BatchWatch(endpoints, os.environ.get("EDL_NAMESPACE") or "default", job) if (
-        endpoints and job) else None
-    current = ReportingHandler(inner, etcd_reporter(), watch)
+    current = ReportingHandler(inner, etcd_reporter())
     return current
 
 
