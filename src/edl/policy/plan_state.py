@@ -11,6 +11,7 @@ opens the largest hole).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 from edl.accounting.types import ClusterResource
@@ -211,8 +212,12 @@ def _bound(view: JobView, room: Room, shape: Shape) -> list[tuple[str, int]]:
     if view.trainers is None:
         return [("", UNKNOWN_NODE)] * (view.total - view.unbound)
     index = room.index.get
-    bound = [(name, index(node, UNKNOWN_NODE))
-             for name, node, leaving in view.trainers if node and not leaving]
+    names, nodes, leavings = zip(*view.trainers, strict=True) if view.trainers else ((), (), ())
+    if all(nodes) and not any(leavings):  # every one bound and staying: one pass in C
+        bound = list(zip(names, map(index, nodes, repeat(UNKNOWN_NODE)), strict=True))
+    else:
+        bound = [(name, index(node, UNKNOWN_NODE))
+                 for name, node, leaving in view.trainers if node and not leaving]
     if len(bound) < len(view.trainers):  # some unbound or leaving: the second look
         for _, node_name, leaving in view.trainers:
             if leaving and node_name and (node := index(node_name, UNKNOWN_NODE)) >= 0:

@@ -131,6 +131,7 @@ class Room:
     __slots__ = (
         "_eligible",
         "_facts_by_name",
+        "_shapes",
         "_tainted",
         "_verdicts",
         "coming",
@@ -174,6 +175,7 @@ class Room:
             t.effect in FILTERED_EFFECTS for f in nodes.facts.values() for t in f.taints
         )
         self._facts_by_name = nodes.facts
+        self._shapes: dict[tuple[int, int, int, tuple[tuple[str, int], ...]], Shape] = {}
         self._eligible: dict[PodConstraints, Eligible | None] = {}
         self._verdicts: _Verdicts | None = None
 
@@ -185,8 +187,13 @@ class Room:
         """One pod's requests in this room's dimensions."""
         if not self.extra:
             return (cpu, memory, gpu)
-        asked = dict(extended)
-        return (cpu, memory, gpu, *(1 if k == "pods" else asked.get(k, 0) for k in self.extra))
+        key = (cpu, memory, gpu, tuple(extended))
+        shape = self._shapes.get(key)
+        if shape is None:  # jobs share a few shapes: each is worked out once
+            asked = dict(extended)
+            shape = self._shapes[key] = (
+                cpu, memory, gpu, *(1 if k == "pods" else asked.get(k, 0) for k in self.extra))
+        return shape
 
     def pod_shape(self, pod: PodResources) -> Shape:
         return self.shape_of(

@@ -150,13 +150,14 @@ def _pools(plans: Sequence[JobPlan], room: Room) -> list[Pool]:
     grouped = bool((asks >= 0).all())  # then ask x most = the most of ask x each
     pools: list[Pool] = []
     seen: set[bytes] = set()
+    packed = np.packbits(eligible, axis=1)  # the same sets, 8 nodes a byte
     for k in range(len(kinds)):
         nodes = eligible[k]
-        key = np.packbits(nodes).tobytes()
+        key = packed[k].tobytes()
         if key in seen or not some[k]:
             continue
         seen.add(key)
-        inside = some & ~(eligible & ~nodes).any(axis=1)
+        inside = some & ~(packed & ~packed[k]).any(axis=1)  # kinds whose nodes are within
         # what those nodes can hold of the pool's kinds: per node, per resource, the
         # most any member kind can use there (whole trainers), summed over the nodes
         held = np.zeros((3, int(nodes.sum())), dtype=np.int64)
