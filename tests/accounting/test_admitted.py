@@ -39,7 +39,7 @@ def test_the_limit_range_default_and_added_tolerations_are_what_is_planned() -> 
     assert seen.constraints is not None
     assert seen.constraints.tolerations == (
         Toleration("example.com/widget", "Exists", "", "NoSchedule"),)
-    assert (seen.priority_class, seen.priority) == ("elastic", -10)
+    assert seen.priority_class == "elastic"
 
 
 def test_overhead_from_a_runtime_class_is_requested() -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx2
 
-from edl.kube.dry_run import ChangeStore, PriorityClassStore, TrainerDryRuns, dry_run_pod
+from edl.kube.dry_run import ChangeStore, TrainerDryRuns, dry_run_pod
 
 
 class _Pod:
@@ -55,9 +55,9 @@ def _trainer(cpu: str = "1") -> dict[str, Any]:
 
 
 def _reader(clock: list[float]) -> tuple[TrainerDryRuns, FakeClient, ChangeStore,
-                                         PriorityClassStore]:
+                                         ChangeStore]:
     client = FakeClient()
-    ranges, classes = ChangeStore(), PriorityClassStore()
+    ranges, classes = ChangeStore(), ChangeStore()
     reader = TrainerDryRuns(client, ranges, classes,  # type: ignore[arg-type]
                             min_gap_s=2.0, retry_s=30.0, clock=lambda: clock[0])
     return reader, client, ranges, classes
@@ -93,7 +93,6 @@ def test_asked_once_per_template_and_again_when_a_limit_range_or_class_changes()
         assert len(client.calls) == 2
         classes.apply("ADDED", {"metadata": {"name": "late", "resourceVersion": "7"},
                                 "value": 1000, "globalDefault": True})
-        assert classes.values == {"late": 1000} and classes.global_default == "late"
         await reader.admitted(_trainer())  # within min_gap_s of the last ask: cached
         assert len(client.calls) == 2
         clock[0] += 2
@@ -101,10 +100,23 @@ def test_asked_once_per_template_and_again_when_a_limit_range_or_class_changes()
         assert len(client.calls) == 3
         await reader.admitted(_trainer(cpu="2"))  # a new template: asked at once
         assert len(client.calls) == 4
-        # a relist that no longer has the class counts as a change, and drops its value
+        # a trainer Job nobody asks about for a sweep period is forgotten
+        other = _trainer()
+        other["metadata"]["name"] = "k-trainer"
+        await reader.admitted(other)
+        clock[0] += 600
+        await reader.admitted(_trainer(cpu="2"))
+        clock[0] += 600
+        await reader.admitted(_trainer(cpu="2"))
+        assert set(reader._cache) == {("ns", "j-trainer")}
+        # a relist that no longer has the class counts as a change
+        version = classes.version()
         classes.begin_replace()
         classes.end_replace()
-        assert classes.values == {} and classes.global_default == ""
+        assert classes.version() == version + 1
+        classes.begin_replace()  # and one that lists the same objects does not
+        classes.end_replace()
+        assert classes.version() == version + 1
 
     asyncio.run(run())
 

@@ -34,7 +34,6 @@ class AdmittedTrainer:
     per_pod: PodResources | None = None
     constraints: PodConstraints | None = None
     priority_class: str = ""
-    priority: int = 0
     problem: str = ""
 
 
@@ -88,23 +87,21 @@ def admitted_trainer(template: Mapping[str, Any], pod: Mapping[str, Any]) -> Adm
     """A trainer pod template and the dry-run's answer (the admitted pod) -> what the
     planner plans from: the admitted pod's requests (every container, init containers
     and overhead, as `pod_request`), its tolerations, nodeSelector and affinity, and its
-    PriorityClass and priority."""
+    PriorityClass's name (quota scopes read it)."""
     template_spec, spec = _spec(template), _spec(pod)
     metadata = pod.get("metadata") if isinstance(pod.get("metadata"), Mapping) else {}
     raw_labels = (metadata or {}).get("labels")
     labels = ({str(k): str(v) for k, v in raw_labels.items()}
               if isinstance(raw_labels, Mapping) else {})
-    priority = spec.get("priority")
-    priority = priority if isinstance(priority, int) and not isinstance(priority, bool) else 0
     klass = str(spec.get("priorityClassName") or "")
     try:
         per_pod = pod_request(pod)
     except PodRequestError as error:
-        return AdmittedTrainer(priority_class=klass, priority=priority,
+        return AdmittedTrainer(priority_class=klass,
                                problem=f"the admitted trainer pod's requests: {error}")
     added = unmodelled(template_spec, spec, labels)
     problem = ""
     if added:
         problem = ("admission adds to trainer pods what the planner cannot model: "
                    + "; ".join(added))
-    return AdmittedTrainer(per_pod, constraints_of(spec, labels), klass, priority, problem)
+    return AdmittedTrainer(per_pod, constraints_of(spec, labels), klass, problem)

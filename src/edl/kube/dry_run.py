@@ -7,7 +7,7 @@ kube-scheduler places the admitted pod. A dry-run create (``dryRun=All``) goes t
 the same admission chain, validating policies included, and stores nothing. Its answer
 is cached per trainer Job and template digest, and asked again (at most once per
 ``min_gap_s``) when the template changes, when a LimitRange of the job's namespace or
-any PriorityClass changes (both watched: `ChangeStore`, `PriorityClassStore`), and
+any PriorityClass changes (both watched into a `ChangeStore`), and
 ``retry_s`` after a refusal. A failed call (network, 5xx) keeps the last answer, or
 none: the planner then reads the template, as it would without this reader; so does a
 namespace's full ResourceQuota ("exceeded quota": the planner counts quotas itself).
@@ -45,6 +45,7 @@ REFUSALS = frozenset({400, 403, 409, 422})  # the API server's answer, not an ou
 # quota admission checks a dry-run as a create: a namespace at its quota refuses it, yet
 # the template is fine (the planner counts quotas from the watched ResourceQuotas)
 QUOTA_FULL = "exceeded quota"
+SWEEP_S = 600.0
 
 
 class ChangeStore:
@@ -88,30 +89,6 @@ class ChangeStore:
             self._changed(key, obj)
 
 
-class PriorityClassStore(ChangeStore):
-    """PriorityClasses: every change counts (under ""), and each class's value is kept."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.values: dict[str, int] = {}  # name -> value
-        self.global_default = ""  # the class a pod naming none gets ("" : none)
-
-    def _changed(self, key: tuple[str, str], obj: dict[str, Any] | None) -> None:
-        name = key[1]
-        if obj is None:
-            self.values.pop(name, None)
-            if self.global_default == name:
-                self.global_default = ""
-        else:
-            value = obj.get("value")
-            self.values[name] = value if isinstance(value, int) else 0
-            if obj.get("globalDefault"):
-                self.global_default = name
-            elif self.global_default == name:
-                self.global_default = ""
-        super()._changed(("", name), obj)
-
-
 @dataclass(slots=True)
 class _Entry:
     digest: str
@@ -141,7 +118,7 @@ class TrainerDryRuns:
     """Per trainer Job, the admitted trainer pod (`AdmittedTrainer`), cached."""
 
     def __init__(self, client: AsyncClient, limit_ranges: ChangeStore,
-                 classes: PriorityClassStore, *, min_gap_s: float = 2.0,
+                 classes: ChangeStore, *, min_gap_s: float = 2.0,
                  retry_s: float = 30.0, parallel: int = 8,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.client = client
@@ -150,6 +127,9 @@ class TrainerDryRuns:
         self.clock = clock
         self.calls = 0  # dry-runs made (a test reads it)
         self._cache: dict[tuple[str, str], _Entry] = {}
+        # answers of trainer Jobs not asked about for a sweep period are dropped (deleted)
+        self._used: set[tuple[str, str]] = set()
+        self._swept = clock()
         self._gate = asyncio.Semaphore(parallel)
 
     def forget(self, namespace: str, name: str) -> None:
@@ -164,8 +144,12 @@ class TrainerDryRuns:
         template = (trainer.get("spec") or {}).get("template") or {}
         digest = template_hash(template)
         stamp = (self.limit_ranges.version(namespace), self.classes.version())
-        entry = self._cache.get(key)
         now = self.clock()
+        if now - self._swept >= SWEEP_S:
+            self._cache = {k: e for k, e in self._cache.items() if k in self._used}
+            self._used, self._swept = set(), now
+        self._used.add(key)
+        entry = self._cache.get(key)
         if entry is not None and entry.digest == digest:
             fresh = entry.stamp == stamp and (entry.until is None or now < entry.until)
             if fresh or now - entry.at < self.min_gap_s:
@@ -210,7 +194,7 @@ class KubeAdmission:
     def _watch_admission(self, watch_client: AsyncClient) -> list[Reflector]:
         """Start following LimitRanges (every namespace) and PriorityClasses."""
         self.limit_ranges = ChangeStore()
-        self.priority_classes = PriorityClassStore()
+        self.priority_classes = ChangeStore()
         self.dry_runs = TrainerDryRuns(self.client, self.limit_ranges, self.priority_classes)
         return [Reflector(watch_client, LimitRange, self.limit_ranges),
                 Reflector(watch_client, PriorityClass, self.priority_classes, namespace=None)]
