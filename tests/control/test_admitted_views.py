@@ -31,9 +31,11 @@ def test_a_refused_trainer_holds_the_job_at_its_size_never_below_min() -> None:
     assert with_admission(_view(3), refused).max_instance == 3
     assert with_admission(_view(0), refused).max_instance == 2  # its min still planned
     assert with_admission(_view(3), refused).cpu_request_milli == 250  # the template's
-    decisions = [Decision("ns", "j", 3, 3, "max-instance reached"),
-                 Decision("ns", "k", 1, 4, "grow")]
-    out = explained(decisions, {("ns", "j"): refused.problem})
-    assert out[0].reason == ("no growth: the API server refuses trainer pods: no PriorityClass "
-                             "with name late was found | max-instance reached")
-    assert out[1] == decisions[1]
+    decisions = [Decision("ns", "j", 3, 3, "keep 3: at max-instance | fair share 4"),
+                 Decision("ns", "k", 1, 4, "grow 1->4: at max-instance"),
+                 Decision("ns", "m", 3, 2, "shrink 3->2: make room for 1 pending pod")]
+    problems = {("ns", "j"): refused.problem, ("ns", "m"): refused.problem}
+    out = explained(decisions, problems)
+    assert out[0].reason == ("keep 3: the API server refuses trainer pods: no PriorityClass "
+                             "with name late was found | at max-instance | fair share 4")
+    assert out[1:] == decisions[1:]  # not held; and a shrink keeps its own reason

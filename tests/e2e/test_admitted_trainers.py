@@ -68,7 +68,7 @@ def test_a_priority_class_created_later_is_seen_within_seconds(
                      lambda t: t if refusal in t["status"]["plan"]["reason"] else None,
                      timeout=60, label="status.plan names the refusal")
         plan = tj["status"]["plan"]
-        assert plan["reason"].startswith("no growth: the API server refuses trainer pods: ")
+        assert plan["reason"].startswith("keep 1: the API server refuses trainer pods: ")
         assert plan["target"] == 1 and parallelism(rest, namespace, "late") == 1, plan
         assert [line for line in controller.text().splitlines()
                 if "POST" in line and "dryRun=All" in line and " 403 " in line], \

@@ -43,12 +43,14 @@ def with_admission(view: JobView, admitted: AdmittedTrainer | None) -> JobView:
 
 def explained(decisions: Sequence[Decision],
               problems: Mapping[tuple[str, str], str]) -> list[Decision]:
-    """Each held job's decision with the problem first in its reason."""
+    """Each held job's decision, unless it shrinks, with the problem right after its verb
+    and counts (`keep 2: the API server refuses trainer pods: …`); the policy's own
+    bound follows after " | ", so `status.plan` shows why the job is not grown."""
     out = []
     for decision in decisions:
         problem = problems.get((decision.namespace, decision.name))
-        if problem:
-            decision = replace(decision, reason=f"no growth: {problem} | "
-                                                f"{decision.reason}")
+        if problem and decision.target >= decision.parallelism:
+            verb, _, rest = decision.reason.partition(": ")
+            decision = replace(decision, reason=f"{verb}: {problem} | {rest}")
         out.append(decision)
     return out
