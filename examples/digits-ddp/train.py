@@ -49,6 +49,12 @@ def save_checkpoint(path, model, optimizer, epoch):
     os.replace(path + ".tmp", path)
 
 
+def evaluate(ddp, model, x_test, y_test):
+    ddp.eval()
+    with torch.no_grad():
+        return (model(x_test).argmax(1) == y_test).float().mean().item()
+
+
 def main():
     args = parse_args()
     torch.set_num_threads(1)
@@ -81,9 +87,7 @@ def main():
             loss = F.cross_entropy(ddp(images), labels)
             loss.backward()
             optimizer.step()
-        ddp.eval()
-        with torch.no_grad():
-            accuracy = (model(x_test).argmax(1) == y_test).float().mean().item()
+        accuracy = evaluate(ddp, model, x_test, y_test)
         if rank == 0:
             save_checkpoint(args.checkpoint, model, optimizer, epoch)
             # a metric line edl shows: epochs finished (from 1) of the total, loss, accuracy
@@ -91,8 +95,9 @@ def main():
                   f"accuracy={accuracy:.4f}", flush=True)
         dist.barrier()  # nobody starts the next epoch before its checkpoint exists
 
-    if rank == 0:
-        print(f"test accuracy {accuracy:.4f} with {world_size} workers", flush=True)
+    if rank == 0:  # evaluated here too: a restart after the last checkpoint runs no epoch
+        print(f"test accuracy {evaluate(ddp, model, x_test, y_test):.4f} "
+              f"with {world_size} workers", flush=True)
     # DDP holds the process group: free it before the group (and the interpreter) goes,
     # or gloo's threads are torn down at interpreter exit, which can abort the process
     del ddp

@@ -340,3 +340,41 @@ def test_an_agent_whose_round_lost_a_node_restarts_its_workers(
     assert time.monotonic() - began < 20  # dropped after its heartbeats lapsed (2 s)
     survivor.shutdown()
     del store
+
+
+def test_a_node_drained_while_it_waits_to_join_leaves_the_wait_list(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A trainer SIGTERMed while it waited to join a running round: the running agent
+    must not go on seeing it waiting (a restart of its workers for nobody)."""
+    from torch.distributed import TCPStore
+    from torch.distributed.elastic.rendezvous import (
+        RendezvousParameters,
+        rendezvous_handler_registry,
+    )
+    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import _Action
+
+    monkeypatch.setattr(handler, "etcd_reporter", lambda env=None: lambda event: None)
+    port = free_port()
+    store = TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False,
+                     timeout=timedelta(seconds=30), multi_tenant=True)
+    handler.register()
+
+    def agent() -> Any:  # heartbeats lapse only after 3 x 30 s: far beyond this test
+        return rendezvous_handler_registry.create_handler(RendezvousParameters(
+            backend="edl", endpoint=f"127.0.0.1:{port}", run_id="wait", min_nodes=1,
+            max_nodes=2, local_addr="127.0.0.1", last_call_timeout=1, join_timeout=60,
+            keep_alive_interval=30, keep_alive_max_attempt=3))
+
+    running, joining = agent(), agent()
+    assert running.next_rendezvous().world_size == 1
+
+    def into_the_wait_list(ctx: Any, deadline: float) -> _Action:  # as its join does
+        return _Action.FINISH if ctx.node in ctx.state.wait_list else _Action.ADD_TO_WAIT_LIST
+
+    joining._inner._op_executor.run(into_the_wait_list, time.monotonic() + 30)
+    wait_until(lambda: running.num_nodes_waiting() == 1, 10, "the joiner seen waiting")
+    assert joining.leave()
+    wait_until(lambda: running.num_nodes_waiting() == 0, 10, "the drained joiner gone")
+    running.shutdown()
+    del store

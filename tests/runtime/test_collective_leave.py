@@ -126,3 +126,21 @@ def test_a_trainer_drained_while_the_workers_start_leaves_a_world_of_one_that_ru
 def _tails(logs: dict[str, Path]) -> str:
     return "\n".join(f"--- {name}\n" + "\n".join(
         log.read_text(errors="replace").splitlines()[-15:]) for name, log in logs.items())
+
+
+def test_the_ddp_example_restarted_after_its_last_checkpoint_ends_with_its_accuracy(
+    tmp_path: Path,
+) -> None:
+    """A world re-formed after the last epoch's checkpoint (a resize landing as the job
+    ends) restarts the script with no epoch left to run; its final line read the last
+    epoch's accuracy, unbound then, and the job failed as a crash loop instead of
+    succeeding. Here no epoch is left from the start (--epochs 0), in a world of 1.
+    (examples/digits-adaptive ends the same way.)"""
+    script = Path(__file__).resolve().parents[2] / "examples" / "digits-ddp" / "train.py"
+    env = {**os.environ, "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1",
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    done = subprocess.run(
+        [sys.executable, str(script), "--epochs", "0", "--checkpoint", str(tmp_path / "m.pt")],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert re.search(r"^test accuracy [0-9.]+ with 1 workers$", done.stdout, re.M), done.stdout

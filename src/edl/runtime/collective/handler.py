@@ -130,20 +130,41 @@ class ReportingHandler(RendezvousHandler):
         torch's launcher leaves the rendezvous open on a signal, so the others carry on,
         but keeps this node a participant until its heartbeats lapse; leaving at once
         lets the survivors' next round form without that wait. Uses torch's own exit
-        operation (the first step of every `next_rendezvous`), reached through private
-        attributes: if they are not there, the heartbeats lapse as before.
+        operation (the first step of every `next_rendezvous`), extended to the wait list
+        (`_LeaveOp`), reached through private attributes: if they are not there, the
+        heartbeats lapse as before.
         """
         inner = self._inner
         try:  # torch's private attributes: not in its types, hence the ignores
             inner._stop_heartbeats()  # type: ignore[attr-defined]
             inner._op_executor.run(  # type: ignore[attr-defined]
-                dynamic_rendezvous._RendezvousExitOp(), time.monotonic() + timeout_s
+                _LeaveOp(), time.monotonic() + timeout_s
             )
         except Exception as error:  # best effort: the node's heartbeats will lapse anyway
             log.warning("could not leave the rendezvous: %r", error)
             return False
         log.info("left the rendezvous")
         return True
+
+
+class _LeaveOp:
+    """torch's exit operation, then out of the wait and redundancy lists too.
+
+    torch's exit leaves only a round's participants. A node drained while it waited to
+    join (a growth undone, a pod deleted as it started) stayed in the wait list until
+    its heartbeats lapsed (8 s), and every running agent restarted its workers for it
+    once more. Uses torch's own actions, as its join operation does on a timeout.
+    """
+
+    def __call__(self, ctx: Any, deadline: float) -> Any:
+        action = dynamic_rendezvous._RendezvousExitOp()(ctx, deadline)
+        if action != dynamic_rendezvous._Action.FINISH:
+            return action
+        if ctx.node in ctx.state.wait_list:
+            return dynamic_rendezvous._Action.REMOVE_FROM_WAIT_LIST
+        if ctx.node in ctx.state.redundancy_list:
+            return dynamic_rendezvous._Action.REMOVE_FROM_REDUNDANCY_LIST
+        return action
 
 
 def etcd_reporter(env: dict[str, str] | None = None) -> Report:
