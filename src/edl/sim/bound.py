@@ -5,11 +5,11 @@ services' desired replicas stay constant, an integer program places the pods
 that must run — every service replica, every present job's master and pservers
 and its min-instance trainers — and as many trainers (up to max-instance) as fit,
 maximising the CPU requested; the bound is the time-weighted mean, plus the
-background pods. Per node group, pods larger than an eighth of a node (or with a
-GPU) are packed exactly, by per-node patterns; smaller pods are poured into the
-room the patterns leave, pooled over the group's nodes (a relaxation: how they
-split between nodes is not checked), which keeps it an upper bound — no real
-placement can beat it — and exact when no pod is small. Requests within
+background pods. Whole pods on whole nodes (`sim.packing`): a node's room that no
+pod of the scenario's shapes fits counts for nothing, so the bound is what the
+pods could really pack, per node group (only where a group's shapes would make too
+many per-node patterns are its smallest pods pooled over the group's room, a
+relaxation that keeps it an upper bound). Requests within
 max_load_desired of the cluster, as the policies keep them (unless the pods that
 must run alone exceed it). `scipy.optimize.milp` (HiGHS) solves each stretch.
 
@@ -27,13 +27,11 @@ Only compact-form jobs are modelled (a full TrainingJob manifest gives None).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
-
-import numpy as np
-from scipy.optimize import Bounds, LinearConstraint, milp
 
 from edl.accounting.eligibility import NodeFacts, PodConstraints, Taint, constraints_of
 from edl.api.quantity import cpu_milli, memory_mega
+from edl.api.role_requests import ROLE_REQUESTS
+from edl.sim.packing import Kind, Limit, solve
 from edl.sim.scenario import JobGroup, Scenario
 from edl.sim.scheduling_spec import Scheduling
 from edl.sim.sections import NodeGroup, PodResources
@@ -48,6 +46,14 @@ def pod_shape(resources: PodResources) -> tuple[int, int, int]:
         memory_mega(str(r.memory)) if r.memory is not None else 0,
         r.gpu,
     )
+
+
+def master_shape(resources: PodResources) -> tuple[int, int, int]:
+    """A master pod's requests: the master's and its etcd sidecar's (which always asks
+    its default)."""
+    cpu, memory, gpu = pod_shape(resources)
+    etcd = ROLE_REQUESTS["etcd"]
+    return cpu + cpu_milli(etcd["cpu"]), memory + memory_mega(etcd["memory"]), gpu
 
 
 def _present(group: JobGroup, index: int, start: float, end: float) -> bool:
@@ -145,10 +151,8 @@ def _bounds(scenario: Scenario, per_pool: bool) -> tuple[float | None, dict[str,
     nodes = sum(g.count for g in groups)
     total_cpu = sum(g.count * a[0] for g, a in zip(groups, alloc, strict=True))
     background = per_node[0] * nodes + counted[0]
-    rooms = [
-        tuple(g.count * (a[d] - per_node[d]) for d in range(3))
-        for g, a in zip(groups, alloc, strict=True)
-    ]
+    counts = [g.count for g in groups]
+    node_rooms = [(a[0] - per_node[0], a[1] - per_node[1], a[2] - per_node[2]) for a in alloc]
     points = _breakpoints(scenario, window.start, window.end)
     weighted = 0.0
     pool_weighted = [0.0] * len(groups)
@@ -183,20 +187,20 @@ def _bounds(scenario: Scenario, per_pool: bool) -> tuple[float | None, dict[str,
                 kinds.append((pod_shape(group.pserver.resources), n, n))
                 traits.append(plain)
             if group.master is not None:
-                kinds.append((pod_shape(group.master.resources), present, present))
+                kinds.append((master_shape(group.master.resources), present, present))
                 traits.append(plain)
         eligible = [[not c.blocker(group_facts(g)) for g in groups] for c, _, _ in traits]
         limits = _quota_limits(scenario, kinds, traits)
         cap = scenario.autoscaler.max_load_desired * total_cpu - background
         if not per_pool:
-            placed = _solve(kinds, groups, alloc, per_node, rooms, cap, eligible, limits)
+            placed = solve(kinds, counts, node_rooms, cap, eligible, limits)
             weighted += (end - start) * (background + placed) / total_cpu
             continue
         for g, node_group in enumerate(groups):
             own = node_group.count * alloc[g][0]
             if own <= 0:
                 continue
-            placed = _solve(kinds, groups, alloc, per_node, rooms, cap, eligible, limits, g)
+            placed = solve(kinds, counts, node_rooms, cap, eligible, limits, g)
             # background pods placed by count may all sit on this group (an upper bound)
             used = min(own, node_group.count * per_node[0] + counted[0] + placed)
             pool_weighted[g] += (end - start) * used / own
@@ -206,10 +210,6 @@ def _bounds(scenario: Scenario, per_pool: bool) -> tuple[float | None, dict[str,
     if not per_pool:
         return 100 * weighted / span, None
     return None, {g.name: 100 * w / span for g, w in zip(groups, pool_weighted, strict=True)}
-
-
-Kind = tuple[tuple[int, int, int], int, int]  # (shape, least count, most count)
-Limit = tuple[list[int], int]  # per kind: what one pod costs; the most all may cost
 
 
 def _quota_limits(
@@ -239,144 +239,3 @@ def quota_amount(key: str, text: str) -> int | None:
     if key in ("pods", "count/pods", "requests.nvidia.com/gpu"):
         return int(text)
     return None
-MAX_PATTERNS = 4000  # per node group; beyond it the group's large kinds are pooled too
-
-
-def _patterns(room: tuple[int, int, int], shapes: list[tuple[int, int, int]]) -> list[tuple]:
-    """Every way to fill one node's room with whole pods of `shapes` (maximal or not)."""
-    out: list[tuple] = []
-
-    def walk(k: int, left: list[int], counts: list[int]) -> None:
-        if len(out) > MAX_PATTERNS:
-            return
-        if k == len(shapes):
-            out.append((tuple(counts), tuple(left)))
-            return
-        shape, n = shapes[k], 0
-        while True:
-            walk(k + 1, left, [*counts, n])
-            if any(left[d] < shape[d] for d in range(3)) or all(a == 0 for a in shape):
-                return
-            left = [left[d] - shape[d] for d in range(3)]
-            n += 1
-
-    walk(0, list(room), [])
-    return out
-
-
-def _solve(
-    kinds: list[Kind],
-    groups: list[NodeGroup],
-    alloc: list[tuple[int, int, int]],
-    per_node: list[int],
-    rooms: list[tuple[int, ...]],
-    cap: float,
-    eligible: list[list[bool]] | None = None,
-    limits: Sequence[Limit] = (),
-    only: int | None = None,
-) -> float:
-    """Most CPU the kinds can request on the groups (the integer program).
-
-    Per node group, the *large* kinds (more than an eighth of a node's CPU, or any
-    GPU) are placed by per-node patterns — exact packing — and the small kinds
-    are poured into the room each chosen pattern leaves (pooled per group), a
-    relaxation that stays an upper bound. A group whose patterns would be too many
-    pools every kind (whole pods per node still capped).
-    """
-    n_kinds = len(kinds)
-    if n_kinds == 0:
-        return 0.0
-    columns: list[tuple[int, dict[int, int], tuple[int, ...] | None]] = []
-    # column: (group, {kind: pods per unit}, leftover room per unit or None)
-    integral: list[int] = []
-    upper: list[float] = []
-    for g, group in enumerate(groups):
-        room = (alloc[g][0] - per_node[0], alloc[g][1] - per_node[1], alloc[g][2] - per_node[2])
-        allowed = [k for k in range(n_kinds) if eligible is None or eligible[k][g]]
-        large = [
-            k for k in allowed
-            if kinds[k][0][2] > 0 or kinds[k][0][0] * 8 > alloc[g][0]
-        ]
-        shapes = [kinds[k][0] for k in large]
-        found = _patterns(room, shapes) if large else [((), room)]
-        pooled = len(found) > MAX_PATTERNS
-        if not pooled:
-            for counts, left in found:
-                columns.append((g, {large[i]: c for i, c in enumerate(counts) if c}, left))
-                integral.append(1)
-                upper.append(group.count)
-        small = allowed if pooled else [k for k in allowed if k not in large]
-        for k in small:  # pooled pods of kind k in group g (room from the patterns)
-            shape, _, most = kinds[k]
-            fit = min(
-                ((room[d]) // shape[d] for d in range(3) if shape[d] > 0), default=most
-            )
-            columns.append((g, {k: 1}, None))
-            integral.append(1)
-            upper.append(max(0, min(most, group.count * fit)))
-    size = len(columns)
-    rows: list[np.ndarray] = []
-    low: list[float] = []
-    high: list[float] = []
-    for g, group in enumerate(groups):
-        mine = [i for i, col in enumerate(columns) if col[0] == g]
-        patterned = [i for i in mine if columns[i][2] is not None]
-        if patterned:  # one pattern per node
-            row = np.zeros(size)
-            row[patterned] = 1
-            rows.append(row)
-            low.append(-np.inf)
-            high.append(group.count)
-        for d in range(3):  # pooled pods fit in what the patterns leave (or the group)
-            row = np.zeros(size)
-            for i in mine:
-                _, pods, left = columns[i]
-                if left is None:
-                    (k, _), = pods.items()
-                    row[i] = kinds[k][0][d]
-                else:
-                    row[i] = -left[d]
-            rows.append(row)
-            low.append(-np.inf)
-            high.append(0 if patterned else rooms[g][d])
-    first_kind_row = len(rows)
-    for k, (_, lo, hi) in enumerate(kinds):
-        row = np.zeros(size)
-        for i, (_, pods, _) in enumerate(columns):
-            row[i] = pods.get(k, 0)
-        rows.append(row)
-        low.append(lo)
-        high.append(hi)
-    for costs, most in limits:  # namespace quotas
-        row = np.array([sum(costs[k] * n for k, n in pods.items()) for _, pods, _ in columns],
-                       float)
-        rows.append(row)
-        low.append(-np.inf)
-        high.append(most)
-    cpu = np.array(
-        [sum(kinds[k][0][0] * n for k, n in pods.items()) for _, pods, _ in columns], float
-    )
-    must = sum(shape[0] * lo for shape, lo, _ in kinds)
-    rows.append(cpu)
-    low.append(-np.inf)
-    high.append(max(cap, must))
-    kind_rows = range(first_kind_row, first_kind_row + n_kinds)
-    # the objective: CPU requested on every group, or (`only`) on that one group
-    gain = cpu if only is None else np.where(
-        np.array([col[0] == only for col in columns]), cpu, 0.0)
-    for relax in (False, True):
-        if relax:  # what must run does not fit: then place as much of it as fits
-            low = [(-np.inf if i in kind_rows else v) for i, v in enumerate(low)]
-        result = milp(
-            -gain,
-            constraints=LinearConstraint(np.array(rows), low, high),
-            integrality=np.array(integral),
-            bounds=Bounds(0, np.array(upper)),
-            options={"time_limit": 20},
-        )
-        if result.success:
-            return float(-result.fun)
-        dual = getattr(result, "mip_dual_bound", None)  # stopped early: still an upper bound
-        if dual is not None and np.isfinite(dual):
-            return float(-dual)
-    return 0.0
