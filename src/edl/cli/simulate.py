@@ -53,6 +53,7 @@ def _fail(message: str) -> None:
     "the most CPU a policy keeping requests within max-load can use; static, which "
     "ignores max-load, may exceed it; it respects taints, selectors, required affinity "
     "and namespace quotas), the same per node pool (steady_utilization_bound_by_pool_pct) "
+    "Jain's index over running trainers / constrained max-min fair share (jain_fair_share) "
     "and, for jobs with work, the mean JCT no policy can beat (jct_mean_bound_s).",
 )
 def simulate_command(
@@ -89,15 +90,20 @@ def simulate_command(
         from dataclasses import replace
 
         from edl.sim.bound import steady_utilization_bound, steady_utilization_bound_by_pool
+        from edl.sim.fair_share import fair_share_stretches, jain_over_fair_shares
         from edl.sim.jct_bound import mean_jct_lower_bound
 
         limit = steady_utilization_bound(loaded)
         by_pool = steady_utilization_bound_by_pool(loaded)
         fastest = mean_jct_lower_bound(loaded)
+        stretches = fair_share_stretches(loaded)
+        window = loaded.measure.steady_state
         results = [
             replace(m, steady_utilization_bound_pct=limit, jct_mean_bound_s=fastest,
-                    steady_utilization_bound_by_pool_pct=by_pool)
-            for m in results
+                    steady_utilization_bound_by_pool_pct=by_pool,
+                    jain_fair_share=None if stretches is None else jain_over_fair_shares(
+                        run.timeline, stretches, window.start, window.end))
+            for m, run in zip(results, runs, strict=True)
         ]
     if out_dir is not None:
         from edl.sim.plots import write_plots

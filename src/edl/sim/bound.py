@@ -56,7 +56,7 @@ def master_shape(resources: PodResources) -> tuple[int, int, int]:
     return cpu + cpu_milli(etcd["cpu"]), memory + memory_mega(etcd["memory"]), gpu
 
 
-def _present(group: JobGroup, index: int, start: float, end: float) -> bool:
+def present_in(group: JobGroup, index: int, start: float, end: float) -> bool:
     """Job `index` of a group is present during the whole of [start, end)."""
     submit = group.submit_at + index * group.submit_every
     if submit > start:
@@ -66,7 +66,7 @@ def _present(group: JobGroup, index: int, start: float, end: float) -> bool:
     return group.delete_at + index * group.delete_every >= end
 
 
-def _breakpoints(scenario: Scenario, start: float, end: float) -> list[float]:
+def breakpoints(scenario: Scenario, start: float, end: float) -> list[float]:
     times = {start, end}
     for workload in scenario.workloads:
         times.update(step.at for step in workload.schedule)
@@ -78,7 +78,7 @@ def _breakpoints(scenario: Scenario, start: float, end: float) -> list[float]:
     return sorted(t for t in times if start <= t <= end)
 
 
-def _replicas(scenario: Scenario, t: float) -> list[int]:
+def replicas_at(scenario: Scenario, t: float) -> list[int]:
     out = []
     for workload in scenario.workloads:
         steps = [s.replicas for s in workload.schedule if s.at <= t]
@@ -153,7 +153,7 @@ def _bounds(scenario: Scenario, per_pool: bool) -> tuple[float | None, dict[str,
     background = per_node[0] * nodes + counted[0]
     counts = [g.count for g in groups]
     node_rooms = [(a[0] - per_node[0], a[1] - per_node[1], a[2] - per_node[2]) for a in alloc]
-    points = _breakpoints(scenario, window.start, window.end)
+    points = breakpoints(scenario, window.start, window.end)
     weighted = 0.0
     pool_weighted = [0.0] * len(groups)
     for start, end in itertools.pairwise(points):
@@ -164,14 +164,14 @@ def _bounds(scenario: Scenario, per_pool: bool) -> tuple[float | None, dict[str,
         kinds: list[Kind] = []
         traits: list[tuple[PodConstraints, str, str | None]] = []
         for workload, replicas in zip(
-            scenario.workloads, _replicas(scenario, start), strict=True
+            scenario.workloads, replicas_at(scenario, start), strict=True
         ):
             kinds.append((pod_shape(workload.resources), replicas, replicas))
             scheduling = workload.scheduling
             traits.append((constraints_for(scheduling), workload.namespace,
                            scheduling.priority_class if scheduling else None))
         for group in scenario.training.jobs:
-            present = sum(_present(group, i, start, end) for i in range(group.count))
+            present = sum(present_in(group, i, start, end) for i in range(group.count))
             if not present:
                 continue
             assert group.trainer is not None
@@ -190,7 +190,7 @@ def _bounds(scenario: Scenario, per_pool: bool) -> tuple[float | None, dict[str,
                 kinds.append((master_shape(group.master.resources), present, present))
                 traits.append(plain)
         eligible = [[not c.blocker(group_facts(g)) for g in groups] for c, _, _ in traits]
-        limits = _quota_limits(scenario, kinds, traits)
+        limits = quota_limits(scenario, kinds, traits)
         cap = scenario.autoscaler.max_load_desired * total_cpu - background
         if not per_pool:
             placed = solve(kinds, counts, node_rooms, cap, eligible, limits)
@@ -212,7 +212,7 @@ def _bounds(scenario: Scenario, per_pool: bool) -> tuple[float | None, dict[str,
     return None, {g.name: 100 * w / span for g, w in zip(groups, pool_weighted, strict=True)}
 
 
-def _quota_limits(
+def quota_limits(
     scenario: Scenario, kinds: list[Kind], traits: list[tuple[PodConstraints, str, str | None]]
 ) -> list[Limit]:
     """One limit per namespace quota and resource the bound models."""

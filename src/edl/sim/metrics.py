@@ -7,7 +7,8 @@ Definitions follow the original experiment (docs/simulation.md):
   deleted (or the run ends);
 * CPU utilisation = 100 × CPU requests of Running pods / allocatable CPU, averaged
   over samples with t ≤ ``until`` (the original: 550 s) or within a window;
-* Jain's fairness index over the jobs' mean running trainers in the steady window;
+* Jain's fairness index over the jobs' mean running trainers in the steady window,
+  and (with the bound) over running trainers / constrained fair share (`sim.fair_share`);
 * a workload's lag = for each constant target, seconds until running == desired;
 * for jobs with work (`sim/work.py`) only: job completion time (JCT) = end of its
   work − submission (an unfinished job counts until the run ends, and is counted
@@ -36,6 +37,7 @@ METRIC_KEYS = (
     "utilization_pct",
     "steady_utilization_pct",
     "jain_fairness",
+    "jain_fair_share",
     "jobs_never_started",
     "service_max_lag_s",
     "service_targets_reached",
@@ -300,6 +302,7 @@ class Metrics:
     jobs_below_min_s: float | None = None
     steady_utilization_by_pool_pct: dict[str, float] | None = None
     steady_utilization_bound_by_pool_pct: dict[str, float] | None = None  # with the bound
+    jain_fair_share: float | None = None  # `edl.sim.fair_share`, with the bound
     # the scenario's measuring windows, for labels (not in metrics.json)
     utilization_until_s: float | None = None
     steady_window_s: tuple[float, float] | None = None
@@ -316,6 +319,7 @@ class Metrics:
             "utilization_pct": rounded(self.utilization_pct),
             "steady_utilization_pct": rounded(self.steady_utilization_pct),
             "jain_fairness": rounded(self.jain_fairness),
+            "jain_fair_share": rounded(self.jain_fair_share),
             "jobs_never_started": self.jobs_never_started,
             "service_max_lag_s": rounded(self.service_max_lag_s),
             "service_targets_reached": self.service_targets_reached,

@@ -29,9 +29,11 @@ Limit = tuple[list[int], int]  # per kind: what one pod costs; the most all may 
 MAX_PATTERNS = 4000  # per node group; beyond it the group's smallest shapes are pooled
 
 
-def maximal_patterns(room: Shape, shapes: Sequence[Shape]) -> list[tuple[int, ...]] | None:
+def maximal_patterns(
+    room: Shape, shapes: Sequence[Shape], most: int = MAX_PATTERNS
+) -> list[tuple[int, ...]] | None:
     """Every maximal way to fill one node's `room` with whole pods of `shapes` (counts
-    per shape); None when there are more than MAX_PATTERNS."""
+    per shape); None when there are more than `most`."""
     out: list[tuple[int, ...]] = []
 
     def walk(k: int, left: list[int], counts: list[int]) -> bool:
@@ -39,10 +41,10 @@ def maximal_patterns(room: Shape, shapes: Sequence[Shape]) -> list[tuple[int, ..
             if any(all(s[d] <= left[d] for d in range(3)) for s in shapes):
                 return True  # not maximal: one more pod of some shape fits
             out.append(tuple(counts))
-            return len(out) <= MAX_PATTERNS
+            return len(out) <= most
         shape = shapes[k]
-        most = min(left[d] // shape[d] for d in range(3) if shape[d] > 0)
-        for n in range(most, -1, -1):
+        top = min(left[d] // shape[d] for d in range(3) if shape[d] > 0)
+        for n in range(top, -1, -1):
             rest = [left[d] - n * shape[d] for d in range(3)]
             if not walk(k + 1, rest, [*counts, n]):
                 return False
@@ -53,11 +55,13 @@ def maximal_patterns(room: Shape, shapes: Sequence[Shape]) -> list[tuple[int, ..
     return out
 
 
-def _split(room: Shape, shapes: list[Shape]) -> tuple[list[Shape], list[tuple[int, ...]]]:
+def _split(
+    room: Shape, shapes: list[Shape], most: int
+) -> tuple[list[Shape], list[tuple[int, ...]]]:
     """The shapes placed by patterns (the largest that keep patterns few) and those."""
     exact = sorted(shapes, key=lambda s: (s[2], s[0], s[1]), reverse=True)
     while exact:
-        found = maximal_patterns(room, exact)
+        found = maximal_patterns(room, exact, most)
         if found is not None:
             return exact, found
         exact = exact[:-1]  # pool the smallest shape
@@ -78,6 +82,71 @@ def solve(
     `eligible[k][g]`; every kind between its least and most count (when what must run
     does not fit, as much of it as fits); total CPU within `cap` (or what must run);
     each limit (a namespace quota) bounds its costs. `only`: count one group's CPU."""
+    must = sum(shape[0] * lo for shape, lo, _ in kinds)
+    model = _model(kinds, counts, room, max(cap, must), eligible, limits, MAX_PATTERNS)
+    if model is None:
+        return 0.0
+    rows, low, high, upper, cpu, groups = model
+    kind_rows = range(len(rows) - len(limits) - 1 - len(kinds), len(rows) - len(limits) - 1)
+    gain = cpu if only is None else np.where(groups == only, cpu, 0.0)
+    for relax in (False, True):
+        if relax:  # what must run does not fit: then place as much of it as fits
+            low = [(-np.inf if i in kind_rows else v) for i, v in enumerate(low)]
+        result = milp(
+            -gain,
+            constraints=LinearConstraint(np.array(rows), low, high),
+            integrality=np.ones(len(upper)),
+            bounds=Bounds(0, np.array(upper)),
+            options={"time_limit": 20},
+        )
+        if result.success:
+            return float(-result.fun)
+        dual = getattr(result, "mip_dual_bound", None)  # stopped early: still an upper bound
+        if dual is not None and np.isfinite(dual):
+            return float(-dual)
+    return 0.0
+
+
+def fits(
+    kinds: Sequence[Kind],
+    counts: Sequence[int],
+    room: Sequence[Shape],
+    cap: float,
+    eligible: Sequence[Sequence[bool]],
+    limits: Sequence[Limit] = (),
+    max_patterns: int = MAX_PATTERNS,
+) -> bool:
+    """Whether every kind's least count fits at once within `cap` CPU (the model of
+    `solve`; with pooled shapes it may say yes where no placement exists, never the
+    reverse)."""
+    model = _model(kinds, counts, room, cap, eligible, limits, max_patterns)
+    if model is None:
+        return all(lo <= 0 for _, lo, _ in kinds)
+    rows, low, high, upper, _, _ = model
+    result = milp(
+        np.zeros(len(upper)),
+        constraints=LinearConstraint(np.array(rows), low, high),
+        integrality=np.ones(len(upper)),
+        bounds=Bounds(0, np.array(upper)),
+        options={"time_limit": 20},
+    )
+    return bool(result.status == 0)
+
+
+Model = tuple[list[np.ndarray], list[float], list[float], list[float], np.ndarray, np.ndarray]
+
+
+def _model(
+    kinds: Sequence[Kind],
+    counts: Sequence[int],
+    room: Sequence[Shape],
+    cap: float,
+    eligible: Sequence[Sequence[bool]],
+    limits: Sequence[Limit],
+    max_patterns: int,
+) -> Model | None:
+    """Rows (with their low and high), the columns' upper bounds, each column's CPU and
+    node group; the kinds' rows come last but for the limits' and the CPU row."""
     n_kinds = len(kinds)
     columns: list[tuple[str, int, int | tuple[int, ...]]] = []  # (what, group, kind/pattern)
     upper: list[float] = []
@@ -87,7 +156,7 @@ def solve(
         if not allowed:
             continue
         shapes = sorted({kinds[k][0] for k in allowed if any(kinds[k][0])})
-        exact, patterns = _split(room[g], shapes)
+        exact, patterns = _split(room[g], shapes, max_patterns)
         for pattern in patterns:
             columns.append(("node", g, pattern))
             upper.append(nodes)
@@ -99,7 +168,7 @@ def solve(
             upper.append(max(0, min(most, nodes * fit)))
     size = len(columns)
     if size == 0:
-        return 0.0
+        return None
     rows: list[np.ndarray] = []
     low: list[float] = []
     high: list[float] = []
@@ -128,7 +197,6 @@ def solve(
             row_of(values, -np.inf, counts[g] * node_room[d])
     pods_of = [(i, int(col[2])) for i, col in enumerate(columns)  # type: ignore[arg-type]
                if col[0] == "pods"]
-    first_kind_row = len(rows)
     for k, (_, lo, hi) in enumerate(kinds):
         row_of({i: 1.0 for i, kk in pods_of if kk == k}, lo, hi)
     for costs, most in limits:  # namespace quotas
@@ -136,26 +204,8 @@ def solve(
     cpu = np.zeros(size)
     for i, k in pods_of:
         cpu[i] = kinds[k][0][0]
-    must = sum(shape[0] * lo for shape, lo, _ in kinds)
     rows.append(cpu)
     low.append(-np.inf)
-    high.append(max(cap, must))
-    kind_rows = range(first_kind_row, first_kind_row + n_kinds)
-    gain = cpu if only is None else np.where(
-        np.array([col[1] == only for col in columns]), cpu, 0.0)
-    for relax in (False, True):
-        if relax:  # what must run does not fit: then place as much of it as fits
-            low = [(-np.inf if i in kind_rows else v) for i, v in enumerate(low)]
-        result = milp(
-            -gain,
-            constraints=LinearConstraint(np.array(rows), low, high),
-            integrality=np.ones(size),
-            bounds=Bounds(0, np.array(upper)),
-            options={"time_limit": 20},
-        )
-        if result.success:
-            return float(-result.fun)
-        dual = getattr(result, "mip_dual_bound", None)  # stopped early: still an upper bound
-        if dual is not None and np.isfinite(dual):
-            return float(-dual)
-    return 0.0
+    high.append(cap)
+    groups = np.array([col[1] for col in columns])
+    return rows, low, high, upper, cpu, groups

@@ -85,8 +85,9 @@ def markdown_table(results: list[Metrics]) -> str:
         lines += [
             "",
             "| scenario | policy | jobs below min while a job sharing nodes ran above "
-            "its own (job·s) | steady CPU use per node pool (%; at best: alone, with --bound) |",
-            "|---|---|---:|---|",
+            "its own (job·s) | Jain's index over trainers / constrained fair share "
+            "(with --bound) | steady CPU use per node pool (%; at best: alone, with --bound) |",
+            "|---|---|---:|---:|---|",
         ]
         for m in results:
             bounds = m.steady_utilization_bound_by_pool_pct or {}
@@ -95,7 +96,7 @@ def markdown_table(results: list[Metrics]) -> str:
                                          else "")
                 for name, value in (m.steady_utilization_by_pool_pct or {}).items()) or "n/a"
             lines.append(f"| {m.scenario} | {m.policy} | {_number(m.jobs_below_min_s, 0)} "
-                         f"| {pools} |")
+                         f"| {_number(m.jain_fair_share, 2)} | {pools} |")
     if any(m.jct_by_job is not None for m in results):
         lines += [
             "",
