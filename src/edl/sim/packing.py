@@ -26,7 +26,7 @@ Shape = tuple[int, int, int]  # CPU milli, memory mega, GPUs
 Kind = tuple[Shape, int, int]  # (shape, least count, most count)
 Limit = tuple[list[int], int]  # per kind: what one pod costs; the most all may cost
 
-MAX_PATTERNS = 4000  # per node group; beyond it the group's smallest shapes are pooled
+MAX_PATTERNS = 500  # per node group; beyond it the group's smallest shapes are pooled
 
 
 def maximal_patterns(
