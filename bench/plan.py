@@ -13,7 +13,7 @@ pools tainted, every node's `pods` allocatable counted, GPU jobs tolerating the 
 and selecting a GPU pool, 40 % of CPU jobs selecting one CPU pool, against the same
 cluster and jobs without constraints, in the same run (target: <= 100 ms idle).
 
-Run: .venv/bin/python bench/plan.py [--quick]
+Run: .venv/bin/python bench/plan.py [--quick] [--constraints N]
 """
 
 from __future__ import annotations
@@ -148,7 +148,13 @@ def median_seconds(policy_name: str, views, resources, repeats: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one repeat per case")
+    parser.add_argument("--constraints", type=int, metavar="N", default=0,
+                        help="only the constrained case against the unconstrained one, "
+                             "N interleaved repeats each")
     args = parser.parse_args()
+    if args.constraints:
+        constraint_cost(Console(), args.constraints)
+        return
     cases = [(n, j) for n in (100, 1000, 5000) for j in (10, 100, 1000)]
     console = Console()
     rows = []

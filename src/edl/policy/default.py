@@ -132,7 +132,7 @@ class DefaultPolicy:
                                           view.clamped(), view.fixed_reason()))
                 continue
             shrinking = plan.target < view.parallelism
-            nodes = [room.names[n] for n in plan.victim_nodes if n >= 0]
+            nodes = [room.names[n] for n in plan.victim_nodes if n >= 0] if shrinking else []
             # the trainers the Job will create are the last ones the plan gave room to
             # (growth comes after the room of trainers that exist but are unscheduled)
             new = plan.target - view.parallelism
