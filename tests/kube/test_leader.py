@@ -223,3 +223,32 @@ async def test_an_unreachable_api_server_is_named_by_its_url() -> None:
         assert f"cannot reach the API server at {url}" in candidate.last_error
     finally:
         await client.close()
+
+
+async def test_a_stop_landing_as_the_new_leaders_caches_sync_is_not_lost(
+    api: AsyncClient, monkeypatch: Any
+) -> None:
+    """A standby that just took the Lease starts its caches; a SIGTERM landing in the
+    loop iteration their sync completes was swallowed by Python 3.11's
+    `asyncio.wait_for`: the leader's work ran on, its stop waited for it until the
+    kubelet's SIGKILL, and the Lease was never released."""
+    from edl.kube.cluster import KubeCluster
+
+    cluster = KubeCluster(api)
+    idle = asyncio.Event()
+    for reflector in cluster.reflectors():  # no watching: the syncs below are ours
+        monkeypatch.setattr(reflector, "run", idle.wait)
+    loop = asyncio.get_running_loop()
+    syncs = [loop.create_future(), loop.create_future()]
+    monkeypatch.setattr(cluster.node_reflector.synced, "wait", lambda: syncs[0])
+    monkeypatch.setattr(cluster.pod_reflector.synced, "wait", lambda: syncs[1])
+    start = asyncio.create_task(cluster.start())
+    for _ in range(3):
+        await asyncio.sleep(0)  # start() now waits for both caches
+    for sync in syncs:
+        sync.set_result(None)  # the caches sync ...
+    start.cancel()  # ... as the stop arrives
+    await asyncio.wait({start}, timeout=10)
+    stopped = start.cancelled()
+    await cluster.stop()
+    assert stopped, "the stop was swallowed: start() returned as if nothing happened"

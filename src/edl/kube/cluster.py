@@ -171,10 +171,11 @@ class KubeCluster(KubeTrainingJobs, KubeManagedTrainers, KubeKueue, KubeAdmissio
         """Start the node, pod and quota caches; wait for nodes and pods (quotas follow)."""
         for reflector in self.reflectors():
             self._tasks.append(asyncio.create_task(reflector.run(), name=f"watch-{reflector.kind}"))
-        await asyncio.wait_for(
-            asyncio.gather(self.node_reflector.synced.wait(), self.pod_reflector.synced.wait()),
-            timeout,
-        )
+        # not wait_for: on Python 3.11 it swallows a cancel (a SIGTERM) that arrives as
+        # the caches sync, and the stopping leader would run on until SIGKILLed
+        async with asyncio.timeout(timeout):
+            await asyncio.gather(self.node_reflector.synced.wait(),
+                                 self.pod_reflector.synced.wait())
 
     async def stop(self) -> None:
         for task in self._tasks:
