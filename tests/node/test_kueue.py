@@ -27,10 +27,14 @@ from e2e.helpers import CONTROLLER_ARGS, Controller, start_controller_process, t
 from e2e.kueue import Kueue, kueue_controller_account
 from node.cluster import NodeCluster, master_progress, pod_log, runtime_volumes, state_claim
 from node.node import PAUSE_IMAGE
+from paced import paced_digits_script
 from polling import wait_until
 
 JOB = "queued"
-PASSES = 15  # the README job's: preempted after its first pass, the rest after readmission
+PASSES = 20  # preempted after its first pass, the rest after readmission
+# a pause per step (tests/paced.py): a pass of one trainer (45 steps) lasts at least
+# 0.45 s on any machine, so the job cannot finish in the seconds the preemption takes
+PAUSE_S = 0.01
 STATE = "edl-state"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
@@ -153,9 +157,13 @@ def test_kueue_preempts_a_running_job_which_resumes_its_tasks_and_succeeds(
         job["metadata"]["labels"] = {QUEUE_LABEL: "team", PRIORITY_LABEL: "node-low"}
         spec = job["spec"]
         spec["image"] = node_cluster.image
+        rest.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "paced"},
+                     "data": {"train.py": paced_digits_script(PAUSE_S)}}, namespace)
+        spec["trainer"]["workspace"] = "/paced"
         spec["volumes"] = [*volumes, {"name": STATE,
-                                      "persistentVolumeClaim": {"claimName": STATE}}]
-        spec["volumeMounts"] = mounts
+                                      "persistentVolumeClaim": {"claimName": STATE}},
+                           {"name": "paced", "configMap": {"name": "paced"}}]
+        spec["volumeMounts"] = [*mounts, {"name": "paced", "mountPath": "/paced"}]
         spec["master"]["etcd-volume"] = spec["pserver"]["checkpoint-volume"] = STATE
         with Progress(node_cluster, namespace) as progress:
             rest.create(job, namespace)
@@ -170,6 +178,7 @@ def test_kueue_preempts_a_running_job_which_resumes_its_tasks_and_succeeds(
                 f"Kueue evicted workload {JOB}-servers"), 60, f"{JOB} evicted by Kueue")
             wait_until(lambda: not rest.list("Pod", namespace, f"edl.dev/job={JOB}"), 90,
                        f"{JOB}'s trainers, master and pservers gone", interval=0.2)
+            gone = time.monotonic()
             wait_until(lambda: any(p["status"].get("phase") == "Running" for p in
                                    rest.list("Pod", namespace, "job-name=urgent")),
                        60, "the urgent work running on the node")
@@ -199,7 +208,8 @@ def test_kueue_preempts_a_running_job_which_resumes_its_tasks_and_succeeds(
             ended = time.monotonic()
         samples = progress.samples
         print(f"preempted at pass {before['pass']}, last seen before the deletion "
-              f"{last_before[2]} tasks; {leading.group(0)}; preemption to readmission "
+              f"{last_before[2]} tasks; {leading.group(0)}; the job's pods gone "
+              f"{gone - preempted:.1f} s after the urgent Job; preemption to readmission "
               f"{readmitted - preempted:.1f} s, readmission to Succeeded "
               f"{ended - readmitted:.1f} s; {len(samples)} samples", flush=True)
         leaders = list(dict.fromkeys(leader for _, leader, _, _ in samples))
