@@ -1,7 +1,8 @@
 """The planner's fast paths give what the plain ones give: first fit over a mask's node
 list against a scan of every node, eligibility kept across plans against every node
-judged afresh (and judged again once a node's facts change), and pool budgets taken
-per trainer shape against per kind of trainer."""
+judged afresh (and judged again once a node's facts change), pool budgets taken
+per trainer shape against per kind of trainer, and the water-filling's unit per job
+over the rows it uses against the whole column."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from edl.accounting.eligibility import (
 )
 from edl.accounting.types import ClusterResource
 from edl.policy import JobView, Trainer
+from edl.policy.fairshare import _one_unit_each
 from edl.policy.plan_state import build_plans
 from edl.policy.room import Eligible, Room, extra_dimensions
 from edl.policy.shares import _per_node, _pools, _trainer_nodes, usable_room
@@ -208,3 +210,31 @@ def test_pool_budgets_per_shape_are_those_per_kind(nodes, jobs):
     room = Room(resources.nodes, extra_dimensions(resources.nodes, []))
     _, plans = build_plans(views, resources, 0.97, room)
     assert _pools(plans, room) == pools_per_kind(plans, room)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 6), st.integers(1, 8), st.data())
+def test_one_unit_each_over_nonzero_rows_is_the_whole_column_check(rows, jobs, data):
+    """The water-filling's last step of a round, over each unit's nonzero rows, against
+    the check of the whole column (negative costs and budgets included)."""
+    weights = np.array(data.draw(st.lists(st.lists(st.integers(-2, 5), min_size=jobs,
+                                                   max_size=jobs),
+                                          min_size=rows, max_size=rows)),
+                       dtype=np.int64).reshape(rows, jobs)
+    left = np.array(data.draw(st.lists(st.integers(-3, 12), min_size=rows, max_size=rows)),
+                    dtype=np.int64)
+    order = data.draw(st.permutations(range(jobs)))
+    shares, active = np.zeros(jobs, dtype=np.int64), np.ones(jobs, dtype=bool)
+    expected_left, expected_shares = left.copy(), shares.copy()
+    expected_active = active.copy()
+    for i in order:
+        unit = weights[:, i]
+        if bool(np.all((unit == 0) | (unit <= expected_left))):
+            expected_shares[i] += 1
+            expected_left -= unit
+        else:
+            expected_active[i] = False
+    _one_unit_each(list(order), weights, left, shares, active)
+    assert left.tolist() == expected_left.tolist()
+    assert shares.tolist() == expected_shares.tolist()
+    assert active.tolist() == expected_active.tolist()

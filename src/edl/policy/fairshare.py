@@ -117,14 +117,34 @@ def fair_shares(
         edge = np.flatnonzero(active & (next_level <= high + _EPSILON))
         if edge.size == 0:
             break
-        for i in sorted(edge.tolist(), key=lambda i: (next_level[i], i)):
-            unit = weights[:, i]
-            if bool(np.all((unit == 0) | (unit <= left))):
-                shares[i] += 1
-                left -= unit
-            else:
-                active[i] = False
+        levels = next_level.tolist()
+        _one_unit_each(sorted(edge.tolist(), key=lambda i: (levels[i], i)), weights, left,
+                       shares, active)
         active &= shares < lows + ranges
         # what is left only shrinks: a job whose next unit does not fit now never will
         active &= ((weights == 0) | (weights <= left[:, None])).all(axis=0)
     return shares.tolist()
+
+
+def _one_unit_each(
+    order: list[int], weights: np.ndarray, left: np.ndarray, shares: np.ndarray,
+    active: np.ndarray,
+) -> None:
+    """In `order`, each job takes one unit if it fits what is left (every row its unit
+    uses), else it freezes. In Python over each unit's nonzero rows: a job uses a few of
+    the (pool, resource) rows, and numpy per job cost more than the arithmetic."""
+    columns = weights[:, order]
+    rows, cols = np.nonzero(columns.T)  # sorted by column: each job's rows together
+    amounts = columns.T[rows, cols].tolist()
+    starts = np.searchsorted(rows, np.arange(len(order) + 1)).tolist()
+    cols_list = cols.tolist()
+    room = left.tolist()
+    for k, i in enumerate(order):
+        uses = range(starts[k], starts[k + 1])
+        if all(amounts[u] <= room[cols_list[u]] for u in uses):
+            shares[i] += 1
+            for u in uses:
+                room[cols_list[u]] -= amounts[u]
+        else:
+            active[i] = False
+    left[:] = room
