@@ -207,16 +207,16 @@ def test_rebalancing_never_takes_a_donor_below_its_goodput_share(state, load) ->
 
 
 def test_the_cooldown_after_a_grow_follows_the_job_s_measured_pause() -> None:
-    """`flat` was grown 90 s ago. Unknown pause: the 120 s cooldown holds its trainers.
-    A measured live pause (0.15 s) needs only the 60 s floor, so its useless trainers
-    move; a measured restart pause (40 s) keeps the full cooldown."""
-    def flat_target(pause: float | None) -> int:
+    """`flat` was grown 90 s (then 45 s) ago. Unknown pause: the 120 s cooldown holds its
+    trainers. A measured live pause (0.15 s) needs only the 30 s floor, so its useless
+    trainers move; a measured restart pause (40 s) keeps the full cooldown."""
+    def flat_target(pause: float | None, since: float = 90.0) -> int:
         flat, linear = Job("ns", "flat", 1, 40, 20), Job("ns", "linear", 1, 16, 12)
         c = _scheduled(4, 8_000, flat, linear)
         measured = {} if pause is None else {
             "resize_pause_s": pause, "pause_source": "measured over 2 resizes"}
         views = _with_scaling(c, {
-            "flat": Scaling(CURVES[4], since_grow_s=90.0, **measured),
+            "flat": Scaling(CURVES[4], since_grow_s=since, **measured),
             "linear": Scaling(CURVES[0]),
         })
         return {d.name: d.target for d in GoodputPolicy().plan(views, c.resources(), 1.0)}["flat"]
@@ -224,3 +224,5 @@ def test_the_cooldown_after_a_grow_follows_the_job_s_measured_pause() -> None:
     assert flat_target(None) == 20
     assert flat_target(40.0) == 20
     assert flat_target(0.15) < 20
+    assert flat_target(40.0, since=45.0) == 20
+    assert flat_target(0.15, since=45.0) < 20

@@ -70,7 +70,9 @@ class GoodputParams:
     job whose pause is unknown gets ``cooldown_s``.
 
     Defaults chosen on generated scenarios (bench/goodput.py, seeds 2000-2003), not on
-    the ones reported."""
+    the ones reported, but ``min_cooldown_s``: measured on `mixed-scaling` with live
+    pauses (it binds only live jobs) and checked on generated scenarios
+    (docs/performance.md)."""
 
     fairness: float = 0.5
     horizon_s: float = 600.0
@@ -84,7 +86,7 @@ class GoodputParams:
     adapt_batch: bool = True
     batch_gain: float = 0.05
     pause_share: float = 0.02
-    min_cooldown_s: float = 60.0
+    min_cooldown_s: float = 30.0
 
 
 @dataclass(frozen=True, slots=True)
