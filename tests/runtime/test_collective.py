@@ -378,3 +378,51 @@ def test_a_node_drained_while_it_waits_to_join_leaves_the_wait_list(
     wait_until(lambda: running.num_nodes_waiting() == 0, 10, "the drained joiner gone")
     running.shutdown()
     del store
+
+
+def test_a_sigterm_during_a_rounds_rank_handshake_is_raised_once_it_is_done(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """SIGTERMed between a completed round and the rank assignment, a node never wrote
+    its role: its peers waited 60 s for it, then their torchrun failed (and closed the
+    rendezvous). The stop is held until the handshake is done, and only then raised."""
+    import signal
+
+    from torch.distributed.elastic.agent.server.api import SimpleElasticAgent
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
+    from edl.runtime.collective import stop_hold
+
+    steps: list[str] = []
+
+    def handshake(agent: Any, *args: Any) -> str:  # torch's, with a SIGTERM in its middle
+        steps.append("role written")
+        os.kill(os.getpid(), signal.SIGTERM)
+        steps.append("ranks read")
+        return "workers"
+
+    previous = {stop: signal.getsignal(stop) for stop in stop_hold.STOP_SIGNALS}
+    monkeypatch.setattr(SimpleElasticAgent, "_assign_worker_ranks", handshake)
+    monkeypatch.setenv("TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM")
+    hold = stop_hold.StopHold()
+    try:
+        stop_hold.install(hold)
+        assert os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] == "SIGHUP,SIGQUIT"
+        hold.begin()  # a round completed
+        with pytest.raises(SignalException) as caught:
+            SimpleElasticAgent._assign_worker_ranks(None, None, 0, 2, None)  # type: ignore[arg-type]
+        assert steps == ["role written", "ranks read"] and caught.value.sigval == signal.SIGTERM
+        with pytest.raises(SignalException):  # outside the handshake: at once, as torch's
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+        hold.begin()
+        hold.end()  # no signal came: nothing raised
+        now = [0.0]
+        late = stop_hold.StopHold(clock=lambda: now[0])
+        late.begin()
+        now[0] = stop_hold.MAX_HOLD_S + 1  # a hold never ended is not kept for good
+        with pytest.raises(SignalException):
+            late.on_signal(signal.SIGTERM, None)
+    finally:
+        for stop, handler_was in previous.items():
+            signal.signal(stop, handler_was)

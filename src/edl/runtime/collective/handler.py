@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 
 Report = Callable[[dict[str, Any]], None]
 current: ReportingHandler | None = None  # this process's handler (one agent per process)
+on_round: Callable[[], None] | None = None  # called as each round completes (`stop_hold`)
 
 
 class ReportingHandler(RendezvousHandler):
@@ -59,6 +60,8 @@ class ReportingHandler(RendezvousHandler):
     def next_rendezvous(self) -> RendezvousInfo:
         called = time.time()
         info = self._inner.next_rendezvous()
+        if on_round is not None:
+            on_round()
         self.rendezvous += 1
         if self.rendezvous > 1:  # a restart: the new workers measure its pause (env)
             os.environ[STARTED_ENV] = repr(self._stopping_since or called)

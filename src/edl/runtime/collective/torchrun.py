@@ -11,16 +11,12 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import sys
 
 from torch.distributed import run
-from torch.distributed.elastic.multiprocessing.api import (
-    SignalException,
-    _terminate_process_handler,
-)
+from torch.distributed.elastic.multiprocessing.api import SignalException
 
-from edl.runtime.collective import handler, worker
+from edl.runtime.collective import handler, stop_hold, worker
 
 # torch's agent logs "Worker group FAILED. 3/100 attempts left; will restart worker
 # group" at INFO; `edl agent` reads it to say why the workers restart (failures.py)
@@ -45,9 +41,11 @@ def main(argv: list[str] | None = None) -> None:
     # torch's agent takes SIGTERM (raising SignalException) only once it starts its
     # workers; before that — joining a round, or between the round and the workers'
     # start — the signal's default killed this process without leaving, and the
-    # others waited for its heartbeats to lapse (8 s). The same handler, from the start.
-    for stop in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(stop, _terminate_process_handler)
+    # others waited for its heartbeats to lapse (8 s). Taken from the start, and held
+    # during a completed round's rank handshake (`stop_hold`).
+    hold = stop_hold.StopHold()
+    stop_hold.install(hold)
+    handler.on_round = hold.begin
     try:
         run.main(sys.argv[1:] if argv is None else argv)
     except SignalException:
