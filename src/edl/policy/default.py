@@ -123,7 +123,8 @@ class DefaultPolicy:
         note_load_cap(plans, budget, room)
 
         by_key = {plan.key: plan for plan in plans}
-        placement = {plan.key: [room.names[i] for i in plan.planned_nodes] for plan in plans}
+        name_of = room.names.__getitem__
+        placement = {plan.key: list(map(name_of, plan.planned_nodes)) for plan in plans}
         decisions = []
         for view in jobs:
             plan = by_key.get(view.key)

@@ -120,6 +120,8 @@ def shrink_over_max_load(
         if plan.target > plan.view.min_instance
     ]
     heapq.heapify(heap)
+    cpu_over = f"CPU requests above {max_load:.0%} of the cluster"
+    gpu_over = "GPU limits above the cluster's GPUs"
     while heap and (budget.cpu > budget.cpu_cap or budget.gpu > budget.gpu_cap):
         _, _, _, index = heapq.heappop(heap)
         plan = plans[index]
@@ -128,9 +130,7 @@ def shrink_over_max_load(
             or (budget.gpu > budget.gpu_cap and plan.view.gpu_limit > 0)
         ):
             continue  # shrinking this job would not lower what is over
-        over = (f"CPU requests above {max_load:.0%} of the cluster"
-                if budget.cpu > budget.cpu_cap else "GPU limits above the cluster's GPUs")
-        plan.shed(budget, room, over)
+        plan.shed(budget, room, cpu_over if budget.cpu > budget.cpu_cap else gpu_over)
         if plan.target > plan.view.min_instance:
             heapq.heappush(heap, (shed_cost(plan, plan.target), *plan.key, index))
 
