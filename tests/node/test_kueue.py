@@ -1,14 +1,14 @@
 """Issue 31, case 3 with a real master: a real Kueue (e2e.kueue, its manager out of cluster
 on the node tier's control plane) preempts a running digits job for a higher-priority
-Workload. edl deletes the whole job (the trainers, the master, the pservers) and requeues
-it; Kueue readmits it when the urgent work goes; the readmitted master resumes the task
-queue its predecessor left in the job's etcd, on the job's state volume
-(`spec.master.etcd-volume`, `spec.pserver.checkpoint-volume`), and the job Succeeds at
-accuracy >= 0.95 (the pservers' restores are printed: docs/kubernetes.md says why they
-are not asserted). The controller is SIGKILLed while the job waits for readmission and
-restarted (case 5). The master's completed-task count, read from the job's etcd five
-times a second through the whole run, never goes backwards. Without the state volumes
-the readmitted master starts the passes again, and the test fails.
+Workload. edl deletes the whole job (the trainers and pservers, then the master) and
+requeues it; Kueue readmits it when the urgent work goes; the readmitted master resumes
+the task queue its predecessor left in the job's etcd, on the job's state volume
+(`spec.master.etcd-volume`, `spec.pserver.checkpoint-volume`), its pservers restore their
+checkpoints, and the job Succeeds at accuracy >= 0.95. The controller is SIGKILLed while
+the job waits for readmission and restarted (case 5). The master's completed-task count,
+read from the job's etcd five times a second through the whole run, never goes
+backwards. Without the state volumes the readmitted master starts the passes again, and
+the test fails.
 """
 
 from __future__ import annotations
@@ -197,9 +197,8 @@ def test_kueue_preempts_a_running_job_which_resumes_its_tasks_and_succeeds(
             assert master not in old_pods
             leading = said(node_cluster, namespace, master, "master",
                            r"leading \(pass (\d+), (\d+) tasks restored\)")
-            # what the readmitted pservers restored (printed, not asserted: a pserver's
-            # final checkpoint on SIGTERM is registered in the master pod's etcd, which
-            # the whole job's deletion stops at the same moment; docs/kubernetes.md)
+            # the readmitted pservers restore their shards' checkpoints (their final ones
+            # are registered in the master pod's etcd: edl deletes the master last)
             pservers = wait_until(lambda: len(p := job_pods(node_cluster, namespace,
                                                             "pserver")) == 2 and p, 120,
                                   "the readmitted job's pservers running")
@@ -226,6 +225,8 @@ def test_kueue_preempts_a_running_job_which_resumes_its_tasks_and_succeeds(
         resumed = term["resumed_pass"] * last_before[3]["tasks_total"] + term["resumed_done"]
         assert resumed >= last_before[2] > 0, (
             "the readmitted master started the passes again", last_before[3], term)
+        assert all(r.group(2) and int(r.group(2)) > 0 for r in restored), (
+            "a readmitted pserver did not restore its checkpoint", [r.group(0) for r in restored])
         # the model still reaches its accuracy (each trainer's own log)
         pods = rest.list("Pod", namespace, f"edl.dev/job={JOB},edl.dev/role=trainer")
         accuracies = [float(m.group(1)) for p in pods

@@ -10,14 +10,15 @@ admission's placement. A cluster without Kueue (no ``servers_admission``) is alw
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from edl.accounting.kueue import QUEUE_LABEL
 from edl.accounting.kueue_servers import Placement
-from edl.api.names import job_key
+from edl.api.names import job_key, trainer_job_name
 from edl.api.trainingjob import TrainingJob
-from edl.cluster.port import Cluster, ClusterError, Manifest
+from edl.cluster.port import Cluster, ClusterError, Manifest, NotFoundError
 from edl.control.children import delete_children
 from edl.jobparser import JobParser
 
@@ -61,13 +62,29 @@ async def servers_gate(cluster: Cluster, parser: JobParser, job: TrainingJob,
     if state.admitted:
         return Gate(True, placement=state.placement)
     namespace, name = job_key(job)
-    if running or state.evicted:
-        await delete_children(cluster, namespace, name)
+    if (running or state.evicted) and not await _delete_children(cluster, namespace, name):
+        return Gate(False, f"{state.words}; trainers and pservers deleted, the master kept "
+                           "until the pservers have saved their checkpoints")
     if state.evicted:
         await cluster.release_servers(namespace, name)  # type: ignore[attr-defined]
         return Gate(False, f"{state.words}; trainers, master and pservers deleted, waiting "
                            "for Kueue to admit the job again")
     return Gate(False, f"master and pservers waiting for admission: {state.words}")
+
+
+async def _delete_children(cluster: Cluster, namespace: str, name: str) -> bool:
+    """Delete the job's children, the master (and its etcd sidecar) only once no pserver
+    pod is left: a pserver's final checkpoint on SIGTERM is registered in that etcd. True
+    once all are deleted; False while pservers stop (the next refresh goes on)."""
+    for delete, child in ((cluster.delete_trainer_job, trainer_job_name(name)),
+                          (cluster.delete_replica_set, f"{name}-pserver")):
+        with contextlib.suppress(NotFoundError):
+            await delete(namespace, child)
+    stopping = getattr(cluster, "pservers_stopping", None)
+    if stopping is not None and await stopping(namespace, name):
+        return False
+    await delete_children(cluster, namespace, name)
+    return True
 
 
 async def queue_words(cluster: Cluster, trainer: Manifest) -> str:

@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
+from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
 
 from edl.accounting import pod_request
@@ -39,7 +42,7 @@ from edl.accounting.kueue_servers import (
     servers_workload,
     servers_workload_name,
 )
-from edl.api.names import LABEL_JOB
+from edl.api.names import LABEL_JOB, LABEL_ROLE, ROLE_PSERVER
 from edl.cluster.port import ClusterError, Manifest, NotFoundError
 
 if TYPE_CHECKING:
@@ -161,6 +164,20 @@ class KubeKueue:
                                                    patch_type=PatchType.MERGE),
                          "Workload", namespace, wanted)
 
+    async def pservers_stopping(self, namespace: str, name: str) -> bool:
+        """Whether a pserver pod of the job is still there (within its grace period): its
+        final checkpoint is registered in the master pod's etcd, so an evicted job's
+        master goes only after its pservers (`edl.control.queue_gate`)."""
+        labels: dict[str, Any] = {LABEL_JOB: name, LABEL_ROLE: ROLE_PSERVER}
+
+        async def pods() -> list[dict[str, Any]]:
+            return [_dict(p) async for p in self.client.list(Pod, namespace=namespace,
+                                                             labels=labels)]
+
+        found = await self._call(f"list pserver pods of {namespace}/{name}", pods, "Pod",
+                                 namespace, f"{name}-pserver", write=False)
+        return any(still_stopping(pod, time.time()) for pod in found)
+
     async def finish_servers(self, namespace: str, name: str) -> None:
         """Delete a finished job's servers' Workload: its quota goes back at once."""
         if not self.kueue:
@@ -222,6 +239,22 @@ class KubeKueue:
             raise ClusterError("Workload", namespace, str(meta.get("name")),
                                str(error)) from error
         return workload_words(found)
+
+
+GRACE_SLACK_S = 5.0  # past its deletionTimestamp a pod on a lost node blocks no longer
+
+
+def still_stopping(pod: Mapping[str, Any], now: float) -> bool:
+    """A pod not ended and, if being deleted, not past its grace period's end (its
+    ``deletionTimestamp``) by more than `GRACE_SLACK_S`."""
+    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        return False
+    deleting = (pod.get("metadata") or {}).get("deletionTimestamp")
+    if not deleting:
+        return True
+    if isinstance(deleting, str):
+        deleting = datetime.fromisoformat(deleting)
+    return bool(deleting.timestamp() + GRACE_SLACK_S > now)
 
 
 def _dict(obj: Any) -> dict[str, Any]:
