@@ -225,6 +225,8 @@ def test_two_agents_meet_through_the_registered_handler_on_the_masters_store(
 
     reports: list[dict[str, Any]] = []
     monkeypatch.setattr(handler, "etcd_reporter", lambda env=None: reports.append)
+    joined: list[int] = []  # a join that succeeded: the round's handshakes follow
+    monkeypatch.setattr(handler, "on_round", lambda: joined.append(1))
     port = free_port()
     store = TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False,
                      timeout=timedelta(seconds=30), multi_tenant=True)
@@ -253,6 +255,7 @@ def test_two_agents_meet_through_the_registered_handler_on_the_masters_store(
     assert {r[1] for r in results.values()} == {2}
     assert sorted(r["rank"] for r in reports) == [0, 1]
     assert {(r["round"], r["nodes"], r["rendezvous"]) for r in reports} == {(0, 2, 1)}
+    assert joined == [1, 1]
 
 
 def test_a_drained_agent_leaves_so_the_next_round_need_not_wait_for_its_heartbeats(

@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 
 Report = Callable[[dict[str, Any]], None]
 current: ReportingHandler | None = None  # this process's handler (one agent per process)
-on_round: Callable[[], None] | None = None  # called as each round completes (`stop_hold`)
+on_round: Callable[[], None] | None = None  # called as this node's join of a round succeeds
 
 
 class ReportingHandler(RendezvousHandler):
@@ -60,8 +60,6 @@ class ReportingHandler(RendezvousHandler):
     def next_rendezvous(self) -> RendezvousInfo:
         called = time.time()
         info = self._inner.next_rendezvous()
-        if on_round is not None:
-            on_round()
         self.rendezvous += 1
         if self.rendezvous > 1:  # a restart: the new workers measure its pause (env)
             os.environ[STARTED_ENV] = repr(self._stopping_since or called)
@@ -199,9 +197,27 @@ def create_handler(params: RendezvousParameters) -> RendezvousHandler:
     params.config.setdefault("is_host", "false")
     backend, store = c10d.create_backend(params)
     inner = dynamic_rendezvous.create_handler(store, backend, params)
+    _call_on_round(inner)
     global current
     current = ReportingHandler(inner, etcd_reporter())
     return current
+
+
+def _call_on_round(inner: RendezvousHandler) -> None:
+    """Call `on_round` as soon as this node's join of a round succeeds: the round is
+    complete and every node of it must now take part in the store handshakes that
+    follow (the master address, then the ranks), still inside ``next_rendezvous``."""
+    executor = getattr(inner, "_op_executor", None)  # torch's private attribute
+    if executor is None:
+        return
+    run = executor.run
+
+    def run_then_report(state_handler: Any, deadline: float, *args: Any) -> None:
+        run(state_handler, deadline, *args)
+        if isinstance(state_handler, dynamic_rendezvous._RendezvousJoinOp) and on_round:
+            on_round()
+
+    executor.run = run_then_report
 
 
 def register() -> None:

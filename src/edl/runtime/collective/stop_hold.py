@@ -1,8 +1,9 @@
 """A stop signal held back while a completed round's rank handshake runs.
 
-Right after a rendezvous round completes, each node's torch agent writes its role to
-the round's store and the round's rank 0 assigns the global ranks
-(``_assign_worker_ranks``). A node drained (SIGTERM) in between never writes its
+Once a node's join of a round succeeds, the round's nodes exchange the workers'
+master address through the round's store (still inside ``next_rendezvous``), then
+each node's torch agent writes its role and the round's rank 0 assigns the global
+ranks (``_assign_worker_ranks``). A node drained (SIGTERM) in between never writes its
 part: the others wait for it until the store's read timeout (60 s), then their
 torchrun fails, and its exit closes the rendezvous for every later joiner. So a stop
 that arrives in that window is held until the handshake is done (milliseconds when
