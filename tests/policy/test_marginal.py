@@ -7,7 +7,7 @@ import dataclasses
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from edl.policy.marginal import GoodputParams, Want, allocate, bounds, pays_back
+from edl.policy.marginal import GoodputParams, Want, allocate, bounds, pays_back, trainer_value
 from edl.throughput.curve import PointsCurve, UslCurve
 
 UNITS = [(1000, 1000, 0), (2000, 4000, 0), (4000, 8000, 1)]
@@ -189,3 +189,16 @@ def test_nothing_is_bought_beyond_a_peak(extra) -> None:
     job = Want(("ns", "j"), 1, 30, 1, 1, (1000, 1000, 0), peaked, fair=1)
     allocation = allocate([job], (10**6, 10**9, 0), GoodputParams(fairness=0.0))[0]
     assert allocation.target <= 5
+
+
+@settings(max_examples=300, deadline=None)
+@given(wants(), st.integers(0, 3), st.integers(0, 45),
+       st.tuples(st.integers(0, 200_000), st.integers(0, 400_000), st.integers(0, 8)),
+       st.sampled_from([-1.0, 0.0, 0.5, 1.0]), st.sampled_from(["min", "fair"]))
+def test_a_trainers_value_is_never_nan(want, low, n, budget, power, baseline) -> None:
+    """Shedding and rebalancing order trainers by this value in heaps, where a NaN orders
+    nothing; a job with no throughput at n - 1 and n (min-instance 0 on a curve through
+    the origin) or a budget with none of what it needs gave NaN."""
+    want = dataclasses.replace(want, min_instance=min(low, want.min_instance))
+    value = trainer_value(want, n, budget, GoodputParams(power=power, baseline=baseline))
+    assert value == value, (want, n, budget, power, baseline)

@@ -237,10 +237,15 @@ def trainer_value(want: Want, n: int, budget: Vector, params: GoodputParams) -> 
     below min-instance (those trainers are not the allocation's to move)."""
     if n <= want.min_instance:
         return math.inf
-    gain = utility(speedup(want, n, params.baseline), params.power) - utility(
-        speedup(want, n - 1, params.baseline), params.power
-    )
-    return gain * urgency(want, params) / _dominant(want.unit, budget)
+    dominant = _dominant(want.unit, budget)
+    if math.isinf(dominant):
+        return 0.0  # the budget has none of what it needs: worth nothing here
+    now = utility(speedup(want, n, params.baseline), params.power)
+    before = utility(speedup(want, n - 1, params.baseline), params.power)
+    # equal utilities (both -inf: a job with no throughput either way) gain nothing;
+    # their difference would be NaN, which orders nothing in a heap
+    gain = 0.0 if now == before else now - before
+    return gain * urgency(want, params) / dominant
 
 
 def allocate(
