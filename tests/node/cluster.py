@@ -8,6 +8,7 @@ import json
 import os
 import threading
 import urllib.request
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 import yaml
 
 from e2e.control_plane import ROOT, ControlPlane
+from e2e.helpers import CONTROLLER_ARGS, Controller, start_controller_process
 from e2e.kueue import Kueue
 from e2e.rest import Rest
 from edl.local.progress import progress_key
@@ -242,3 +244,25 @@ def filler(namespace: str, cpu: int, name: str = "filler") -> dict[str, Any]:
                          "containers": [{"name": "pause", "image": PAUSE_IMAGE,
                                          "resources": {"requests": {
                                              "cpu": f"{cpu}m", "memory": "16Mi"}}}]}}}}
+
+
+@contextlib.contextmanager
+def controllers(kubeconfig: Path, cluster: NodeCluster, logs: Path, *args: str
+                ) -> Iterator[tuple[Callable[..., Controller], list[Controller]]]:
+    """`start(identity, *extra)` runs `edl controller` with `kubeconfig`'s token, the
+    node's images and `args`, its log under `logs`; every one started is stopped at the
+    block's end (the list holds them, for what a test reads after)."""
+    started: list[Controller] = []
+
+    def start(identity: str = "node", *extra: str) -> Controller:
+        controller = start_controller_process(
+            kubeconfig, logs / f"controller-{identity}.log", identity, *CONTROLLER_ARGS,
+            *args, f"--image={cluster.image}", f"--etcd-image={cluster.etcd_image}", *extra)
+        started.append(controller)
+        return controller
+
+    try:
+        yield start, started
+    finally:
+        for controller in started:
+            controller.stop()

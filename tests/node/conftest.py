@@ -27,16 +27,14 @@ import pytest
 
 from e2e.control_plane import ControlPlane, PlaneConfig, k8s_binaries, keep_or_remove
 from e2e.helpers import (
-    CONTROLLER_ARGS,
     SYSTEM_NAMESPACE,
     Controller,
     install_edl,
     served_namespace,
-    start_controller_process,
 )
 from e2e.kueue import Kueue, start_kueue
 from e2e.rest import ApiError, Rest
-from node.cluster import NodeCluster, runtime_claims
+from node.cluster import NodeCluster, controllers, runtime_claims
 from node.cluster_dns import coredns_binary
 from node.node import Node, egress_config, images, node_binaries
 from polling import wait_until
@@ -206,16 +204,5 @@ def start_controller(controller_kubeconfig: Path, node_cluster: NodeCluster,
                      tmp_path: Path) -> Iterator[Callable[..., Controller]]:
     """`edl controller` as a process with the ServiceAccount's token, images set to the
     node's: stopped after the test."""
-    started: list[Controller] = []
-
-    def start(identity: str = "node", *extra: str) -> Controller:
-        controller = start_controller_process(
-            controller_kubeconfig, tmp_path / f"controller-{identity}.log", identity,
-            *CONTROLLER_ARGS, f"--image={node_cluster.image}",
-            f"--etcd-image={node_cluster.etcd_image}", *extra)
-        started.append(controller)
-        return controller
-
-    yield start
-    for controller in started:
-        controller.stop()
+    with controllers(controller_kubeconfig, node_cluster, tmp_path) as (start, _):
+        yield start

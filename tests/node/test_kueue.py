@@ -24,9 +24,16 @@ from typing import Any
 
 import pytest
 
-from e2e.helpers import CONTROLLER_ARGS, Controller, start_controller_process, trainingjob, wait_tj
+from e2e.helpers import Controller, trainingjob, wait_tj
 from e2e.kueue import Kueue, kueue_controller_account
-from node.cluster import NodeCluster, master_progress, pod_log, runtime_volumes, state_claim
+from node.cluster import (
+    NodeCluster,
+    controllers,
+    master_progress,
+    pod_log,
+    runtime_volumes,
+    state_claim,
+)
 from node.node import PAUSE_IMAGE
 from paced import paced_digits_script
 from polling import wait_until
@@ -48,19 +55,8 @@ def start_kueue_controller(node_cluster: NodeCluster, kueue: Kueue,
     set to the node's; every one started is stopped after the test, and a 403 in its log
     fails it."""
     kubeconfig = kueue_controller_account(node_cluster.plane)
-    started: list[Controller] = []
-
-    def start(identity: str, *extra: str) -> Controller:
-        controller = start_controller_process(
-            kubeconfig, tmp_path / f"controller-{identity}.log", identity, *CONTROLLER_ARGS,
-            "--kueue", f"--image={node_cluster.image}",
-            f"--etcd-image={node_cluster.etcd_image}", *extra)
-        started.append(controller)
-        return controller
-
-    yield start
-    for controller in started:
-        controller.stop()
+    with controllers(kubeconfig, node_cluster, tmp_path, "--kueue") as (start, started):
+        yield start
     refused = [line for c in started for line in c.forbidden_lines()]
     assert not refused, refused[:20]
 
