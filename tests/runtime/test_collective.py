@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,55 @@ ENV = {
     "CKPT": "/shared",
 }
 
+
+
+@contextlib.contextmanager
+def rendezvous_store(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Any]]:
+    """A torch TCPStore for edl's rendezvous handler (nothing reported to etcd), and
+    `agent(run_id, last_call_s, keep_alive_s, attempts)`: a handler on it for one node."""
+    from torch.distributed import TCPStore
+    from torch.distributed.elastic.rendezvous import (
+        RendezvousParameters,
+        rendezvous_handler_registry,
+    )
+
+    monkeypatch.setattr(handler, "etcd_reporter", lambda env=None: lambda event: None)
+    port = free_port()
+    store = TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False,
+                     timeout=timedelta(seconds=30), multi_tenant=True)
+    handler.register()
+
+    def agent(run_id: str, last_call_s: float, keep_alive_s: float, attempts: int) -> Any:
+        return rendezvous_handler_registry.create_handler(RendezvousParameters(
+            backend="edl", endpoint=f"127.0.0.1:{port}", run_id=run_id, min_nodes=1,
+            max_nodes=2, local_addr="127.0.0.1", last_call_timeout=last_call_s,
+            join_timeout=60, keep_alive_interval=keep_alive_s,
+            keep_alive_max_attempt=attempts))
+
+    try:
+        yield agent
+    finally:
+        del store
+
+
+def join_two(agent: Callable[[], Any]) -> list[Any]:
+    """Two nodes made by `agent()` joined in one round of 2 (each in its own thread)."""
+    agents: list[Any] = [None, None]
+    worlds: list[int] = [0, 0]
+    start = threading.Barrier(2, timeout=60)
+
+    def join(index: int) -> None:
+        agents[index] = agent()
+        start.wait()
+        worlds[index] = agents[index].next_rendezvous().world_size
+
+    threads = [threading.Thread(target=join, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=90)
+    assert worlds == [2, 2]
+    return agents
 
 def test_torchrun_arguments_of_a_pod() -> None:
     args = torchrun_args(config_from_env(ENV), "ddp-master.team-a.svc:7164", "/py")
@@ -261,44 +311,15 @@ def test_two_agents_meet_through_the_registered_handler_on_the_masters_store(
 def test_a_drained_agent_leaves_so_the_next_round_need_not_wait_for_its_heartbeats(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from torch.distributed import TCPStore
-    from torch.distributed.elastic.rendezvous import (
-        RendezvousParameters,
-        rendezvous_handler_registry,
-    )
-
-    monkeypatch.setattr(handler, "etcd_reporter", lambda env=None: lambda event: None)
-    port = free_port()
-    store = TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False,
-                     timeout=timedelta(seconds=30), multi_tenant=True)
-    handler.register()
-    agents: list[Any] = [None, None]
-    worlds: list[int] = [0, 0]
-    start = threading.Barrier(2, timeout=60)
-
-    def join(index: int) -> None:
+    with rendezvous_store(monkeypatch) as agent:
         # heartbeats lapse only after 3 x 30 s: far beyond this test's wait
-        params = RendezvousParameters(
-            backend="edl", endpoint=f"127.0.0.1:{port}", run_id="leave", min_nodes=1,
-            max_nodes=2, local_addr="127.0.0.1", last_call_timeout=5, join_timeout=60,
-            keep_alive_interval=30, keep_alive_max_attempt=3)
-        agents[index] = rendezvous_handler_registry.create_handler(params)
-        start.wait()
-        worlds[index] = agents[index].next_rendezvous().world_size
-
-    threads = [threading.Thread(target=join, args=(i,)) for i in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=90)
-    assert worlds == [2, 2]
-    assert agents[0].leave()
-    began = time.monotonic()
-    again = agents[1].next_rendezvous()
-    assert again.world_size == 1 and again.rank == 0
-    assert time.monotonic() - began < 20, "waited for the drained agent's heartbeats"
-    agents[1].shutdown()
-    del store
+        agents = join_two(lambda: agent("leave", 5, 30, 3))
+        assert agents[0].leave()
+        began = time.monotonic()
+        again = agents[1].next_rendezvous()
+        assert again.world_size == 1 and again.rank == 0
+        assert time.monotonic() - began < 20, "waited for the drained agent's heartbeats"
+        agents[1].shutdown()
 
 
 def test_an_agent_whose_round_lost_a_node_restarts_its_workers(
@@ -307,42 +328,14 @@ def test_an_agent_whose_round_lost_a_node_restarts_its_workers(
     """A node of the round stops heartbeating (a SIGKILLed pod): once it is dropped, the
     other agent reports a node waiting, so torch's agent restarts its workers even if
     they never reach a collective that would fail (still starting, in init_process_group)."""
-    from torch.distributed import TCPStore
-    from torch.distributed.elastic.rendezvous import (
-        RendezvousParameters,
-        rendezvous_handler_registry,
-    )
-
-    monkeypatch.setattr(handler, "etcd_reporter", lambda env=None: lambda event: None)
-    port = free_port()
-    store = TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False,
-                     timeout=timedelta(seconds=30), multi_tenant=True)
-    handler.register()
-    agents: list[Any] = [None, None]
-    start = threading.Barrier(2, timeout=60)
-
-    def join(index: int) -> None:
-        params = RendezvousParameters(
-            backend="edl", endpoint=f"127.0.0.1:{port}", run_id="lost", min_nodes=1,
-            max_nodes=2, local_addr="127.0.0.1", last_call_timeout=5, join_timeout=60,
-            keep_alive_interval=1, keep_alive_max_attempt=2)
-        agents[index] = rendezvous_handler_registry.create_handler(params)
-        start.wait()
-        assert agents[index].next_rendezvous().world_size == 2
-
-    threads = [threading.Thread(target=join, args=(i,)) for i in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=90)
-    survivor, lost = agents
-    assert survivor.num_nodes_waiting() == 0  # the round is whole: nothing to restart
-    lost._inner._stop_heartbeats()  # the pod is gone: no exit, no more heartbeats
-    began = time.monotonic()
-    wait_until(lambda: survivor.num_nodes_waiting() == 1, 30, "the lost node noticed")
-    assert time.monotonic() - began < 20  # dropped after its heartbeats lapsed (2 s)
-    survivor.shutdown()
-    del store
+    with rendezvous_store(monkeypatch) as agent:
+        survivor, lost = join_two(lambda: agent("lost", 5, 1, 2))
+        assert survivor.num_nodes_waiting() == 0  # the round is whole: nothing to restart
+        lost._inner._stop_heartbeats()  # the pod is gone: no exit, no more heartbeats
+        began = time.monotonic()
+        wait_until(lambda: survivor.num_nodes_waiting() == 1, 30, "the lost node noticed")
+        assert time.monotonic() - began < 20  # dropped after its heartbeats lapsed (2 s)
+        survivor.shutdown()
 
 
 def test_a_node_drained_while_it_waits_to_join_leaves_the_wait_list(
@@ -350,37 +343,22 @@ def test_a_node_drained_while_it_waits_to_join_leaves_the_wait_list(
 ) -> None:
     """A trainer SIGTERMed while it waited to join a running round: the running agent
     must not go on seeing it waiting (a restart of its workers for nobody)."""
-    from torch.distributed import TCPStore
-    from torch.distributed.elastic.rendezvous import (
-        RendezvousParameters,
-        rendezvous_handler_registry,
-    )
     from torch.distributed.elastic.rendezvous.dynamic_rendezvous import _Action
 
-    monkeypatch.setattr(handler, "etcd_reporter", lambda env=None: lambda event: None)
-    port = free_port()
-    store = TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False,
-                     timeout=timedelta(seconds=30), multi_tenant=True)
-    handler.register()
+    with rendezvous_store(monkeypatch) as agent:
+        # heartbeats lapse only after 3 x 30 s: far beyond this test
+        running, joining = agent("wait", 1, 30, 3), agent("wait", 1, 30, 3)
+        assert running.next_rendezvous().world_size == 1
 
-    def agent() -> Any:  # heartbeats lapse only after 3 x 30 s: far beyond this test
-        return rendezvous_handler_registry.create_handler(RendezvousParameters(
-            backend="edl", endpoint=f"127.0.0.1:{port}", run_id="wait", min_nodes=1,
-            max_nodes=2, local_addr="127.0.0.1", last_call_timeout=1, join_timeout=60,
-            keep_alive_interval=30, keep_alive_max_attempt=3))
+        def into_the_wait_list(ctx: Any, deadline: float) -> _Action:  # as its join does
+            return (_Action.FINISH if ctx.node in ctx.state.wait_list
+                    else _Action.ADD_TO_WAIT_LIST)
 
-    running, joining = agent(), agent()
-    assert running.next_rendezvous().world_size == 1
-
-    def into_the_wait_list(ctx: Any, deadline: float) -> _Action:  # as its join does
-        return _Action.FINISH if ctx.node in ctx.state.wait_list else _Action.ADD_TO_WAIT_LIST
-
-    joining._inner._op_executor.run(into_the_wait_list, time.monotonic() + 30)
-    wait_until(lambda: running.num_nodes_waiting() == 1, 10, "the joiner seen waiting")
-    assert joining.leave()
-    wait_until(lambda: running.num_nodes_waiting() == 0, 10, "the drained joiner gone")
-    running.shutdown()
-    del store
+        joining._inner._op_executor.run(into_the_wait_list, time.monotonic() + 30)
+        wait_until(lambda: running.num_nodes_waiting() == 1, 10, "the joiner seen waiting")
+        assert joining.leave()
+        wait_until(lambda: running.num_nodes_waiting() == 0, 10, "the drained joiner gone")
+        running.shutdown()
 
 
 def test_a_sigterm_during_a_rounds_rank_handshake_is_raised_once_it_is_done(
