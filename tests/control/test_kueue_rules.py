@@ -17,7 +17,7 @@ from edl.accounting.kueue import (
 from edl.control.autoscaler import Autoscaler
 from edl.control.controller import Controller
 from edl.jobparser import JobParser
-from edl.kube.kueue import TrainerJobStore
+from edl.kube.kueue import ServersWorkloadStore, TrainerJobStore
 
 
 def queued(manifest: dict, queue: str = "team-a") -> dict:
@@ -120,6 +120,34 @@ def test_the_trainer_job_watch_tells_spec_changes_not_status_writes():
     store.begin_replace()
     store.end_replace()  # gone while the watch was down: told on the relist
     assert told == [("ns", "a")] * 3
+
+
+def test_the_servers_workload_watch_tells_admission_changes_not_kueues_messages():
+    told: list[tuple[str, str]] = []
+    store = ServersWorkloadStore()
+    store.listeners.append(lambda namespace, job: told.append((namespace, job)))
+
+    def workload(message: str, *conditions: tuple[str, str], role: str = "servers") -> dict:
+        return {"metadata": {"name": "a-servers", "namespace": "ns",
+                             "labels": {"edl.dev/job": "a", "edl.dev/role": role}},
+                "status": {"admission": {"clusterQueue": "cq"} if conditions else None,
+                           "conditions": [{"type": kind, "status": status, "message": message}
+                                          for kind, status in conditions]}}
+
+    store.begin_replace()
+    store.apply("ADDED", workload("pending"))
+    store.apply("ADDED", workload("x", ("Admitted", "True"), role="trainer"))  # not ours
+    store.end_replace()
+    assert told == [("ns", "a")]
+    store.apply("MODIFIED", workload("still pending: 250m more needed"))  # Kueue's words
+    assert told == [("ns", "a")]
+    admitted = (("QuotaReserved", "True"), ("Admitted", "True"))
+    store.apply("MODIFIED", workload("admitted", *admitted))
+    store.apply("MODIFIED", workload("preempted", *admitted, ("Evicted", "True")))
+    assert told == [("ns", "a")] * 3
+    store.begin_replace()
+    store.end_replace()  # gone while the watch was down: told on the relist
+    assert told == [("ns", "a")] * 4
 
 
 def cluster_queue(name: str, cpu: str, used: str = "0", cohort: str = "",

@@ -193,9 +193,15 @@ def test_a_resource_flavors_node_labels_and_toleration_reach_every_trainer(
             "nodeLabels": {"pool": "tainted-gpu"},
             "tolerations": [{**GPU_TAINT, "operator": "Equal"}]}})
         cluster_queue(kueue, queue, namespace, cpu="4")
-        start_kueue_controller()
+        # a status refresh only every 30 s: the servers' admission must come by the watch
+        start_kueue_controller("replica-a", "--status-interval=30")
+        created = time.monotonic()
         rest.create(queued_job("placed", min_instance=3, max_instance=3, trainer_cpu="250m"),
                     namespace)
+        wait_until(lambda: rest.find("ReplicaSet", "placed-master", namespace), 30,
+                   "the master created once Kueue admits its servers' Workload")
+        admitted_after = time.monotonic() - created
+        assert admitted_after < 10, f"the admission reached edl {admitted_after:.1f} s late"
         wait_trainers(rest, namespace, "placed", 3)
         pods = rest.list("Pod", namespace, "edl.dev/job=placed,edl.dev/role=trainer")
         assert {p["spec"]["nodeName"] for p in pods} <= set(pool), pods

@@ -59,6 +59,11 @@ RESOURCES: dict[str, kmock.ResourceInfo] = {
     "batch/v1/jobs": kmock.ResourceInfo(kind="Job", namespaced=True, subresources={"status"}),
     "apps/v1/replicasets": kmock.ResourceInfo(kind="ReplicaSet", namespaced=True),
     "coordination.k8s.io/v1/leases": kmock.ResourceInfo(kind="Lease", namespaced=True),
+    # Kueue's, for `edl controller --kueue` (kmock runs no Kueue: a test admits by hand)
+    "kueue.x-k8s.io/v1beta2/workloads": kmock.ResourceInfo(kind="Workload", namespaced=True,
+                                                           subresources={"status"}),
+    "kueue.x-k8s.io/v1beta2/resourceflavors": kmock.ResourceInfo(kind="ResourceFlavor",
+                                                                 namespaced=False),
     "edl.dev/v1/trainingjobs": kmock.ResourceInfo(
         kind="TrainingJob", singular="trainingjob", namespaced=True, shortnames={"tj"},
         verbs={"get", "list", "watch", "create", "update", "patch", "delete"},

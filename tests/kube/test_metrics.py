@@ -84,7 +84,7 @@ def test_watch_restarts_is_a_counter_for_every_kind_watched() -> None:
     assert set(KubeCluster(client).watch_health()) == {
         "Pod", "Node", "ResourceQuota", "TrainingJob", *admission}
     assert set(KubeCluster(client, kueue=True).watch_health()) == {
-        "Pod", "Node", "ResourceQuota", "TrainingJob", "Job", *admission}
+        "Pod", "Node", "ResourceQuota", "TrainingJob", "Job", "Workload", *admission}
     metrics = ControllerMetrics()
     metrics.set_leading(True)
     for restarts in (0, 2, 5, 1):  # 1: the next term's reflector, restarted once

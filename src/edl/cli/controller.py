@@ -85,9 +85,10 @@ def _listen(value: str) -> tuple[str, int]:
                    "and leaves the others alone; trainer Jobs get spec.managedBy "
                    "edl.dev/NAME (env EDL_INSTALLATION).")
 @click.option("--kueue", is_flag=True,
-              help="The cluster runs Kueue: follow trainer Jobs (Kueue's suspend and unsuspend "
-                   "act at once) and say why a queued job waits in Kueue's words. Needs "
-                   "deploy/kueue-rbac.yaml (list/watch Jobs, read Workloads).")
+              help="The cluster runs Kueue: follow trainer Jobs and servers' Workloads (Kueue's "
+                   "suspend, unsuspend, admission and eviction act at once) and say why a queued "
+                   "job waits in Kueue's words. Needs "
+                   "deploy/kueue-rbac.yaml (list/watch Jobs and Workloads).")
 @click.option("-v", "--verbose", is_flag=True,
               help="Log at debug level, every API request included.")
 @click.option("--log-requests", is_flag=True,

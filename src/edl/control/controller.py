@@ -12,8 +12,8 @@ simulator (virtual time) and local runs (real time).
   the same event and controller restarts are harmless.
 * ``on_del`` deletes the children (missing ones are fine).
 * ``run()`` watches TrainingJobs (`watch_training_jobs`) and refreshes every
-  job's status every ``status_interval`` seconds: state, trainers
-  desired/running/pending, message. `edl.control.loops.ControlLoops` runs it
+  job's status every ``status_interval`` seconds, a kicked job's at once (`Kicks`):
+  state, trainers desired/running/pending, message. `edl.control.loops.ControlLoops` runs it
   beside its Autoscaler.
 * The Autoscaler hears about every valid job (``on_add``/``on_update``/``on_del``).
 * A trainer Job that fails (condition Failed, e.g. ``BackoffLimitExceeded``)
@@ -68,6 +68,7 @@ from edl.control.job_status import (
     trainer_job_outcome,
     waiting_reason,
 )
+from edl.control.kicks import Kicks
 from edl.control.queue_gate import kueue_queued, queue_words, servers_gate
 from edl.control.trainer_controller import TrainerController
 from edl.jobparser import JobParser
@@ -142,6 +143,7 @@ class Controller:
         self._known: dict[tuple[str, str], _Known] = {}
         self._child_retries: dict[tuple[str, str], int] = {}
         self._retry_tasks: set[asyncio.Task[None]] = set()
+        self._kicks = Kicks()  # jobs refreshed at once: Kueue admitted or evicted their servers
         # trainer Jobs with spec.managedBy: their pods are run here (docs/architecture.md)
         self.trainers = TrainerController(cluster) if isinstance(cluster, ManagedTrainers) else None
 
@@ -151,7 +153,8 @@ class Controller:
         if key is None:
             log.warning("ignoring a TrainingJob without a usable metadata.name: %.200r", obj)
             return
-        await self._reconcile(key, obj)
+        async with self._kicks.lock(key):  # never beside a kicked refresh of the same job
+            await self._reconcile(key, obj)
 
     async def on_update(self, obj: Manifest) -> None:
         key = training_job_key(obj)
@@ -162,7 +165,8 @@ class Controller:
         generation = _generation(obj)
         if known is not None and generation is not None and known.generation == generation:
             return  # a status write (ours or anyone's): the spec we acted on is unchanged
-        await self._reconcile(key, obj)
+        async with self._kicks.lock(key):  # never beside a kicked refresh of the same job
+            await self._reconcile(key, obj)
 
     async def on_del(self, obj: Manifest) -> None:
         key = training_job_key(obj)
@@ -175,45 +179,46 @@ class Controller:
             self.autoscaler.on_del(known.job)
         if self.trainers is not None:
             self.trainers.forget(key)
+        self._kicks.forget(key)
         await delete_job(self.cluster, *key)
 
     # -- the loop ------------------------------------------------------------------------------
     def watch_training_jobs(self) -> Unsubscribe:
         """Subscribe to the cluster's TrainingJob events (PaddlePaddle EDL's WatchTrainingJobs).
 
-        Existing jobs arrive first as ``on_add``. Returns the function that ends
-        the subscription (of the trainer pod events too, on a `ManagedTrainers` cluster).
-        """
-        unsubscribe = self.cluster.watch_training_jobs(self)
-        if self.trainers is None:
-            return unsubscribe
-        unwatch = self.trainers.watch()
-
-        def both() -> None:
-            unsubscribe()
-            unwatch()
-
-        return both
+        Existing jobs arrive first as ``on_add``. Returns the function that ends the
+        subscription (and those to trainer pod events and to the cluster's `Kicks`)."""
+        stops = [self.cluster.watch_training_jobs(self)]
+        if self.trainers is not None:
+            stops.append(self.trainers.watch())
+        return self._kicks.follow(self.cluster, *stops)
 
     async def run(self) -> None:
-        """Watch TrainingJobs and refresh their status every ``status_interval`` s, forever."""
+        """Watch TrainingJobs; refresh each status every ``status_interval`` s, forever."""
         unsubscribe = self.watch_training_jobs()
+        loop = asyncio.get_running_loop()
         try:
+            due = loop.time() + self.status_interval
             while True:
-                await asyncio.sleep(self.status_interval)
+                kicked = await self._kicks.until(due)
+                if loop.time() < due:
+                    await self.tick(kicked)
+                    continue
                 await self.tick()
+                due = loop.time() + self.status_interval
         finally:
             unsubscribe()
 
-    async def tick(self) -> None:
-        """Refresh the status of every known job (writes only what changed); reconcile
-        every managed trainer Job (a missed event heals here)."""
-        if self.trainers is not None:
+    async def tick(self, keys: set[tuple[str, str]] | None = None) -> None:
+        """Refresh the status of every known job (or of `keys`; writes only what changed);
+        reconcile every managed trainer Job (a missed event heals here)."""
+        if self.trainers is not None and keys is None:
             await self.trainers.resync()
-        for key in list(self._known):
+        for key in list(self._known) if keys is None else sorted(keys & set(self._known)):
             try:
-                await self._follow_queue(key)
-                await self._refresh_status(key)
+                async with self._kicks.lock(key):
+                    await self._follow_queue(key)
+                    await self._refresh_status(key)
             except ClusterError as error:
                 log.warning("status of %s/%s not refreshed: %s", *key, error)
             except Exception:  # one job's odd state must not stop the others' status

@@ -61,7 +61,7 @@ from edl.kube.crd import GROUP, KIND, PLURAL, VERSION
 from edl.kube.dry_run import KubeAdmission
 from edl.kube.events import EventRecorder, make_event
 from edl.kube.failures import last_trainer_failure
-from edl.kube.kueue import KubeKueue, TrainerJobStore
+from edl.kube.kueue import KubeKueue, ServersWorkloadStore, TrainerJobStore, kueue_reflectors
 from edl.kube.managed import KubeManagedTrainers, scale_metadata, with_victims
 from edl.kube.reflector import Reflector
 from edl.kube.retry import http_status, is_conflict, is_not_found, retry_call
@@ -134,9 +134,11 @@ class KubeCluster(KubeTrainingJobs, KubeManagedTrainers, KubeKueue, KubeAdmissio
         self.quota_reflector = Reflector(watch_client, ResourceQuota, QuotaStore(self.state))
         # --kueue: trainer Jobs followed, so Kueue's suspend/unsuspend act at once (edl.kube.kueue)
         self.kueue = kueue
-        self.job_reflector = Reflector(
-            watch_client, Job, TrainerJobStore(self._trainer_job_seen),
-            namespace=namespace or "*", labels={LABEL_ROLE: ROLE_TRAINER}) if kueue else None
+        # and servers' Workloads, so Kueue's admission of master and pservers acts at once
+        self.servers_store = ServersWorkloadStore() if kueue else None
+        self.kueue_reflectors = kueue_reflectors(
+            watch_client, namespace or "*", TrainerJobStore(self._trainer_job_seen),
+            self.servers_store) if self.servers_store is not None else []
         # kopf's TrainingJob stream exports nothing of its health: this watch of the same
         # API (selecting no object, so it costs no events) stands for it in watch_health
         self.training_job_probe = Reflector(
@@ -156,10 +158,9 @@ class KubeCluster(KubeTrainingJobs, KubeManagedTrainers, KubeKueue, KubeAdmissio
         self._victims_allowed = delete_victims
 
     def reflectors(self) -> list[Reflector]:
-        """Every list+watch this cluster runs (trainer Jobs only with --kueue)."""
-        found = [self.node_reflector, self.pod_reflector, self.quota_reflector,
-                 self.training_job_probe, *self.admission_reflectors]
-        return found if self.job_reflector is None else [*found, self.job_reflector]
+        """Every list+watch this cluster runs (trainer Jobs and Workloads only with --kueue)."""
+        return [self.node_reflector, self.pod_reflector, self.quota_reflector,
+                self.training_job_probe, *self.admission_reflectors, *self.kueue_reflectors]
 
     def watch_health(self) -> dict[str, tuple[int, float]]:
         """Per watched kind: (stream restarts so far, seconds failing to follow the server)."""

@@ -1,14 +1,17 @@
 """Kueue on Kubernetes (`edl controller --kueue`): what edl follows of it at once.
 
 Kueue suspends and unsuspends the trainer Job (admission, preemption) and edits its pod
-template (the ResourceFlavor's node labels and tolerations). Without a watch on Jobs those
-changes reached edl's trainer controller only at its resync (30 s); with ``--kueue`` a
-reflector follows the trainer Jobs (label ``edl.dev/role=trainer``) and every change of
-a Job's spec (its ``metadata.generation``) reconciles that job at once. A queued job's
-status then says why it waits in Kueue's words, read from its Workloads.
+template (the ResourceFlavor's node labels and tolerations); it admits and evicts the
+servers' Workload edl owns for a job's master and pservers. Without watches those changes
+would reach edl only at its resync (30 s) or status refresh (5 s); with ``--kueue`` one
+reflector follows the trainer Jobs (label ``edl.dev/role=trainer``), every change of a
+Job's spec (its ``metadata.generation``) reconciling that job at once, and another the
+servers' Workloads (label ``edl.dev/role=servers``), every change of Kueue's admission of
+one refreshing that job at once. A queued job's status then says why it waits in
+Kueue's words, read from its Workloads.
 
-Both need RBAC that edl's default role does not grant (``list``/``watch`` on Jobs, read
-on Kueue's Workloads): deploy/kueue-rbac.yaml, applied only on a cluster that runs Kueue.
+All need RBAC that edl's default role does not grant (``list``/``watch`` on Jobs and on
+Kueue's Workloads): deploy/kueue-rbac.yaml, applied only on a cluster that runs Kueue.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
+from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
 
@@ -42,8 +46,9 @@ from edl.accounting.kueue_servers import (
     servers_workload,
     servers_workload_name,
 )
-from edl.api.names import LABEL_JOB, LABEL_ROLE, ROLE_PSERVER
+from edl.api.names import LABEL_JOB, LABEL_ROLE, ROLE_PSERVER, ROLE_TRAINER
 from edl.cluster.port import ClusterError, Manifest, NotFoundError
+from edl.kube.reflector import Reflector
 
 if TYPE_CHECKING:
     from lightkube import AsyncClient
@@ -59,6 +64,7 @@ WorkloadPriorityClass = create_global_resource("kueue.x-k8s.io", "v1beta2",
                                                "WorkloadPriorityClass",
                                                "workloadpriorityclasses")
 TRAINER_JOB_SELECTOR = "edl.dev/role=trainer"
+SERVERS_ROLE = "servers"  # the edl.dev/role label of a servers' Workload (kueue_servers)
 
 
 class TrainerJobStore:
@@ -99,11 +105,79 @@ class TrainerJobStore:
             self.changed(*key)
 
 
+class ServersWorkloadStore:
+    """`reflector.Store` for servers' Workloads: tells each listener ``(namespace, job)``
+    when Kueue's admission of one changed (quota reserved, admitted, evicted, given back)
+    or it appeared or went; other writes (Kueue's messages, spec) tell nothing."""
+
+    def __init__(self) -> None:
+        self.listeners: list[Callable[[str, str], None]] = []
+        self._states: dict[tuple[str, str], tuple[Any, ...]] = {}
+        self._listed: set[tuple[str, str]] | None = None
+
+    def begin_replace(self) -> None:
+        self._listed = set()
+
+    def end_replace(self) -> None:
+        if self._listed is not None:
+            for key in set(self._states) - self._listed:
+                del self._states[key]
+                self._tell(key)
+        self._listed = None
+
+    def apply(self, event_type: str, obj: dict[str, Any]) -> None:
+        labels = _labels(obj)
+        owner = labels.get(LABEL_JOB)
+        if not owner or labels.get(LABEL_ROLE) != SERVERS_ROLE:
+            return  # a trainer Job's Workload, or anyone's: its Job watch covers it
+        key = (str((obj.get("metadata") or {}).get("namespace") or "default"), str(owner))
+        if self._listed is not None:
+            self._listed.add(key)
+        if event_type == "DELETED":
+            self._states.pop(key, None)
+            self._tell(key)
+            return
+        state = _admission_state(obj)
+        if self._states.get(key) != state:
+            self._states[key] = state
+            self._tell(key)
+
+    def _tell(self, key: tuple[str, str]) -> None:
+        for callback in list(self.listeners):
+            callback(*key)
+
+
+def _admission_state(workload: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What `admission_of` decides on: the conditions' statuses and whether it is admitted."""
+    status = workload.get("status") or {}
+    conditions = {str(c.get("type")): c.get("status") for c in status.get("conditions") or ()}
+    return (bool(status.get("admission")),
+            *(conditions.get(kind) for kind in ("QuotaReserved", "Admitted", "Evicted")))
+
+
+def kueue_reflectors(client: AsyncClient, namespace: str, jobs: TrainerJobStore,
+                     servers: ServersWorkloadStore) -> list[Reflector]:
+    """The watches ``--kueue`` adds: trainer Jobs and servers' Workloads."""
+    return [Reflector(client, Job, jobs, namespace=namespace, labels={LABEL_ROLE: ROLE_TRAINER}),
+            Reflector(client, Workload, servers, namespace=namespace,
+                      labels={LABEL_ROLE: SERVERS_ROLE})]
+
+
 class KubeKueue:
     """Reads of Kueue's Workloads (a mixin of `KubeCluster`)."""
 
     client: AsyncClient
     kueue: bool
+    servers_store: ServersWorkloadStore | None
+
+    def watch_servers(self, callback: Callable[[str, str], None]) -> Callable[[], None]:
+        """Tell ``callback(namespace, job)`` when Kueue admits or evicts a job's servers'
+        Workload (``--kueue``); returns the function that stops telling."""
+        store = self.servers_store
+        if store is None:
+            return lambda: None
+        store.listeners.append(callback)
+        return lambda: store.listeners.remove(callback) if callback in store.listeners else None
 
     async def _call(self, what: str, call: Callable[[], Any], kind: str, namespace: str,
                     name: str, *, write: bool = True) -> Any:

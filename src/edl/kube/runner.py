@@ -71,7 +71,7 @@ class ControllerOptions:
     image: str = DEFAULT_IMAGE
     etcd_image: str = ETCD_IMAGE
     trainer_priority_class: str = ""
-    # the cluster runs Kueue: follow trainer Jobs, read Workloads (deploy/kueue-rbac.yaml)
+    # the cluster runs Kueue: follow trainer Jobs and Workloads (deploy/kueue-rbac.yaml)
     kueue: bool = False
 
 
