@@ -20,7 +20,7 @@ import asyncio
 import copy
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +36,7 @@ from edl.accounting.admitted import (
 )
 from edl.cluster.port import Manifest
 from edl.control.trainer_pods import trainer_pod
-from edl.kube.reflector import Reflector
+from edl.kube.reflector import FingerprintStore, Reflector
 from edl.kube.retry import http_status
 
 log = logging.getLogger(__name__)
@@ -48,45 +48,27 @@ QUOTA_FULL = "exceeded quota"
 SWEEP_S = 600.0
 
 
-class ChangeStore:
+class ChangeStore(FingerprintStore):
     """`reflector.Store` that remembers only each object's resourceVersion and counts
     changes per namespace (cluster-scoped kinds: under "")."""
 
     def __init__(self) -> None:
-        self._versions: dict[tuple[str, str], str] = {}
-        self._listed: set[tuple[str, str]] | None = None
+        super().__init__()
         self._changes: dict[str, int] = {}
 
     def version(self, namespace: str = "") -> int:
         """How often the namespace's objects changed (0: never seen a change)."""
         return self._changes.get(namespace, 0)
 
-    def _changed(self, key: tuple[str, str], obj: dict[str, Any] | None) -> None:
-        self._changes[key[0]] = self._changes.get(key[0], 0) + 1
-
-    def begin_replace(self) -> None:
-        self._listed = set()
-
-    def end_replace(self) -> None:
-        if self._listed is not None:
-            for key in set(self._versions) - self._listed:
-                del self._versions[key]
-                self._changed(key, None)
-        self._listed = None
-
-    def apply(self, event_type: str, obj: dict[str, Any]) -> None:
+    def key(self, obj: dict[str, Any]) -> tuple[str, str] | None:
         meta = obj.get("metadata") or {}
-        key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
-        if self._listed is not None:
-            self._listed.add(key)
-        if event_type == "DELETED":
-            if self._versions.pop(key, None) is not None:
-                self._changed(key, None)
-            return
-        version = str(meta.get("resourceVersion") or "")
-        if self._versions.get(key) != version:
-            self._versions[key] = version
-            self._changed(key, obj)
+        return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+
+    def fingerprint(self, obj: dict[str, Any]) -> Hashable:
+        return str((obj.get("metadata") or {}).get("resourceVersion") or "")
+
+    def changed(self, key: tuple[str, str], obj: dict[str, Any] | None) -> None:
+        self._changes[key[0]] = self._changes.get(key[0], 0) + 1
 
 
 @dataclass(slots=True)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -48,7 +48,7 @@ from edl.accounting.kueue_servers import (
 )
 from edl.api.names import LABEL_JOB, LABEL_ROLE, ROLE_PSERVER, ROLE_TRAINER
 from edl.cluster.port import ClusterError, Manifest, NotFoundError
-from edl.kube.reflector import Reflector
+from edl.kube.reflector import FingerprintStore, Reflector
 
 if TYPE_CHECKING:
     from lightkube import AsyncClient
@@ -67,82 +67,47 @@ TRAINER_JOB_SELECTOR = "edl.dev/role=trainer"
 SERVERS_ROLE = "servers"  # the edl.dev/role label of a servers' Workload (kueue_servers)
 
 
-class TrainerJobStore:
+class TrainerJobStore(FingerprintStore):
     """`reflector.Store` for trainer Jobs: tells ``changed(namespace, job)`` when a Job's
     spec changed (its generation), it appeared or went; status writes (edl's own,
     several a second) change no generation and tell nothing."""
 
     def __init__(self, changed: Callable[[str, str], None]) -> None:
-        self.changed = changed
-        self._generations: dict[tuple[str, str], Any] = {}
-        self._listed: set[tuple[str, str]] | None = None
+        super().__init__()
+        self._tell = changed
 
-    def begin_replace(self) -> None:
-        self._listed = set()
-
-    def end_replace(self) -> None:
-        if self._listed is not None:
-            for key in set(self._generations) - self._listed:
-                del self._generations[key]
-                self.changed(*key)
-        self._listed = None
-
-    def apply(self, event_type: str, obj: dict[str, Any]) -> None:
+    def key(self, obj: dict[str, Any]) -> tuple[str, str] | None:
         meta = obj.get("metadata") or {}
         owner = (meta.get("labels") or {}).get(LABEL_JOB)
-        if not owner:
-            return
-        key = (str(meta.get("namespace") or "default"), str(owner))
-        if self._listed is not None:
-            self._listed.add(key)
-        if event_type == "DELETED":
-            self._generations.pop(key, None)
-            self.changed(*key)
-            return
-        generation = meta.get("generation")
-        if self._generations.get(key) != generation:
-            self._generations[key] = generation
-            self.changed(*key)
+        return (str(meta.get("namespace") or "default"), str(owner)) if owner else None
+
+    def fingerprint(self, obj: dict[str, Any]) -> Hashable:
+        return (obj.get("metadata") or {}).get("generation")
+
+    def changed(self, key: tuple[str, str], obj: dict[str, Any] | None) -> None:
+        self._tell(*key)
 
 
-class ServersWorkloadStore:
+class ServersWorkloadStore(FingerprintStore):
     """`reflector.Store` for servers' Workloads: tells each listener ``(namespace, job)``
     when Kueue's admission of one changed (quota reserved, admitted, evicted, given back)
     or it appeared or went; other writes (Kueue's messages, spec) tell nothing."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.listeners: list[Callable[[str, str], None]] = []
-        self._states: dict[tuple[str, str], tuple[Any, ...]] = {}
-        self._listed: set[tuple[str, str]] | None = None
 
-    def begin_replace(self) -> None:
-        self._listed = set()
-
-    def end_replace(self) -> None:
-        if self._listed is not None:
-            for key in set(self._states) - self._listed:
-                del self._states[key]
-                self._tell(key)
-        self._listed = None
-
-    def apply(self, event_type: str, obj: dict[str, Any]) -> None:
+    def key(self, obj: dict[str, Any]) -> tuple[str, str] | None:
         labels = _labels(obj)
         owner = labels.get(LABEL_JOB)
         if not owner or labels.get(LABEL_ROLE) != SERVERS_ROLE:
-            return  # a trainer Job's Workload, or anyone's: its Job watch covers it
-        key = (str((obj.get("metadata") or {}).get("namespace") or "default"), str(owner))
-        if self._listed is not None:
-            self._listed.add(key)
-        if event_type == "DELETED":
-            self._states.pop(key, None)
-            self._tell(key)
-            return
-        state = _admission_state(obj)
-        if self._states.get(key) != state:
-            self._states[key] = state
-            self._tell(key)
+            return None  # a trainer Job's Workload, or anyone's: its Job watch covers it
+        return (str((obj.get("metadata") or {}).get("namespace") or "default"), str(owner))
 
-    def _tell(self, key: tuple[str, str]) -> None:
+    def fingerprint(self, obj: dict[str, Any]) -> Hashable:
+        return _admission_state(obj)
+
+    def changed(self, key: tuple[str, str], obj: dict[str, Any] | None) -> None:
         for callback in list(self.listeners):
             callback(*key)
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterable, Callable
+from collections.abc import AsyncIterable, Callable, Hashable
 from typing import Any, Protocol
 
 from lightkube import AsyncClient
@@ -49,6 +49,52 @@ class Store(Protocol):
     def apply(self, event_type: str, obj: dict[str, Any]) -> None: ...
 
     def end_replace(self) -> None: ...
+
+
+class FingerprintStore:
+    """A `Store` that keeps one fingerprint per key and calls `changed(key, obj)` when an
+    object's fingerprint changes, when it appears, and when it goes (deleted, or missing
+    from a relist; `obj` None). Subclasses say what a key is (`key`: None skips the
+    object) and what counts as a change (`fingerprint`)."""
+
+    def __init__(self) -> None:
+        self._prints: dict[tuple[str, str], Hashable] = {}
+        self._listed: set[tuple[str, str]] | None = None
+
+    def key(self, obj: dict[str, Any]) -> tuple[str, str] | None:
+        raise NotImplementedError
+
+    def fingerprint(self, obj: dict[str, Any]) -> Hashable:
+        raise NotImplementedError
+
+    def changed(self, key: tuple[str, str], obj: dict[str, Any] | None) -> None:
+        raise NotImplementedError
+
+    def begin_replace(self) -> None:
+        self._listed = set()
+
+    def end_replace(self) -> None:
+        if self._listed is not None:
+            for key in set(self._prints) - self._listed:
+                del self._prints[key]
+                self.changed(key, None)
+        self._listed = None
+
+    def apply(self, event_type: str, obj: dict[str, Any]) -> None:
+        key = self.key(obj)
+        if key is None:
+            return
+        if self._listed is not None:
+            self._listed.add(key)
+        if event_type == "DELETED":
+            if key in self._prints:
+                del self._prints[key]
+                self.changed(key, None)
+            return
+        fingerprint = self.fingerprint(obj)
+        if key not in self._prints or self._prints[key] != fingerprint:
+            self._prints[key] = fingerprint
+            self.changed(key, obj)
 
 
 class Reflector:
